@@ -1,0 +1,105 @@
+"""Typed errors on the wire: gRPC status + google.rpc.ErrorInfo.
+
+The reason strings and their domain are defined once, in
+``proto/turnwire/common/v1/errors.proto``; this module only derives them.
+
+    reason(ERROR_REASON_NO_FREE_SLOT) == "NO_FREE_SLOT"
+
+Servers raise with :func:`abort` (grpc.aio) or build a status with
+:func:`rich_status`; clients read a failure with :func:`error_info`, which
+returns ``None`` for anything that is not a typed Turnwire error (a transport
+failure, an untyped error): callers must treat ``None`` as "unknown" (C7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from turnwire.common.v1 import errors_pb2
+
+_PREFIX = "ERROR_REASON_"
+DOMAIN: str = errors_pb2.ErrorReason.DESCRIPTOR.GetOptions().Extensions[errors_pb2.error_domain]
+REASONS: frozenset[str] = frozenset(
+    name.removeprefix(_PREFIX)
+    for name in errors_pb2.ErrorReason.keys()
+    if name != "ERROR_REASON_UNSPECIFIED"
+)
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+
+def reason(value: errors_pb2.ErrorReason.ValueType) -> str:
+    """The contract's reason string for an ErrorReason enum value."""
+    return errors_pb2.ErrorReason.Name(value).removeprefix(_PREFIX)
+
+
+@dataclass(frozen=True)
+class TypedError:
+    """A Turnwire error as read off the wire."""
+
+    code: grpc.StatusCode
+    reason: str
+    message: str
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+def rich_status(
+    code: grpc.StatusCode, reason_value: errors_pb2.ErrorReason.ValueType, message: str,
+    **metadata: str,
+) -> grpc.Status:
+    """A grpc.Status carrying an ErrorInfo with our domain and reason."""
+    info = error_details_pb2.ErrorInfo(reason=reason(reason_value), domain=DOMAIN)
+    for key, value in metadata.items():
+        info.metadata[key] = value
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    status = status_pb2.Status(
+        code=getattr(code_pb2, code.name), message=message, details=[detail]
+    )
+    return rpc_status.to_status(status)
+
+
+async def abort(
+    context: Any, code: grpc.StatusCode, reason_value: errors_pb2.ErrorReason.ValueType,
+    message: str, **metadata: str,
+) -> NoReturn:
+    """Abort a grpc.aio call with a typed error (never returns)."""
+    status = rich_status(code, reason_value, message, **metadata)
+    await context.abort(status.code, status.details, status.trailing_metadata)
+    raise AssertionError("context.abort returned")  # pragma: no cover - abort raises
+
+
+def error_info(error: grpc.RpcError) -> TypedError | None:
+    """The typed error inside an RpcError, or None if it carries none of ours."""
+    trailing = _trailing_metadata(error)
+    for key, value in trailing:
+        if key != _STATUS_DETAILS_KEY:
+            continue
+        status = status_pb2.Status.FromString(value)
+        for detail in status.details:
+            info = error_details_pb2.ErrorInfo()
+            if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == DOMAIN:
+                return TypedError(
+                    code=_code(error), reason=info.reason, message=status.message,
+                    metadata=dict(info.metadata),
+                )
+    return None
+
+
+def _code(error: grpc.RpcError) -> grpc.StatusCode:
+    code = getattr(error, "code", None)
+    result = code() if callable(code) else None
+    return result if isinstance(result, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
+
+
+def _trailing_metadata(error: grpc.RpcError) -> list[tuple[str, Any]]:
+    getter = getattr(error, "trailing_metadata", None)
+    metadata = getter() if callable(getter) else None
+    if metadata is None:
+        return []
+    return [(item[0], item[1]) for item in metadata]

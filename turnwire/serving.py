@@ -1,0 +1,113 @@
+"""Serving a grpc.aio server the way both services need it.
+
+- Binds exactly the given address and refuses a port already in use: grpcio
+  turns on SO_REUSEPORT by default, and two runners answering on one port
+  would split traffic between two dedupe tables.
+- Registers grpc health (SERVING / NOT_SERVING per service and overall) and
+  server reflection.
+- Reports the bound address (``127.0.0.1:0`` -> the real port) so launchers
+  and tests can read it from stdout or a file.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+NO_PORT_REUSE = (("grpc.so_reuseport", 0),)
+
+
+class AddressInUseError(RuntimeError):
+    """The listen address is taken; we never share a port."""
+
+
+@dataclass
+class RunningServer:
+    server: grpc.aio.Server
+    address: str
+    health: health.aio.HealthServicer
+    service_names: tuple[str, ...]
+
+    async def set_serving(self, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", *self.service_names):
+            await self.health.set(name, status)
+
+    async def stop(self, grace: float | None) -> None:
+        await self.server.stop(grace)
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"listen address must be HOST:PORT, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def _check_free(address: str) -> None:
+    """Fail fast with a clear error if something already listens there."""
+    host, port = split_host_port(address)
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise AddressInUseError(f"cannot listen on {address}: {exc.strerror}") from exc
+
+
+async def start_server(
+    listen: str,
+    register: Callable[[grpc.aio.Server], None],
+    service_names: Iterable[str],
+    *,
+    interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
+    options: Iterable[tuple[str, object]] = (),
+) -> RunningServer:
+    """Start a grpc.aio server on ``listen`` with health and reflection."""
+    _check_free(listen)
+    server = grpc.aio.server(
+        interceptors=tuple(interceptors), options=(*NO_PORT_REUSE, *tuple(options))
+    )
+    register(server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = tuple(service_names)
+    reflection.enable_server_reflection(
+        (*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+         reflection.SERVICE_NAME),
+        server,
+    )
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError as exc:
+        raise AddressInUseError(f"cannot listen on {listen}: {exc}") from exc
+    if port == 0:
+        raise AddressInUseError(f"cannot listen on {listen}")
+    host, _ = split_host_port(listen)
+    shown_host = f"[{host}]" if ":" in host else host
+    running = RunningServer(server, f"{shown_host}:{port}", health_servicer, names)
+    await server.start()
+    await running.set_serving(True)
+    return running
+
+
+def announce(address: str, address_file: str | None) -> None:
+    """Print the bound address on a line of its own (and write it to a file)."""
+    print(f"listening on {address}", flush=True)
+    if address_file:
+        path = Path(address_file)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(address + "\n")
+        tmp.replace(path)  # atomic: a reader never sees half an address
