@@ -1,0 +1,69 @@
+"""Coordinator configuration values (parsed by the CLI, used by the shell)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from coordinator_svc.core.model import TurnKind
+
+
+@dataclass(frozen=True)
+class RunnerEndpoint:
+    """One configured runner: a stable name, where it listens, what it serves."""
+
+    name: str
+    address: str
+    pool: str = "default"
+    kinds: frozenset[TurnKind] = frozenset({TurnKind.WRITABLE, TurnKind.READ_ONLY})
+
+
+def parse_runner_spec(spec: str) -> RunnerEndpoint:
+    """``NAME=HOST:PORT[;pool=P][;kinds=writable+read_only]`` -> RunnerEndpoint."""
+    head, *options = spec.split(";")
+    name, sep, address = head.partition("=")
+    if not sep or not name or ":" not in address:
+        raise ValueError(f"runner spec must be NAME=HOST:PORT[;pool=P][;kinds=K+K], got {spec!r}")
+    pool = "default"
+    kinds = {TurnKind.WRITABLE, TurnKind.READ_ONLY}
+    for option in options:
+        key, _, value = option.partition("=")
+        if key == "pool" and value:
+            pool = value
+        elif key == "kinds" and value:
+            try:
+                kinds = {TurnKind(k.strip().upper()) for k in value.split("+")}
+            except ValueError as exc:
+                raise ValueError(f"runner {name}: kinds must be writable and/or read_only") from exc
+        else:
+            raise ValueError(f"runner {name}: unknown option {option!r}")
+    return RunnerEndpoint(name=name, address=address, pool=pool, kinds=frozenset(kinds))
+
+
+@dataclass(frozen=True)
+class DispatchTimings:
+    """Deadlines and backoff for every coordinator -> runner call (seconds)."""
+
+    preflight_timeout: float = 2.0
+    dispatch_timeout: float = 5.0
+    cancel_timeout: float = 2.0
+    release_timeout: float = 2.0
+    backoff_initial: float = 0.05
+    backoff_max: float = 2.0
+    # How long DISPATCH_UNKNOWN may wait for an unreachable runner (C8).
+    reconcile_deadline: float = 30.0
+    # Lease length for a replica's claim on an operation (§5).
+    lease_ttl: float = 15.0
+    # How often the scheduler looks for due work when nothing woke it.
+    idle_poll: float = 0.5
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    listen: str = "127.0.0.1:0"
+    journal_url: str = "sqlite:///data/journal.db"
+    runners: tuple[RunnerEndpoint, ...] = ()
+    tokens_file: str | None = None
+    default_max_attempts: int = 5
+    replica_id: str = field(default="")
+    timings: DispatchTimings = field(default_factory=DispatchTimings)
+    address_file: str | None = None
