@@ -61,6 +61,10 @@ def _check_free(address: str) -> None:
         return
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # SO_REUSEADDR lets a restarted process take back its own port while
+        # old connections sit in TIME_WAIT; Linux still refuses the bind if
+        # any socket is LISTENing there, which is exactly the case we reject.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as exc:

@@ -1,0 +1,128 @@
+"""The raw gRPC baseline every Turnwire figure is divided by.
+
+A grpc.aio echo server with a generic bytes-in/bytes-out handler, measured
+with the same client loop as the end-to-end run: sequentially and with N
+calls in flight. Run as ``python bench/baseline.py --serve`` to get a server
+process (it prints its address), or import ``measure_echo``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import grpc
+
+ECHO_METHOD = "/turnwire.bench.Echo/Echo"
+
+
+def _echo_handler() -> grpc.GenericRpcHandler:
+    async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return request
+
+    handler = grpc.unary_unary_rpc_method_handler(echo)
+    return grpc.method_handlers_generic_handler("turnwire.bench.Echo", {"Echo": handler})
+
+
+async def serve_echo(listen: str = "127.0.0.1:0") -> tuple[grpc.aio.Server, str]:
+    server = grpc.aio.server(options=(("grpc.so_reuseport", 0),))
+    server.add_generic_rpc_handlers((_echo_handler(),))
+    port = server.add_insecure_port(listen)
+    await server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Throughput and latency of one measured loop."""
+
+    label: str
+    operations: int
+    seconds: float
+    latencies: tuple[float, ...]
+
+    @property
+    def ops_per_second(self) -> float:
+        return self.operations / self.seconds if self.seconds else 0.0
+
+    def percentile(self, fraction: float) -> float:
+        ordered = sorted(self.latencies)
+        if not ordered:
+            return 0.0
+        index = min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))
+        return ordered[index]
+
+    @property
+    def p50_ms(self) -> float:
+        return self.percentile(0.50) * 1000
+
+    @property
+    def p99_ms(self) -> float:
+        return self.percentile(0.99) * 1000
+
+    @property
+    def mean_ms(self) -> float:
+        return statistics.fmean(self.latencies) * 1000 if self.latencies else 0.0
+
+
+async def measure(
+    label: str, operation: Callable[[int], Awaitable[None]], count: int, in_flight: int
+) -> Figures:
+    """Run ``operation(i)`` ``count`` times with at most ``in_flight`` at once."""
+    latencies: list[float] = []
+    semaphore = asyncio.Semaphore(in_flight)
+
+    async def one(index: int) -> None:
+        async with semaphore:
+            started = time.perf_counter()
+            await operation(index)
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(count)))
+    return Figures(label, count, time.perf_counter() - started, tuple(latencies))
+
+
+async def measure_echo(address: str, count: int, in_flight: int, payload: bytes) -> Figures:
+    async with grpc.aio.insecure_channel(address) as channel:
+        call = channel.unary_unary(ECHO_METHOD)
+
+        async def echo_once(index: int) -> None:
+            del index
+            await call(payload, timeout=10)
+
+        await echo_once(0)  # warm the connection outside the measurement
+        return await measure(f"grpc echo x{in_flight}", echo_once, count, in_flight)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--serve", action="store_true", help="run an echo server until killed")
+    parser.add_argument("--count", type=int, default=500)
+    args = parser.parse_args()
+
+    async def run() -> None:
+        server, address = await serve_echo()
+        if args.serve:
+            print(f"listening on {address}", flush=True)
+            await server.wait_for_termination()
+            return
+        try:
+            for in_flight in (1, 16):
+                figures = await measure_echo(address, args.count, in_flight, b"x" * 256)
+                print(
+                    f"{figures.label:<20} {figures.ops_per_second:>9.0f} ops/s  "
+                    f"p50 {figures.p50_ms:6.2f} ms  p99 {figures.p99_ms:6.2f} ms"
+                )
+        finally:
+            await server.stop(None)
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()

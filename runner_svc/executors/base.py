@@ -1,0 +1,82 @@
+"""The executor port (PROTOCOL.md R10, R3, R6).
+
+An executor runs one turn. The runner core drives it through two calls:
+`Executor.start` returns once the work has really started (the R3
+start-confirmation point: the runner writes its start confirmation after it
+returns, and its launch intent before calling it), and the returned
+`ExecutionHandle` settles the turn (`wait`) or asks it to stop (`cancel`).
+
+Executors never see the runner's store (R10): they get the request, nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from turnwire.runner.v1 import runner_pb2
+
+
+@dataclass(frozen=True)
+class ExecutionRequest:
+    """One attempt at one turn, as the executor sees it."""
+
+    operation_id: str
+    incarnation_id: str
+    attempt: int
+    envelope: runner_pb2.TurnEnvelope  # parsed from envelope_bytes
+    envelope_bytes: bytes
+
+
+@dataclass(frozen=True)
+class ExecutionOutcome:
+    """How an execution settled.
+
+    `error_reason` is an ErrorReason string (errors.proto, without the
+    "ERROR_REASON_" prefix), e.g. "EXECUTOR_FAILED" or "RESULT_INVALID"; it is
+    empty when `succeeded`.
+    """
+
+    succeeded: bool
+    output: bytes = b""
+    content_type: str = ""
+    error_reason: str = ""
+    error_message: str = ""
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+class ExecutorStartError(Exception):
+    """The executor could not start: nothing ran (the turn is provably not started)."""
+
+
+class ExecutionHandle(Protocol):
+    """A started execution."""
+
+    async def wait(self) -> ExecutionOutcome:
+        """Return once the execution has settled.
+
+        Never raises for an executor failure: that is `succeeded=False`. May be
+        awaited more than once; every call returns the same outcome.
+        """
+        ...
+
+    async def cancel(self, grace_seconds: float) -> None:
+        """Ask the execution to stop; `wait()` then settles (R6: the slot is freed then).
+
+        Returns without waiting for the settlement. Idempotent; a no-op once settled.
+        """
+        ...
+
+
+class Executor(Protocol):
+    """Starts executions of turns."""
+
+    name: str
+
+    async def start(self, request: ExecutionRequest) -> ExecutionHandle:
+        """Start the work; return once it has really started (R3).
+
+        Raises ExecutorStartError when nothing was started.
+        """
+        ...

@@ -1,0 +1,303 @@
+"""The subprocess executor: a shell command per turn (PROTOCOL.md R10).
+
+`subprocess:<shell command>` runs `/bin/sh -c <shell command>` in a NEW process
+group and session (start_new_session=True), with this JSON object on stdin
+(then stdin is closed):
+
+    {
+      "operation_id": "<id>",
+      "incarnation_id": "<32 hex>",
+      "attempt": 1,
+      "envelope": { ... }
+    }
+
+`envelope` is the TurnEnvelope in proto3 JSON form with the proto field names
+(google.protobuf.json_format.MessageToDict(envelope,
+preserving_proto_field_name=True)): snake_case keys, bytes as base64, fields
+at their default value left out. `json_format.ParseDict(obj["envelope"],
+TurnEnvelope())` reads it back.
+
+The result:
+- exit status 0: success; the output is stdout (application/octet-stream),
+  metadata {"exit_code": "0"};
+- any other exit: EXECUTOR_FAILED with the exit status and the tail of stderr;
+- stdout over MAX_OUTPUT_BYTES (1 MiB): the group is SIGKILLed and the turn
+  fails with RESULT_INVALID;
+- after a cancel, any end but exit 0 is CANCELLED.
+
+Cancel sends SIGTERM to the whole process group, then SIGKILL to the group
+once `grace_seconds` have passed if the leader has not exited. When the
+leader exits, whatever it left running in its group is SIGKILLed before the
+outcome is reported, so a settled turn leaves nothing running (R6). The
+leader is watched through a pidfd and reaped only after that, so its pid (the
+group id) cannot be reused by another process while we signal the group.
+A process that leaves the group (setsid) escapes this; if it keeps stdout
+open, reading stops STRAGGLER_DRAIN_SECONDS after the leader's exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from typing import IO
+
+from google.protobuf import json_format
+
+from runner_svc.executors.base import ExecutionOutcome, ExecutionRequest, ExecutorStartError
+from runner_svc.executors.outcomes import (
+    EXECUTOR_FAILED,
+    MAX_OUTPUT_BYTES,
+    OCTET_STREAM,
+    RESULT_INVALID,
+    cancelled,
+    describe_exception,
+    failed,
+    succeeded,
+)
+
+STDERR_TAIL_BYTES = 4096
+STRAGGLER_DRAIN_SECONDS = 2.0
+_CHUNK = 65536
+
+
+def stdin_payload(request: ExecutionRequest) -> bytes:
+    """The JSON document the command reads on stdin (shape in the module docstring)."""
+    envelope = json_format.MessageToDict(request.envelope, preserving_proto_field_name=True)
+    document = {
+        "operation_id": request.operation_id,
+        "incarnation_id": request.incarnation_id,
+        "attempt": request.attempt,
+        "envelope": envelope,
+    }
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+class SubprocessExecutor:
+    """Runs a shell command per execution (see the module docstring)."""
+
+    name = "subprocess"
+
+    def __init__(self, command: str) -> None:
+        if not command.strip():
+            raise ValueError("the subprocess executor needs a non-empty shell command")
+        if not hasattr(os, "pidfd_open"):
+            raise ValueError("the subprocess executor needs Linux >= 5.3 (os.pidfd_open)")
+        self.command = command
+
+    async def start(self, request: ExecutionRequest) -> ProcessExecution:
+        payload = stdin_payload(request)
+        try:
+            # Popen returns once /bin/sh has been exec'd: the work has started (R3).
+            # It blocks for the fork+exec only (milliseconds); a thread would
+            # orphan the process if this start were cancelled meanwhile.
+            process = subprocess.Popen(  # noqa: ASYNC220
+                self.command,
+                shell=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as error:
+            raise ExecutorStartError(
+                f"subprocess: cannot start {self.command!r}: {error}"
+            ) from error
+        return ProcessExecution(process, payload)
+
+
+class ProcessExecution:
+    """One running command: its process group, pipes and settlement."""
+
+    def __init__(self, process: subprocess.Popen[bytes], payload: bytes) -> None:
+        self.pid = process.pid  # also the process group id (new session)
+        self._process = process
+        self._reaped = False
+        self._cancel_requested = False
+        self._escalation: asyncio.TimerHandle | None = None
+        self._task = asyncio.create_task(self._run(payload), name=f"subprocess:{self.pid}")
+
+    async def wait(self) -> ExecutionOutcome:
+        await asyncio.wait({self._task})  # a caller's cancellation never stops the run
+        if self._task.cancelled():  # only at event-loop shutdown; the group was killed
+            return cancelled("the runner's event loop stopped the execution")
+        error = self._task.exception()
+        if error is not None:
+            return failed(
+                EXECUTOR_FAILED, f"subprocess executor error: {describe_exception(error)}"
+            )
+        return self._task.result()
+
+    async def cancel(self, grace_seconds: float) -> None:
+        if self._cancel_requested or self._reaped:
+            return
+        self._cancel_requested = True
+        self._signal_group(signal.SIGTERM)
+        loop = asyncio.get_running_loop()
+        self._escalation = loop.call_later(
+            max(grace_seconds, 0.0), self._signal_group, signal.SIGKILL
+        )
+
+    def _signal_group(self, signum: signal.Signals) -> None:
+        # Once the leader is reaped its pid may be reused: never signal then.
+        if self._reaped:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signum)
+
+    async def _run(self, payload: bytes) -> ExecutionOutcome:
+        process = self._process
+        assert process.stdin and process.stdout and process.stderr  # all three are pipes
+        feeder = asyncio.create_task(_feed(process.stdin, payload))
+        stdout = asyncio.create_task(_read_bounded(process.stdout, MAX_OUTPUT_BYTES))
+        stderr = asyncio.create_task(_read_tail(process.stderr, STDERR_TAIL_BYTES))
+        try:
+            overflowed = await self._until_exit_or_overflow(stdout)
+            self._signal_group(signal.SIGKILL)  # the leader is gone: end its stragglers
+            returncode = self._reap()
+            await asyncio.wait({stdout, stderr}, timeout=STRAGGLER_DRAIN_SECONDS)
+        finally:
+            for task in (feeder, stdout, stderr):
+                task.cancel()
+            await asyncio.wait({feeder, stdout, stderr})
+            self._force_reap()
+        output = b"" if stdout.cancelled() else stdout.result()
+        tail = b"" if stderr.cancelled() else stderr.result()
+        return self._outcome(returncode, overflowed, output, tail)
+
+    async def _until_exit_or_overflow(self, stdout: asyncio.Task[bytes]) -> bool:
+        """Wait for the leader to exit (unreaped); True if stdout went over the limit."""
+        exited = asyncio.create_task(_until_exited(self.pid))
+        try:
+            await asyncio.wait({exited, stdout}, return_when=asyncio.FIRST_COMPLETED)
+            overflowed = stdout.done() and len(stdout.result()) > MAX_OUTPUT_BYTES
+            if overflowed:
+                self._signal_group(signal.SIGKILL)
+            await exited
+        finally:
+            exited.cancel()
+        return overflowed
+
+    def _reap(self) -> int:
+        returncode = self._process.wait()  # the leader has exited: this does not block
+        self._reaped = True
+        if self._escalation is not None:
+            self._escalation.cancel()
+        return returncode
+
+    def _force_reap(self) -> None:
+        """On an unexpected error, never leave the group running or the leader unreaped."""
+        if not self._reaped:
+            self._signal_group(signal.SIGKILL)
+            self._reap()
+
+    def _outcome(
+        self, returncode: int, overflowed: bool, output: bytes, stderr_tail: bytes
+    ) -> ExecutionOutcome:
+        metadata = {"exit_code": str(returncode)}
+        if overflowed:
+            limit = MAX_OUTPUT_BYTES
+            return failed(RESULT_INVALID, f"stdout exceeded {limit} bytes", metadata)
+        if returncode == 0:
+            return succeeded(output[:MAX_OUTPUT_BYTES], OCTET_STREAM, metadata)
+        detail = _describe_exit(returncode)
+        tail = stderr_tail.decode(errors="replace").strip()
+        message = f"{detail}; stderr: {tail}" if tail else detail
+        if self._cancel_requested:
+            return cancelled(f"cancelled: {message}")
+        return failed(EXECUTOR_FAILED, message, metadata)
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        return f"killed by signal {signal.Signals(-returncode).name}"
+    return f"exit status {returncode}"
+
+
+async def _until_exited(pid: int) -> None:
+    """Return once the process has exited, WITHOUT reaping it."""
+    pidfd = os.pidfd_open(pid)  # readable once the process has exited
+    try:
+        await _until_ready(pidfd, readable=True)
+    finally:
+        os.close(pidfd)
+
+
+async def _until_ready(fd: int, *, readable: bool) -> None:
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    if readable:
+        loop.add_reader(fd, wake)
+    else:
+        loop.add_writer(fd, wake)
+    try:
+        await ready
+    finally:
+        if readable:
+            loop.remove_reader(fd)
+        else:
+            loop.remove_writer(fd)
+
+
+async def _feed(pipe: IO[bytes], data: bytes) -> None:
+    """Write all of `data`, then close; a command that stops reading is not an error."""
+    fd = pipe.fileno()
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+    try:
+        while view:
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:
+                await _until_ready(fd, readable=False)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        pipe.close()
+
+
+async def _read_bounded(pipe: IO[bytes], limit: int) -> bytes:
+    """Everything up to EOF, or stop as soon as more than `limit` bytes came."""
+    fd = pipe.fileno()
+    os.set_blocking(fd, False)
+    data = bytearray()
+    try:
+        while len(data) <= limit:
+            chunk = await _read_some(fd)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        pipe.close()
+    return bytes(data)
+
+
+async def _read_tail(pipe: IO[bytes], keep: int) -> bytes:
+    """Read to EOF, keeping only the last `keep` bytes."""
+    fd = pipe.fileno()
+    os.set_blocking(fd, False)
+    tail = bytearray()
+    try:
+        while chunk := await _read_some(fd):
+            tail += chunk
+            del tail[:-keep]
+    finally:
+        pipe.close()
+    return bytes(tail)
+
+
+async def _read_some(fd: int) -> bytes:
+    while True:
+        try:
+            return os.read(fd, _CHUNK)
+        except BlockingIOError:
+            await _until_ready(fd, readable=True)

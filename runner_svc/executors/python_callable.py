@@ -1,0 +1,136 @@
+"""The callable executor: a Python function per turn (PROTOCOL.md R10).
+
+`callable:<module>:<function>` imports `module` and takes its attribute
+`function` at load time (a missing module or function is a ValueError then,
+not a failure at the first turn). The function is called with the
+ExecutionRequest and returns:
+
+- bytes: success, content type application/octet-stream;
+- str: success, UTF-8 encoded, text/plain; charset=utf-8;
+- an ExecutionOutcome: used as it is (output still bounded by 1 MiB);
+- anything else: RESULT_INVALID.
+
+Raising an exception fails the turn with EXECUTOR_FAILED and the exception's
+type and text as the message.
+
+`async def` functions run as a task on the runner's event loop; cancel
+cancels that task (the outcome is CANCELLED unless the function swallows the
+cancellation and returns a result, which is then reported as it is).
+
+Plain functions run in a dedicated thread so they cannot stall the loop.
+Python cannot interrupt a thread: cancel is recorded but the function runs
+on, and `wait()` settles only when it returns (so the runner frees the slot
+only then, R6). Write long-running work as `async def` to make it cancellable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from runner_svc.executors.base import ExecutionOutcome, ExecutionRequest
+from runner_svc.executors.in_process import InProcessExecution, start_in_process
+from runner_svc.executors.outcomes import (
+    EXECUTOR_FAILED,
+    OCTET_STREAM,
+    RESULT_INVALID,
+    TEXT_PLAIN,
+    describe_exception,
+    failed,
+    succeeded,
+)
+
+TurnFunction = Callable[[ExecutionRequest], Any]
+
+
+def import_function(target: str) -> TurnFunction:
+    """`module:function` → the function; ValueError with the reason when that fails."""
+    module_name, sep, function_name = target.partition(":")
+    if not sep or not module_name or not function_name or ":" in function_name:
+        raise ValueError(f"expected <module>:<function>, got {target!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"cannot import module {module_name!r}: {error}") from error
+    function = getattr(module, function_name, None)
+    if function is None:
+        raise ValueError(f"module {module_name!r} has no attribute {function_name!r}")
+    if not callable(function):
+        raise ValueError(f"{target!r} is not callable")
+    return function  # type: ignore[no-any-return]
+
+
+def outcome_from_return(value: object) -> ExecutionOutcome:
+    """What a function's return value means (see the module docstring)."""
+    if isinstance(value, ExecutionOutcome):
+        if not value.succeeded:
+            return value
+        return succeeded(value.output, value.content_type, dict(value.metadata))
+    if isinstance(value, bytes):
+        return succeeded(value, OCTET_STREAM)
+    if isinstance(value, str):
+        return succeeded(value.encode(), TEXT_PLAIN)
+    return failed(RESULT_INVALID, f"the function returned {type(value).__name__}, not bytes or str")
+
+
+class CallableExecutor:
+    """Calls one Python function per execution."""
+
+    name = "callable"
+
+    def __init__(self, function: TurnFunction, *, target: str = "") -> None:
+        self.function = function
+        self.target = target or getattr(function, "__qualname__", repr(function))
+        self._is_async = inspect.iscoroutinefunction(function)
+
+    async def start(self, request: ExecutionRequest) -> InProcessExecution:
+        name = f"callable:{self.target}:{request.operation_id}"
+        if self._is_async:
+            return await start_in_process(
+                lambda: self._call_async(request), name=name, interruptible=True
+            )
+        return await start_in_process(
+            lambda: self._call_in_thread(request, name), name=name, interruptible=False
+        )
+
+    async def _call_async(self, request: ExecutionRequest) -> ExecutionOutcome:
+        try:
+            value = await self.function(request)
+        except Exception as error:
+            return failed(EXECUTOR_FAILED, describe_exception(error))
+        return outcome_from_return(value)
+
+    async def _call_in_thread(self, request: ExecutionRequest, name: str) -> ExecutionOutcome:
+        loop = asyncio.get_running_loop()
+        settled: asyncio.Future[ExecutionOutcome] = loop.create_future()
+
+        def run() -> None:
+            try:
+                outcome = outcome_from_return(self.function(request))
+            except BaseException as error:  # whatever it raises is the turn's failure
+                outcome = failed(EXECUTOR_FAILED, describe_exception(error))
+            _deliver(loop, settled, outcome)
+
+        # A dedicated thread: a shared pool could be starved by long turns.
+        # Daemon, so a turn that never returns cannot block process exit.
+        threading.Thread(target=run, name=name, daemon=True).start()
+        return await settled
+
+
+def _deliver(
+    loop: asyncio.AbstractEventLoop,
+    settled: asyncio.Future[ExecutionOutcome],
+    outcome: ExecutionOutcome,
+) -> None:
+    def settle() -> None:
+        if not settled.done():
+            settled.set_result(outcome)
+
+    # RuntimeError: the loop is closed, so nobody is waiting any more.
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(settle)

@@ -1,0 +1,172 @@
+"""A local Turnwire deployment: one coordinator, N runners, optional fault proxies.
+
+Everything lives under one data directory (printed by ``turnwire up``)::
+
+    DATA/journal.db            the coordinator's SQLite journal
+    DATA/runner-1/store.db     each runner's dedupe store
+    DATA/ledger.jsonl          the metered executor's execution ledger
+    DATA/tokens.json           token digests -> principals
+    DATA/logs/*.log            every process's output
+
+With ``with_proxies`` a fault proxy (``python -m turnwire.faults proxy``) sits
+on each coordinator -> runner path, so transport loss can be injected there.
+A runner restarts on its remembered port, so the coordinator (and its proxy)
+keep reaching it at the same address with a new incarnation.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from turnwire.launcher import LaunchError, ManagedProcess, python_module
+
+
+@dataclass
+class RunnerSlot:
+    """One runner, its store, and (optionally) the proxy in front of it."""
+
+    name: str
+    process: ManagedProcess
+    store: Path
+    proxy: ManagedProcess | None = None
+    port: int = 0
+
+    @property
+    def dispatch_address(self) -> str:
+        """Where the coordinator sends: the proxy if there is one."""
+        return self.proxy.address if self.proxy else self.process.address
+
+
+@dataclass
+class LocalDeployment:
+    data_dir: Path
+    runner_count: int = 2
+    executor: str = "metered"
+    writable_slots: int = 8
+    read_only_slots: int = 8
+    with_proxies: bool = False
+    journal_url: str | None = None
+    coordinator_args: tuple[str, ...] = ()
+    runners: list[RunnerSlot] = field(default_factory=list)
+    coordinator: ManagedProcess | None = None
+    token: str = ""
+
+    @property
+    def ledger(self) -> Path:
+        return self.data_dir / "ledger.jsonl"
+
+    @property
+    def tokens_file(self) -> Path:
+        return self.data_dir / "tokens.json"
+
+    @property
+    def journal(self) -> str:
+        return self.journal_url or f"sqlite:///{self.data_dir / 'journal.db'}"
+
+    @property
+    def address(self) -> str:
+        if self.coordinator is None:
+            raise LaunchError("the coordinator is not started")
+        return self.coordinator.address
+
+    def _log(self, name: str) -> Path:
+        return self.data_dir / "logs" / f"{name}.log"
+
+    def _runner_process(self, name: str, store: Path, listen: str) -> ManagedProcess:
+        argv = python_module(
+            "runner_svc", "serve",
+            "--listen", listen,
+            "--store", str(store),
+            "--executor", self.executor,
+            "--ledger", str(self.ledger),
+            "--writable-slots", str(self.writable_slots),
+            "--read-only-slots", str(self.read_only_slots),
+        )  # fmt: skip
+        return ManagedProcess(name, argv, self._log(name), self.data_dir / f"{name}.addr")
+
+    def _proxy_process(self, name: str, upstream: str) -> ManagedProcess:
+        argv = python_module(
+            "turnwire.faults", "proxy", "--listen", "127.0.0.1:0", "--upstream", upstream
+        )
+        return ManagedProcess(name, argv, self._log(name), self.data_dir / f"{name}.addr")
+
+    def issue_token(self, principal: str) -> str:
+        """Add a principal to the tokens file; return its fresh bearer token."""
+        done = subprocess.run(
+            python_module(
+                "coordinator_svc", "tokens", "add",
+                "--file", str(self.tokens_file), "--principal", principal,
+            ),
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        if done.returncode != 0 or not done.stdout.strip():
+            raise LaunchError(f"could not issue a token: {done.stderr.strip()}")
+        return done.stdout.strip().splitlines()[-1].split()[-1]
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.token = self.issue_token("demo")
+        for index in range(1, self.runner_count + 1):
+            name = f"runner-{index}"
+            store_dir = self.data_dir / name
+            store_dir.mkdir(exist_ok=True)
+            store = store_dir / "store.db"
+            process = self._runner_process(name, store, "127.0.0.1:0")
+            slot = RunnerSlot(name, process, store)
+            self.runners.append(slot)
+            address = process.start(timeout)
+            slot.port = int(address.rsplit(":", 1)[1])
+            process.wait_healthy(timeout)
+            if self.with_proxies:
+                slot.proxy = self._proxy_process(f"proxy-{index}", address)
+                slot.proxy.start(timeout)
+        runner_flags: list[str] = []
+        for slot in self.runners:
+            runner_flags += ["--runner", f"{slot.name}={slot.dispatch_address}"]
+        argv = python_module(
+            "coordinator_svc", "serve",
+            "--listen", "127.0.0.1:0",
+            "--journal-url", self.journal,
+            "--tokens-file", str(self.tokens_file),
+            "--migrate",
+            *runner_flags,
+            *self.coordinator_args,
+        )  # fmt: skip
+        self.coordinator = ManagedProcess(
+            "coordinator", argv, self._log("coordinator"), self.data_dir / "coordinator.addr"
+        )
+        self.coordinator.start(timeout)
+        self.coordinator.wait_healthy(timeout)
+
+    def restart_runner(self, name: str, *, hard: bool, timeout: float = 60.0) -> None:
+        """Stop a runner (SIGKILL if ``hard``, else SIGTERM) and start it again
+        on the same port and store: same address, new incarnation."""
+        slot = next(s for s in self.runners if s.name == name)
+        if hard:
+            slot.process.kill()
+        else:
+            slot.process.terminate()
+        slot.process = self._runner_process(name, slot.store, f"127.0.0.1:{slot.port}")
+        slot.process.start(timeout)
+        slot.process.wait_healthy(timeout)
+
+    def processes(self) -> list[ManagedProcess]:
+        found: list[ManagedProcess] = []
+        if self.coordinator is not None:
+            found.append(self.coordinator)
+        for slot in self.runners:
+            if slot.proxy is not None:
+                found.append(slot.proxy)
+            found.append(slot.process)
+        return found
+
+    def stop(self) -> None:
+        """SIGTERM everything (coordinator first, so it stops sending), by PID."""
+        for process in self.processes():
+            try:
+                process.terminate()
+            except Exception as exc:  # keep stopping the others
+                print(f"stopping {process.name}: {exc}", file=sys.stderr)
