@@ -31,7 +31,7 @@ def proto_files() -> list[Path]:
 
 
 def run_protoc(out_dir: Path) -> None:
-    import grpc_tools
+    import grpc_tools  # type: ignore[import-untyped]  # ships no type information
 
     well_known = Path(grpc_tools.__file__).parent / "_proto"
     files = [str(p.relative_to(PROTO_ROOT)) for p in proto_files()]
@@ -52,7 +52,11 @@ def run_protoc(out_dir: Path) -> None:
     import os
 
     env = dict(os.environ, PATH=env_path + os.pathsep + os.environ.get("PATH", ""))
-    subprocess.run(command, check=True, cwd=PROTO_ROOT, env=env)
+    # protoc's plugins chatter on stderr ("Writing mypy to ..."): show it only on failure.
+    result = subprocess.run(command, cwd=PROTO_ROOT, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.stderr.write(result.stdout + result.stderr)
+        raise SystemExit(f"protoc failed (exit {result.returncode})")
     # Every generated directory must be a package.
     for directory in {p.parent for p in out_dir.rglob("*_pb2.py")}:
         current = directory

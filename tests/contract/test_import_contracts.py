@@ -1,0 +1,64 @@
+"""The .importlinter contracts report forbidden imports (checked in a copy of the tree)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.contract.repo_copy import copy_python_packages, run
+
+
+def _lint_imports(root: Path) -> tuple[int, str]:
+    # Installed with the dev extra, next to the interpreter running the tests.
+    executable = str(Path(sys.executable).parent / "lint-imports")
+    # cwd first on sys.path: lint-imports analyses the copy, not the editable install.
+    result = run([executable, "--no-cache"], cwd=root)
+    return result.returncode, result.stdout + result.stderr
+
+
+def _add_module(root: Path, dotted: str, source: str) -> None:
+    path = root.joinpath(*dotted.split(".")).with_suffix(".py")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for parent in path.relative_to(root).parents:
+        init = root / parent / "__init__.py"
+        if parent != Path(".") and not init.exists():
+            init.write_text("")
+    path.write_text(source)
+
+
+def test_coordinator_core_importing_grpc_is_reported(tmp_path: Path) -> None:
+    """coordinator_svc.core stays pure: an import of grpc there breaks a contract."""
+    root = copy_python_packages(tmp_path)
+    _add_module(root, "coordinator_svc.core.leak_by_test", "import grpc\n")
+    code, output = _lint_imports(root)
+    assert code != 0, output
+    assert "coordinator_svc.core.leak_by_test -> grpc" in output
+
+
+def test_runner_importing_coordinator_is_reported(tmp_path: Path) -> None:
+    """The two services stay independent: the runner importing the coordinator is reported."""
+    root = copy_python_packages(tmp_path)
+    _add_module(root, "runner_svc.leak_by_test", "import coordinator_svc.core\n")
+    code, output = _lint_imports(root)
+    assert code != 0, output
+    assert "runner_svc.leak_by_test -> coordinator_svc.core" in output
+
+
+def test_core_importing_its_storage_adapter_is_reported(tmp_path: Path) -> None:
+    """core/ sits below the adapters: coordinator core importing storage is reported."""
+    root = copy_python_packages(tmp_path)
+    _add_module(root, "coordinator_svc.storage.adapter_by_test", "VALUE = 1\n")
+    leak = "import coordinator_svc.storage.adapter_by_test\n"
+    _add_module(root, "coordinator_svc.core.leak_by_test", leak)
+    code, output = _lint_imports(root)
+    assert code != 0, output
+    assert "coordinator_svc.core.leak_by_test -> coordinator_svc.storage" in output
+
+
+def test_runner_core_importing_generated_wire_types_is_reported(tmp_path: Path) -> None:
+    """core/ never sees protobuf types: runner core importing a generated module is reported."""
+    root = copy_python_packages(tmp_path)
+    _add_module(root, "runner_svc.core.leak_by_test", "from turnwire.faults.v1 import faults_pb2\n")
+    code, output = _lint_imports(root)
+    assert code != 0, output
+    assert "runner_svc.core.leak_by_test -> turnwire.faults.v1.faults_pb2" in output
