@@ -35,6 +35,17 @@ class RunnerSlot:
     port: int = 0
 
     @property
+    def control_file(self) -> Path:
+        return self.store.parent / "proxy-control.addr"
+
+    @property
+    def control_address(self) -> str:
+        """The fault proxy's control API address (turnwire.faults.FaultControlClient)."""
+        if self.proxy is None:
+            raise LaunchError(f"{self.name} has no fault proxy")
+        return self.control_file.read_text().strip()
+
+    @property
     def dispatch_address(self) -> str:
         """Where the coordinator sends: the proxy if there is one."""
         return self.proxy.address if self.proxy else self.process.address
@@ -87,10 +98,16 @@ class LocalDeployment:
         )  # fmt: skip
         return ManagedProcess(name, argv, self._log(name), self.data_dir / f"{name}.addr")
 
-    def _proxy_process(self, name: str, upstream: str) -> ManagedProcess:
+    def _proxy_process(self, name: str, upstream: str, control_file: Path) -> ManagedProcess:
+        # The control address file is written before the proxy address file,
+        # so once start() returns, both are there.
         argv = python_module(
-            "turnwire.faults", "proxy", "--listen", "127.0.0.1:0", "--upstream", upstream
-        )
+            "turnwire.faults", "proxy",
+            "--listen", "127.0.0.1:0",
+            "--upstream", upstream,
+            "--control", "127.0.0.1:0",
+            "--control-address-file", str(control_file),
+        )  # fmt: skip
         return ManagedProcess(name, argv, self._log(name), self.data_dir / f"{name}.addr")
 
     def issue_token(self, principal: str) -> str:
@@ -121,7 +138,7 @@ class LocalDeployment:
             slot.port = int(address.rsplit(":", 1)[1])
             process.wait_healthy(timeout)
             if self.with_proxies:
-                slot.proxy = self._proxy_process(f"proxy-{index}", address)
+                slot.proxy = self._proxy_process(f"proxy-{index}", address, slot.control_file)
                 slot.proxy.start(timeout)
         runner_flags: list[str] = []
         for slot in self.runners:

@@ -1,0 +1,187 @@
+"""The demo of the promise: turns under transport loss, counted by the ledger.
+
+``turnwire up --demo`` starts a coordinator and two runners (each its own
+process, a fault proxy in front of each runner), then submits a batch of
+turns through the public API with the metered executor while
+
+- some Dispatch *responses* are dropped (the runner acted; the coordinator
+  must reconcile by preflight and never send again),
+- some Dispatch *requests* are dropped (nothing arrived; the coordinator may
+  replay exactly, after a same-incarnation absence proof),
+- one runner is killed with SIGKILL and restarted mid-run (a new incarnation),
+
+heals the network, waits for every turn to end, and prints what happened:
+operations per terminal state, executions counted by the ledger, duplicates
+(must be 0), lost turns (must be 0), reconciled without resend, exact
+replays, and ambiguous outcomes (TIMED_OUT with execution UNKNOWN).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from turnwire.client import AsyncTurnwireClient, Operation
+from turnwire.deployment import LocalDeployment
+from turnwire.faults import FaultControlClient, parse_rule
+from turnwire.ledger import count_starts
+
+TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT", "PROTOCOL_ERROR", "REJECTED"}
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    turns: int = 60
+    concurrency: int = 8
+    drop_response_p: float = 0.15
+    drop_request_p: float = 0.15
+    seed: int = 7
+    settle_timeout: float = 180.0
+
+
+@dataclass
+class DemoReport:
+    operations: dict[str, Operation] = field(default_factory=dict)
+    executions: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
+    restarted: str = ""
+
+    @property
+    def by_state(self) -> Counter[str]:
+        return Counter(op.state for op in self.operations.values())
+
+    @property
+    def duplicates(self) -> list[str]:
+        return [op_id for op_id, n in self.executions.items() if n > 1]
+
+    @property
+    def lost(self) -> list[str]:
+        return [op_id for op_id, op in self.operations.items() if op.state not in TERMINAL]
+
+    @property
+    def exact_replays(self) -> int:
+        return sum(max(0, op.attempt_count - 1) for op in self.operations.values())
+
+    @property
+    def ambiguous(self) -> int:
+        return sum(
+            1
+            for op in self.operations.values()
+            if op.state == "TIMED_OUT" and op.execution == "UNKNOWN"
+        )
+
+
+def progress(message: str) -> None:
+    print(f"[demo {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+async def _inject(deployment: LocalDeployment, plan: DemoPlan) -> list[FaultControlClient]:
+    controls = []
+    for slot in deployment.runners:
+        control = FaultControlClient(slot.control_address)
+        await control.add(parse_rule(f"drop-response method=Dispatch p={plan.drop_response_p}"))
+        await control.add(parse_rule(f"drop-request method=Dispatch p={plan.drop_request_p}"))
+        controls.append(control)
+    return controls
+
+
+async def _heal(controls: list[FaultControlClient], report: DemoReport) -> None:
+    for control in controls:
+        stats = await control.stats()
+        report.faults["dropped requests"] += stats.dropped_requests
+        report.faults["dropped responses"] += stats.dropped_responses
+        await control.clear()
+        await control.close()
+
+
+async def _submit_all(
+    client: AsyncTurnwireClient, plan: DemoPlan, report: DemoReport, halfway: asyncio.Event
+) -> None:
+    rng = random.Random(plan.seed)
+    semaphore = asyncio.Semaphore(plan.concurrency)
+
+    async def one(index: int) -> None:
+        async with semaphore:
+            submitted = await client.submit(
+                items=[f"turn {index}"],
+                model="builtin/metered",
+                parameters={"sleep_ms": str(rng.randint(50, 400))},
+                idempotency_key=f"demo-{plan.seed}-{index}",
+            )
+            report.operations[submitted.operation.operation_id] = submitted.operation
+            if len(report.operations) >= plan.turns // 2:
+                halfway.set()
+
+    await asyncio.gather(*(one(i) for i in range(plan.turns)))
+
+
+async def _settle(client: AsyncTurnwireClient, report: DemoReport, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    last_line = 0.0
+    while time.monotonic() < deadline:
+        for op_id in list(report.operations):
+            if report.operations[op_id].state not in TERMINAL:
+                report.operations[op_id] = await client.get(op_id)
+        open_ops = len(report.lost)
+        if time.monotonic() - last_line >= 2 or not open_ops:
+            states = ", ".join(f"{k} {v}" for k, v in sorted(report.by_state.items()))
+            progress(f"{len(report.operations) - open_ops}/{len(report.operations)} ended ({states})")
+            last_line = time.monotonic()
+        if not open_ops:
+            return
+        await asyncio.sleep(0.5)
+
+
+async def run_demo(deployment: LocalDeployment, plan: DemoPlan) -> DemoReport:
+    report = DemoReport()
+    controls = await _inject(deployment, plan)
+    progress(
+        f"injecting: Dispatch responses dropped p={plan.drop_response_p}, "
+        f"Dispatch requests dropped p={plan.drop_request_p}, on both runners"
+    )
+    async with AsyncTurnwireClient(deployment.address, deployment.token) as client:
+        halfway = asyncio.Event()
+        submitting = asyncio.create_task(_submit_all(client, plan, report, halfway))
+        await asyncio.wait({submitting, asyncio.create_task(halfway.wait())},
+                           return_when=asyncio.FIRST_COMPLETED)
+        victim = deployment.runners[-1].name
+        progress(f"{len(report.operations)} submitted; SIGKILL {victim} and restart it")
+        await asyncio.to_thread(deployment.restart_runner, victim, hard=True)
+        report.restarted = victim
+        await submitting
+        progress(f"all {plan.turns} submitted; healing the network")
+        await _heal(controls, report)
+        await _settle(client, report, plan.settle_timeout)
+    report.executions = count_starts(deployment.ledger)
+    return report
+
+
+def render(report: DemoReport) -> str:
+    rows = [(f"operations {state}", str(n)) for state, n in sorted(report.by_state.items())]
+    rows += [
+        ("executions (ledger)", str(sum(report.executions.values()))),
+        ("duplicates", str(len(report.duplicates))),
+        ("lost (not terminal)", str(len(report.lost))),
+        ("exact replays", str(report.exact_replays)),
+        ("ambiguous (TIMED_OUT, UNKNOWN)", str(report.ambiguous)),
+        *((name, str(n)) for name, n in sorted(report.faults.items())),
+        ("runner restarted", report.restarted or "-"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"  {name:<{width}}  {value:>6}" for name, value in rows)
+
+
+def verdict(report: DemoReport) -> int:
+    """0 when the promise held: no duplicate, nothing lost."""
+    if report.duplicates or report.lost:
+        print(
+            f"PROMISE BROKEN: duplicates {report.duplicates}, lost {report.lost}",
+            file=sys.stderr,
+        )
+        return 1
+    print("promise held: no turn executed twice, none lost, every status terminal")
+    return 0

@@ -1,0 +1,111 @@
+"""``turnwire up``: run a local deployment (and optionally the demo) until Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from turnwire.deployment import LocalDeployment
+from turnwire.launcher import LaunchError
+
+EPILOG = """examples:
+  turnwire up                      # coordinator + 2 runners until Ctrl-C
+  turnwire up --demo               # the demo: turns under transport loss, then a table
+  turnwire up --demo --turns 200 --seed 3 --data-dir ./demo-data
+
+exit codes: 0 ok (demo: promise held), 1 demo found a duplicate or lost turn,
+            2 usage error, 4 a service failed to start"""
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="turnwire up")
+    parser.description = (
+        "Start a coordinator and runners on this machine (SQLite, each its own process), "
+        "wait for their health checks, and stop them cleanly on Ctrl-C."
+    )
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--data-dir", type=Path, help="where journal, stores, ledger and "
+                        "logs go (default: a new temporary directory, printed at start)")
+    parser.add_argument("--runners", type=int, default=2, help="how many runners (default 2)")
+    parser.add_argument("--executor", default="metered",
+                        help="runner executor spec (default metered: counts every start)")
+    parser.add_argument("--demo", action="store_true",
+                        help="submit a batch under injected transport loss, print the table, exit")
+    parser.add_argument("--turns", type=int, default=60, help="demo: how many turns (default 60)")
+    parser.add_argument("--seed", type=int, default=7, help="demo: seed for the fault schedule")
+    parser.add_argument("--keep", action="store_true",
+                        help="demo: leave the services running until Ctrl-C afterwards")
+    return parser
+
+
+def _wait_for_ctrl_c(deployment: LocalDeployment) -> None:
+    stop = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    while not stop:
+        dead = [p.name for p in deployment.processes() if not p.alive()]
+        if dead:
+            print(f"stopped unexpectedly: {', '.join(dead)} (logs in "
+                  f"{deployment.data_dir / 'logs'})", file=sys.stderr)
+            return
+        time.sleep(0.5)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.runners < 1 or args.turns < 1:
+        print("error: --runners and --turns must be at least 1", file=sys.stderr)
+        return 2
+    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="turnwire-"))
+    print(f"data directory: {data_dir}", flush=True)
+    deployment = LocalDeployment(
+        data_dir, runner_count=args.runners, executor=args.executor, with_proxies=args.demo
+    )
+    try:
+        deployment.start()
+        for process in deployment.processes():
+            print(f"  {process.name:<12} pid {process.pid:<7} {process.address}", flush=True)
+        print(f"token for principal 'demo': {deployment.token}", flush=True)
+        print(f"try: TURNWIRE_ADDRESS={deployment.address} TURNWIRE_TOKEN={deployment.token} "
+              "turnwire submit --input hello --wait", flush=True)
+        if not args.demo:
+            print("running; Ctrl-C stops everything", flush=True)
+            _wait_for_ctrl_c(deployment)
+            return 0
+        from turnwire import demo
+
+        plan = demo.DemoPlan(turns=args.turns, seed=args.seed)
+        report = asyncio.run(demo.run_demo(deployment, plan))
+        print(demo.render(report), flush=True)
+        code = demo.verdict(report)
+        if args.keep:
+            _wait_for_ctrl_c(deployment)
+        return code
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 4
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        print("stopping", flush=True)
+        deployment.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
