@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from turnwire.client import AsyncTurnwireClient, Operation
 from turnwire.deployment import LocalDeployment
 from turnwire.faults import FaultControlClient, parse_rule
-from turnwire.ledger import count_starts
+from turnwire.harness import Verdict, check_run
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT", "PROTOCOL_ERROR", "REJECTED"}
 
@@ -46,33 +46,17 @@ class DemoPlan:
 @dataclass
 class DemoReport:
     operations: dict[str, Operation] = field(default_factory=dict)
-    executions: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
     restarted: str = ""
+    verdict: Verdict | None = None
 
     @property
     def by_state(self) -> Counter[str]:
         return Counter(op.state for op in self.operations.values())
 
     @property
-    def duplicates(self) -> list[str]:
-        return [op_id for op_id, n in self.executions.items() if n > 1]
-
-    @property
-    def lost(self) -> list[str]:
+    def not_terminal(self) -> list[str]:
         return [op_id for op_id, op in self.operations.items() if op.state not in TERMINAL]
-
-    @property
-    def exact_replays(self) -> int:
-        return sum(max(0, op.attempt_count - 1) for op in self.operations.values())
-
-    @property
-    def ambiguous(self) -> int:
-        return sum(
-            1
-            for op in self.operations.values()
-            if op.state == "TIMED_OUT" and op.execution == "UNKNOWN"
-        )
 
 
 def progress(message: str) -> None:
@@ -126,7 +110,7 @@ async def _settle(client: AsyncTurnwireClient, report: DemoReport, timeout: floa
         for op_id in list(report.operations):
             if report.operations[op_id].state not in TERMINAL:
                 report.operations[op_id] = await client.get(op_id)
-        open_ops = len(report.lost)
+        open_ops = len(report.not_terminal)
         if time.monotonic() - last_line >= 2 or not open_ops:
             states = ", ".join(f"{k} {v}" for k, v in sorted(report.by_state.items()))
             progress(f"{len(report.operations) - open_ops}/{len(report.operations)} ended ({states})")
@@ -156,32 +140,53 @@ async def run_demo(deployment: LocalDeployment, plan: DemoPlan) -> DemoReport:
         progress(f"all {plan.turns} submitted; healing the network")
         await _heal(controls, report)
         await _settle(client, report, plan.settle_timeout)
-    report.executions = count_starts(deployment.ledger)
+    # The oracle judges what the run left on disk, not what the API said.
+    report.verdict = await asyncio.to_thread(
+        check_run,
+        deployment.journal,
+        [slot.store for slot in deployment.runners],
+        deployment.ledger,
+    )
     return report
 
 
 def render(report: DemoReport) -> str:
-    rows = [(f"operations {state}", str(n)) for state, n in sorted(report.by_state.items())]
+    """The table: what ended how, and what the ledger and the oracle counted."""
+    verdict = report.verdict
+    if verdict is None:
+        return "  (no verdict: the run did not finish)"
+    figures = verdict.figures
+    rows = [(f"operations {state}", str(n)) for state, n in sorted(figures.by_terminal_state.items())]
     rows += [
-        ("executions (ledger)", str(sum(report.executions.values()))),
-        ("duplicates", str(len(report.duplicates))),
-        ("lost (not terminal)", str(len(report.lost))),
-        ("exact replays", str(report.exact_replays)),
-        ("ambiguous (TIMED_OUT, UNKNOWN)", str(report.ambiguous)),
-        *((name, str(n)) for name, n in sorted(report.faults.items())),
-        ("runner restarted", report.restarted or "-"),
+        ("executions (metered ledger)", str(figures.executions)),
+        ("duplicates", str(figures.duplicates)),
+        ("lost (not terminal)", str(figures.lost)),
+        ("reconciled without resend", str(figures.reconciled_without_resend)),
+        ("exact replays", str(figures.replays)),
+        ("ambiguous (TIMED_OUT, UNKNOWN)", str(figures.ambiguous)),
+        *((f"injected: {name}", str(n)) for name, n in sorted(report.faults.items())),
+        ("runner restarted (SIGKILL)", report.restarted or "-"),
+        ("oracle (PROTOCOL.md §8 1-6)", verdict.status.value),
     ]
     width = max(len(name) for name, _ in rows)
-    return "\n".join(f"  {name:<{width}}  {value:>6}" for name, value in rows)
+    return "\n".join(f"  {name:<{width}}  {value:>8}" for name, value in rows)
 
 
 def verdict(report: DemoReport) -> int:
-    """0 when the promise held: no duplicate, nothing lost."""
-    if report.duplicates or report.lost:
-        print(
-            f"PROMISE BROKEN: duplicates {report.duplicates}, lost {report.lost}",
-            file=sys.stderr,
-        )
+    """0 when the promise held: no duplicate, nothing lost, no invariant broken."""
+    result = report.verdict
+    if result is None:
+        print("no verdict: the run did not finish", file=sys.stderr)
         return 1
-    print("promise held: no turn executed twice, none lost, every status terminal")
+    if result.figures.duplicates or result.figures.lost or result.violations:
+        print(render_violations(result), file=sys.stderr)
+        print("PROMISE BROKEN: see the histories above", file=sys.stderr)
+        return 1
+    print("promise held: no turn executed twice, none lost, every status true")
     return 0
+
+
+def render_violations(result: Verdict) -> str:
+    from turnwire.harness import render as render_verdict
+
+    return render_verdict(result)

@@ -25,6 +25,8 @@ EXIT_VIOLATIONS = 1
 EXIT_USAGE = 2  # bad arguments, or an input the oracle cannot read
 EXIT_PROVES_NOTHING = 3
 
+# The exit status is in EXAMPLES; the client commands' generic epilog would contradict it.
+EPILOG = ""
 SUMMARY = "judge a finished run: PROTOCOL.md §8 invariants 1-6 (the invariant oracle)"
 EXAMPLES = """\
 examples:

@@ -14,35 +14,45 @@ from pathlib import Path
 from turnwire.deployment import LocalDeployment
 from turnwire.launcher import LaunchError
 
-EPILOG = """examples:
+SUMMARY = (
+    "start a coordinator and runners on this machine (SQLite, each its own process) "
+    "until Ctrl-C; --demo runs the demo of the promise"
+)
+EXAMPLES = """examples:
   turnwire up                      # coordinator + 2 runners until Ctrl-C
   turnwire up --demo               # the demo: turns under transport loss, then a table
-  turnwire up --demo --turns 200 --seed 3 --data-dir ./demo-data
+  turnwire up --demo --turns 200 --seed 3 --data-dir ./demo-data"""
+EPILOG = """exit status: 0 ok (demo: the promise held), 1 the demo found a duplicate, a lost
+turn or a broken invariant, 2 usage error, 4 a service failed to start, 130 Ctrl-C"""
 
-exit codes: 0 ok (demo: promise held), 1 demo found a duplicate or lost turn,
-            2 usage error, 4 a service failed to start"""
 
-
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="turnwire up")
-    parser.description = (
-        "Start a coordinator and runners on this machine (SQLite, each its own process), "
-        "wait for their health checks, and stop them cleanly on Ctrl-C."
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="turnwire up",
+        description=SUMMARY,
+        epilog=EXAMPLES + "\n\n" + EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.epilog = EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    configure(parser)
+    return parser
+
+
+def configure(parser: argparse.ArgumentParser, *, demo_flag: bool = True) -> None:
+    """The options of `turnwire up` (the turnwire CLI extension hook)."""
     parser.add_argument("--data-dir", type=Path, help="where journal, stores, ledger and "
                         "logs go (default: a new temporary directory, printed at start)")
     parser.add_argument("--runners", type=int, default=2, help="how many runners (default 2)")
     parser.add_argument("--executor", default="metered",
                         help="runner executor spec (default metered: counts every start)")
-    parser.add_argument("--demo", action="store_true",
-                        help="submit a batch under injected transport loss, print the table, exit")
+    if demo_flag:
+        parser.add_argument(
+            "--demo", action="store_true",
+            help="submit a batch under injected transport loss, print the table, exit",
+        )
     parser.add_argument("--turns", type=int, default=60, help="demo: how many turns (default 60)")
     parser.add_argument("--seed", type=int, default=7, help="demo: seed for the fault schedule")
     parser.add_argument("--keep", action="store_true",
                         help="demo: leave the services running until Ctrl-C afterwards")
-    return parser
 
 
 def _wait_for_ctrl_c(deployment: LocalDeployment) -> None:

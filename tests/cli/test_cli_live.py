@@ -1,0 +1,136 @@
+"""The `turnwire` command against a real coordinator and runner (in-process main())."""
+
+from __future__ import annotations
+
+import json
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+import turnwire.cli as cli
+from tests.sdk.live_stack import TOKEN, LiveStack
+from turnwire.client import TurnwireClient
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
+    with LiveStack(tmp_path_factory.mktemp("live-cli")) as live:
+        yield live
+
+
+def run(stack: LiveStack, *argv: str, token: str = TOKEN) -> int:
+    return cli.main([*argv, "--address", stack.address, "--token", token])
+
+
+def test_submit_wait_json_streams_events_and_exits_zero(
+    stack: LiveStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """submit --wait --json: the submission, then one JSON event per line; exit 0 on SUCCEEDED."""
+    assert run(stack, "submit", "-i", "hi", "--wait", "--json", "--timeout", "30") == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[0]["replayed"] is False
+    events = lines[1:]
+    assert events and events[-1]["to_state"] == "SUCCEEDED" and events[-1]["terminal"]
+    assert events[-1]["operation"]["result"]["output_text"] == "hi"
+
+
+def test_get_exit_status_and_result(stack: LiveStack, capsys: pytest.CaptureFixture[str]) -> None:
+    """get --exit-status is 0 for SUCCEEDED; get --result prints the raw output."""
+    assert run(stack, "submit", "-i", "abc", "--wait", "--json", "--timeout", "30") == 0
+    operation_id = json.loads(capsys.readouterr().out.splitlines()[0])["operation"]["operation_id"]
+    assert run(stack, "get", operation_id, "--exit-status") == 0
+    assert "SUCCEEDED" in capsys.readouterr().out
+    assert run(stack, "list") == 0
+    assert operation_id in capsys.readouterr().out
+
+
+def test_a_failed_turn_exits_three(stack: LiveStack, capsys: pytest.CaptureFixture[str]) -> None:
+    """submit --wait: a FAILED turn exits 3 and the live view shows the reason."""
+    assert run(stack, "submit", "-i", "x", "--param", "fail=1", "--wait", "--timeout", "30") == 3
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "EXECUTOR_FAILED" in out
+
+
+def test_unknown_operation_exits_six_with_one_line(
+    stack: LiveStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """get of an unknown id: exit 6 and one line on stderr, no traceback."""
+    assert run(stack, "get", "op_" + "f" * 32) == 6
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "OPERATION_NOT_FOUND" in err and "Traceback" not in err
+
+
+def test_bad_token_exits_five(stack: LiveStack, capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown token: exit 5 with advice about the token."""
+    assert run(stack, "list", token="wrong") == 5
+    assert "check the token" in capsys.readouterr().err
+
+
+def test_console_script_runs_as_a_process(stack: LiveStack) -> None:
+    """`python -m turnwire.cli` (the console script's code) works end to end in a real process."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "turnwire.cli", "submit", "-i", "proc", "--wait", "--json",
+         "--timeout", "30", "--address", stack.address],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"TURNWIRE_TOKEN": TOKEN, "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    try:
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert process.returncode == 0, err.decode()
+    assert json.loads(out.decode().splitlines()[-1])["to_state"] == "SUCCEEDED"
+
+
+def test_submit_survives_a_lost_reply_and_says_it_is_the_same_turn(
+    stack: LiveStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """§7 at the terminal: a dropped SubmitTurn reply is retried with the same key."""
+    stack.add_fault("drop-response method=SubmitTurn count=1")
+    try:
+        argv = ["submit", "-i", "again", "--address", stack.proxy_address, "--token", TOKEN]
+        assert cli.main(argv) == 0
+    finally:
+        stack.clear_faults()
+    assert "already submitted with key" in capsys.readouterr().out
+
+
+def test_ctrl_c_during_watch_exits_130_and_says_how_to_resume(stack: LiveStack) -> None:
+    """SIGINT during `turnwire watch`: exit 130, one line naming the resume cursor."""
+    with TurnwireClient(stack.address, TOKEN) as client:
+        operation_id = client.submit(items=["long"], parameters={"sleep_ms": "20000"})
+        operation_id_text = operation_id.operation.operation_id
+    process = subprocess.Popen(
+        [sys.executable, "-m", "turnwire.cli", "watch", operation_id_text,
+         "--address", stack.address],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"TURNWIRE_TOKEN": TOKEN, "PATH": "/usr/bin:/bin", "PYTHONIOENCODING": "utf-8"},
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], 30)
+        assert ready, "watch printed nothing within 30 s"
+        first = process.stdout.readline().decode()
+        assert "QUEUED" in first
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+        with TurnwireClient(stack.address, TOKEN) as client:
+            client.cancel(operation_id_text)
+    assert process.returncode == 130
+    message = err.decode()
+    assert message.count("\n") == 1 and "Traceback" not in message
+    assert f"turnwire watch {operation_id_text} --after " in message

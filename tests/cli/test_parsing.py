@@ -1,0 +1,135 @@
+"""The command line -> arguments and Turn (pure: no coordinator needed)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+
+import pytest
+
+import turnwire.cli as cli
+from turnwire.cli.commands import turn_from_args
+from turnwire.cli.options import (
+    DEFAULT_ADDRESS,
+    UsageError,
+    resolve_address,
+    resolve_token,
+)
+from turnwire.client import ReplayPolicy, TurnKind
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return cli.build_parser().parse_args(list(argv))
+
+
+def test_submit_flags_build_the_turn() -> None:
+    """submit: -i items, --model, --param, --kind, --pool, --policy reach the Turn."""
+    args = parse(
+        "submit", "-i", "one", "-i", "two", "--model", "builtin/sleep", "--param", "sleep_ms=500",
+        "--param", "output=a=b", "--kind", "read-only", "--pool", "gpu",
+        "--policy", "never-automatic", "--max-attempts", "3", "--budget-ms", "900",
+    )  # fmt: skip
+    turn = turn_from_args(args, stdin=None)
+    assert [item.content for item in turn.items] == [b"one", b"two"]
+    assert (turn.model.provider, turn.model.name) == ("builtin", "sleep")
+    assert dict(turn.model.parameters) == {"sleep_ms": "500", "output": "a=b"}
+    assert turn.kind is TurnKind.READ_ONLY and turn.pool == "gpu"
+    assert turn.replay_policy is ReplayPolicy.NEVER_AUTOMATIC
+    assert (turn.max_attempts, turn.budget_ms) == (3, 900)
+
+
+def test_submit_reads_stdin_when_no_input_flag() -> None:
+    """submit without -i takes the piped stdin as one item; binary stays octet-stream."""
+    args = parse("submit")
+    text = turn_from_args(args, stdin=io.BytesIO(b"hello\n"))
+    assert [(i.content, i.content_type) for i in text.items] == [(b"hello\n", "text/plain")]
+    binary = turn_from_args(args, stdin=io.BytesIO(b"\xff\xfe"))
+    assert binary.items[0].content_type == "application/octet-stream"
+
+
+def test_submit_without_any_input_is_a_usage_error() -> None:
+    """submit at a terminal without -i has nothing to send: a UsageError, no call."""
+    with pytest.raises(UsageError, match="nothing to submit"):
+        turn_from_args(parse("submit"), stdin=None)
+
+
+def test_a_param_without_equals_is_a_usage_error() -> None:
+    """--param must be KEY=VALUE."""
+    with pytest.raises(UsageError, match="--param takes KEY=VALUE"):
+        turn_from_args(parse("submit", "-i", "x", "--param", "sleep_ms"), stdin=None)
+
+
+def test_submit_deadline_is_in_the_future_and_utc() -> None:
+    """--deadline SECONDS becomes an aware UTC deadline on the wire."""
+    turn = turn_from_args(parse("submit", "-i", "x", "--deadline", "30"), stdin=None)
+    assert turn.deadline is not None and turn.deadline.utcoffset() is not None
+    assert turn.to_proto().limits.deadline.seconds > 0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("submit", "--kind", "sideways"),
+        ("submit", "--policy", "yolo"),
+        ("get",),
+        ("watch", "op_1", "--after", "-1"),
+        ("list", "--state", "bogus"),
+        ("nonsense",),
+        (),
+    ],
+)
+def test_bad_command_lines_exit_with_usage_status(
+    argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit status 2 for a command line argparse refuses, with the reason on stderr."""
+    assert cli.main(list(argv)) == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_help_answers_with_examples_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    """--help shows examples and the documented exit statuses, and exits 0."""
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out and "exit status:" in out and "TIMED_OUT" in out
+    for command in ("submit", "get", "watch", "cancel", "list"):
+        assert cli.main([command, "--help"]) == 0
+        assert "examples:" in capsys.readouterr().out
+
+
+def test_address_and_token_come_from_flags_then_environment() -> None:
+    """Flags win over TURNWIRE_ADDRESS / TURNWIRE_TOKEN; the address has a default."""
+    env = {"TURNWIRE_ADDRESS": "10.0.0.1:7", "TURNWIRE_TOKEN": "from-env"}
+    flags = parse("get", "op_1", "--address", "127.0.0.1:9", "--token", "from-flag")
+    bare = parse("get", "op_1")
+    assert resolve_address(flags, env) == "127.0.0.1:9"
+    assert resolve_token(flags, env) == "from-flag"
+    assert resolve_address(bare, env) == "10.0.0.1:7"
+    assert resolve_token(bare, env) == "from-env"
+    assert resolve_address(bare, {}) == DEFAULT_ADDRESS
+    assert resolve_token(bare, {}) is None
+
+
+def test_token_file_is_read_and_stripped(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """--token-file reads the token (trailing newline dropped)."""
+    path = tmp_path / "token"
+    path.write_text("s3cret\n")
+    assert resolve_token(parse("get", "op_1", "--token-file", str(path)), {}) == "s3cret"
+    missing = parse("get", "op_1", "--token-file", str(tmp_path / "absent"))
+    with pytest.raises(UsageError, match="cannot read --token-file"):
+        resolve_token(missing, {})
+
+
+def test_an_installed_extension_is_registered_and_a_missing_one_skipped(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Registry: listed modules that exist become subcommands; absent ones are skipped."""
+    monkeypatch.setattr(
+        cli,
+        "EXTENSIONS",
+        (("hello", "tests.cli.sample_extension"), ("ghost", "turnwire.cli.no_such_module")),
+    )
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "hello" in out and "ghost" not in out
+    assert cli.main(["hello", "--name", "turnwire"]) == 0
+    assert capsys.readouterr().out == "hello turnwire\n"

@@ -1,0 +1,140 @@
+"""A real coordinator + runner on 127.0.0.1:0, served from a background event loop.
+
+The sync client (and the CLI) call them over real channels from the test
+thread. Everything starts in `__enter__` and is stopped in `__exit__`; no
+subprocess is involved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib
+import importlib.util
+import threading
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TOKEN = "tok-alice-e2e"
+OTHER_TOKEN = "tok-bob-e2e"
+STARTUP_SECONDS = 30.0
+
+
+def coordinator_app_or_skip() -> Any:
+    """coordinator_svc.app, or skip when that module does not exist (yet)."""
+    if importlib.util.find_spec("coordinator_svc.app") is None:
+        pytest.skip("coordinator_svc.app not available")
+    return importlib.import_module("coordinator_svc.app")
+
+
+class LiveStack:
+    """One runner (built-in echo executor) and one coordinator with two principals."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+        self._app = coordinator_app_or_skip()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: Any = None
+        self._coordinator: Any = None
+        self._proxy: Any = None
+        self._config: Any = None
+        self.address = ""
+        # The coordinator seen through a fault proxy (turnwire.faults), for lost replies.
+        self.proxy_address = ""
+
+    def _run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(STARTUP_SECONDS)
+
+    def __enter__(self) -> LiveStack:
+        self._thread.start()
+        try:
+            self._run(self._start())
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    async def _start(self) -> None:
+        from coordinator_svc.config import CoordinatorConfig, RunnerEndpoint
+        from coordinator_svc.storage.schema import migrate
+        from runner_svc.app import RunnerConfig, start_runner
+
+        self._runner = await start_runner(
+            RunnerConfig(store_path=self._directory / "runner.db", executor="echo")
+        )
+        tokens = self._directory / "tokens"
+        tokens.write_text(
+            "".join(
+                f"{principal} {hashlib.sha256(token.encode()).hexdigest()}\n"
+                for principal, token in (("alice", TOKEN), ("bob", OTHER_TOKEN))
+            )
+        )
+        journal_url = f"sqlite:///{self._directory / 'journal.db'}"
+        migrate(journal_url)
+        config = CoordinatorConfig(
+            listen="127.0.0.1:0",
+            journal_url=journal_url,
+            runners=(RunnerEndpoint(name="r1", address=self._runner.address),),
+            tokens_file=str(tokens),
+        )
+        self._config = config
+        self._coordinator = await self._app.start_coordinator(config)
+        self.address = self._coordinator.address
+        from turnwire.faults import start_proxy
+
+        self._proxy = await start_proxy(self.address)
+        self.proxy_address = self._proxy.address
+
+    def add_fault(self, rule: str) -> None:
+        """Add a fault rule (turnwire.faults.rules text) to the proxy, on its own loop."""
+
+        async def add() -> None:
+            self._proxy.add_rule(rule)
+
+        self._run(add())
+
+    def restart_coordinator(self) -> None:
+        """Stop the coordinator and start it again on the same address and journal (C12)."""
+        from dataclasses import replace
+
+        async def restart() -> None:
+            await self._coordinator.stop()
+            config = replace(self._config, listen=self.address)
+            self._coordinator = await self._app.start_coordinator(config)
+
+        self._run(restart())
+
+    def fault_stats(self) -> Any:
+        """The proxy's FaultStats (cumulative since the stack started)."""
+
+        async def stats() -> Any:
+            return self._proxy.stats()
+
+        return self._run(stats())
+
+    def clear_faults(self) -> None:
+        async def clear() -> None:
+            self._proxy.clear_rules()
+
+        self._run(clear())
+
+    async def _stop(self) -> None:
+        if self._proxy is not None:
+            await self._proxy.stop()
+        if self._coordinator is not None:
+            await self._coordinator.stop()
+        if self._runner is not None:
+            await self._runner.stop(drain=False)
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            if self._thread.is_alive():
+                self._run(self._stop())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(STARTUP_SECONDS)
+            self._loop.close()

@@ -1,0 +1,95 @@
+"""The Python client SDK for Turnwire's public API (PROTOCOL.md §7).
+
+    from turnwire.client import TurnwireClient
+
+    with TurnwireClient("127.0.0.1:50051", token="s3cret") as client:
+        submitted = client.submit(items=["hello"], model="builtin/echo",
+                                  parameters={"sleep_ms": "500"})
+        for event in client.watch(submitted.operation.operation_id):
+            print(event.sequence, event.from_state, "->", event.to_state)
+        final = client.get(submitted.operation.operation_id)
+
+Every call is safe to repeat and is repeated after a transient failure
+(UNAVAILABLE, DEADLINE_EXCEEDED, JOURNAL_UNAVAILABLE, SHUTTING_DOWN) with
+exponential backoff and jitter, bounded in attempts and time. A submit always carries an
+idempotency key (made for you when you pass none) and every retry carries the
+same key, so a lost reply returns the same operation, never a second one.
+
+Errors are named for what to do next; each carries ``code`` (the gRPC status
+code) and ``reason`` (the contract's ErrorInfo reason, or "" when none came):
+
+    TurnwireError
+    ├── RetryLater             coordinator unreachable after the retries, or
+    │                          JOURNAL_UNAVAILABLE / SHUTTING_DOWN after the
+    │                          retries; a watch sets resume_after
+    ├── FixTheRequest          TURN_INVALID, IDEMPOTENCY_KEY_INVALID,
+    │   │                      ARGUMENT_INVALID, PAGE_TOKEN_INVALID
+    │   └── UseANewIdempotencyKey   IDEMPOTENCY_KEY_REUSED (nothing changed)
+    ├── CheckCredentials       CREDENTIALS_MISSING, CREDENTIALS_UNKNOWN
+    ├── NotFound               OPERATION_NOT_FOUND (also another principal's id)
+    ├── NoRunnerAvailable      NO_RUNNER_FOR_TURN
+    ├── WaitLonger             wait() timed out; .operation is the latest state
+    └── ReportABug             an answer the contract does not allow
+"""
+
+from turnwire.client.aio import AsyncTurnwireClient
+from turnwire.client.failures import (
+    CheckCredentials,
+    FixTheRequest,
+    NoRunnerAvailable,
+    NotFound,
+    ReportABug,
+    RetryLater,
+    TurnwireError,
+    UseANewIdempotencyKey,
+    WaitLonger,
+)
+from turnwire.client.retrying import NO_RETRY, RetryPolicy
+from turnwire.client.sync import TurnwireClient, new_idempotency_key
+from turnwire.client.turns import FileRef, InputItem, ModelRef, Turn, TurnFields
+from turnwire.client.values import (
+    Execution,
+    Operation,
+    OperationEvent,
+    OperationPage,
+    OperationState,
+    ReplayPolicy,
+    StopReason,
+    Submission,
+    TurnError,
+    TurnKind,
+    TurnResult,
+)
+
+__all__ = [
+    "NO_RETRY",
+    "AsyncTurnwireClient",
+    "CheckCredentials",
+    "Execution",
+    "FileRef",
+    "FixTheRequest",
+    "InputItem",
+    "ModelRef",
+    "NoRunnerAvailable",
+    "NotFound",
+    "Operation",
+    "OperationEvent",
+    "OperationPage",
+    "OperationState",
+    "ReplayPolicy",
+    "ReportABug",
+    "RetryLater",
+    "RetryPolicy",
+    "StopReason",
+    "Submission",
+    "Turn",
+    "TurnError",
+    "TurnFields",
+    "TurnKind",
+    "TurnResult",
+    "TurnwireClient",
+    "TurnwireError",
+    "UseANewIdempotencyKey",
+    "WaitLonger",
+    "new_idempotency_key",
+]

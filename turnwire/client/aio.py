@@ -1,0 +1,217 @@
+"""The asyncio client: the same surface as TurnwireClient, over grpc.aio.
+
+Same retry rules, same idempotency-key handling, same exceptions; see the
+``turnwire.client`` package docstring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, Unpack
+
+import grpc
+import grpc.aio
+
+from turnwire.client.failures import WaitLonger, exception_for
+from turnwire.client.failures import is_retryable as _is_retryable
+from turnwire.client.retrying import RetryBudget, RetryPolicy
+from turnwire.client.sync import (
+    DEFAULT_TIMEOUT,
+    as_policy,
+    bearer_metadata,
+    new_idempotency_key,
+    state_number,
+)
+from turnwire.client.turns import Turn, TurnFields
+from turnwire.client.values import (
+    Operation,
+    OperationEvent,
+    OperationPage,
+    OperationState,
+    Submission,
+)
+from turnwire.client.watching import reopen_pause, stream_timeout
+from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+
+
+class AsyncTurnwireClient:
+    """Submit, inspect, watch and cancel turns from asyncio code.
+
+    Create it inside a running event loop (grpc.aio channels bind to one).
+    """
+
+    def __init__(
+        self,
+        address: str,
+        token: str | None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int | RetryPolicy = 4,
+        channel: grpc.aio.Channel | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.address = address
+        self._owns_channel = channel is None
+        if channel is None:
+            channel = (
+                grpc.aio.secure_channel(address, credentials)
+                if credentials is not None
+                else grpc.aio.insecure_channel(address)
+            )
+        self._channel = channel
+        self._stub = coordinator_pb2_grpc.TurnServiceStub(channel)
+        self._metadata = bearer_metadata(token)
+        self._timeout = timeout
+        self._policy = as_policy(retries)
+        self._sleep = sleep
+        self._clock = clock
+        self._rng = rng or random.Random()
+
+    async def __aenter__(self) -> AsyncTurnwireClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._owns_channel:
+            await self._channel.close()
+
+    async def submit(
+        self,
+        turn: Turn | None = None,
+        /,
+        *,
+        idempotency_key: str | None = None,
+        **fields: Unpack[TurnFields],
+    ) -> Submission:
+        """See TurnwireClient.submit."""
+        if turn is not None and fields:
+            raise TypeError("pass a Turn or its fields as keywords, not both")
+        turn = turn if turn is not None else Turn.build(**fields)
+        key = idempotency_key if idempotency_key is not None else new_idempotency_key()
+        request = coordinator_pb2.SubmitTurnRequest(idempotency_key=key, turn=turn.to_proto())
+        reply = await self._call(self._stub.SubmitTurn, request)
+        return Submission(
+            operation=Operation.from_proto(reply.operation),
+            replayed=reply.replayed,
+            idempotency_key=key,
+        )
+
+    async def get(self, operation_id: str) -> Operation:
+        request = coordinator_pb2.GetOperationRequest(operation_id=operation_id)
+        reply = await self._call(self._stub.GetOperation, request)
+        return Operation.from_proto(reply.operation)
+
+    async def cancel(self, operation_id: str) -> Operation:
+        """See TurnwireClient.cancel."""
+        request = coordinator_pb2.CancelOperationRequest(operation_id=operation_id)
+        reply = await self._call(self._stub.CancelOperation, request)
+        return Operation.from_proto(reply.operation)
+
+    async def list(
+        self,
+        states: Iterable[OperationState | str] = (),
+        *,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> AsyncIterator[OperationPage]:
+        """Your operations, one page at a time."""
+        numbers = [state_number(state) for state in states]
+        token = page_token
+        while True:
+            request = coordinator_pb2.ListOperationsRequest(
+                states=numbers, page_size=page_size, page_token=token
+            )
+            reply = await self._call(self._stub.ListOperations, request)
+            yield OperationPage(
+                operations=tuple(Operation.from_proto(op) for op in reply.operations),
+                next_page_token=reply.next_page_token,
+            )
+            if not reply.next_page_token:
+                return
+            token = reply.next_page_token
+
+    async def _call(self, method: Callable[..., Any], request: object) -> Any:
+        budget = RetryBudget(self._policy, self._clock, self._rng)
+        while True:
+            budget.start_attempt()
+            try:
+                return await method(request, timeout=self._timeout, metadata=self._metadata)
+            except grpc.RpcError as error:
+                pause = budget.next_pause() if _is_retryable(error) else None
+                if pause is None:
+                    raise exception_for(error, attempts=budget.attempts) from None
+            await self._sleep(pause)
+
+    def watch(
+        self, operation_id: str, after_sequence: int = 0, *, timeout: float | None = None
+    ) -> AsyncIterator[OperationEvent]:
+        """See TurnwireClient.watch."""
+        deadline = None if timeout is None else self._clock() + timeout
+        return self._watch(operation_id, after_sequence, deadline)
+
+    # The same surface as the sync client: a timeout that ends in WaitLonger
+    # carrying the latest state, which asyncio.timeout() could not give.
+    async def wait(self, operation_id: str, timeout: float | None = None) -> Operation:  # noqa: ASYNC109
+        """See TurnwireClient.wait."""
+        deadline = None if timeout is None else self._clock() + timeout
+        latest = await self.get(operation_id)
+        if latest.is_terminal:
+            return latest
+        try:
+            async for event in self._watch(operation_id, latest.last_event_sequence, deadline):
+                if event.operation is not None:
+                    latest = event.operation
+                if event.is_terminal:
+                    return latest if latest.is_terminal else await self.get(operation_id)
+        except WaitLonger as waited:
+            raise WaitLonger(str(waited), operation=latest) from None
+        latest = await self.get(operation_id)
+        if latest.is_terminal:
+            return latest
+        raise WaitLonger(
+            f"{operation_id} is still {latest.state}: the watch ended early", operation=latest
+        )
+
+    async def _watch(
+        self, operation_id: str, after_sequence: int, deadline: float | None
+    ) -> AsyncIterator[OperationEvent]:
+        cursor = after_sequence
+        budget = RetryBudget(self._policy, self._clock, self._rng)
+        while True:
+            timeout = stream_timeout(deadline, self._clock, operation_id)
+            budget.start_attempt()
+            request = coordinator_pb2.WatchOperationRequest(
+                operation_id=operation_id, after_sequence=cursor
+            )
+            call = self._stub.WatchOperation(request, timeout=timeout, metadata=self._metadata)
+            try:
+                async for reply in call:
+                    event = OperationEvent.from_proto(reply)
+                    if event.sequence <= cursor:
+                        continue  # already delivered before a reconnect
+                    cursor = event.sequence
+                    budget.reset()
+                    yield event
+                    if event.is_terminal:
+                        return
+                return
+            except grpc.RpcError as error:
+                deadline_passed = deadline is not None and self._clock() >= deadline
+                pause = reopen_pause(
+                    error,
+                    budget,
+                    deadline_passed=deadline_passed,
+                    operation_id=operation_id,
+                    cursor=cursor,
+                )
+            finally:
+                call.cancel()
+            await self._sleep(pause)

@@ -1,0 +1,160 @@
+"""The client's exceptions, and the one table that maps a gRPC failure to them.
+
+The tree is drawn in the ``turnwire.client`` package docstring. Each class is
+named for what the caller should do next; each carries the gRPC code and, when
+the server sent one, the contract's ErrorInfo reason (``turnwire.errors``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import grpc
+
+from turnwire.client.values import Operation
+from turnwire.errors import error_info
+
+
+class TurnwireError(Exception):
+    """Base of every error the client raises.
+
+    ``reason`` is the stable ErrorInfo reason string (``"OPERATION_NOT_FOUND"``)
+    or ``""`` when the failure carried none (a transport failure).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: grpc.StatusCode | None = None,
+        reason: str = "",
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.reason = reason
+        self.metadata: Mapping[str, str] = MappingProxyType(dict(metadata or {}))
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.reason})" if self.reason else self.message
+
+
+class RetryLater(TurnwireError):
+    """Transient: the coordinator was unreachable or its journal unavailable.
+
+    Nothing is lost by retrying; for a submit, retry with the same
+    idempotency key. ``resume_after`` is set when a watch gave up: pass it as
+    ``after_sequence`` to resume without missing an event.
+    """
+
+    resume_after: int | None = None
+
+
+class FixTheRequest(TurnwireError):
+    """The request is malformed (a bad turn, key, argument or page token)."""
+
+
+class UseANewIdempotencyKey(FixTheRequest):
+    """This key was already used by you for a different turn; nothing changed."""
+
+
+class CheckCredentials(TurnwireError):
+    """The token is missing or maps to no principal."""
+
+
+class NotFound(TurnwireError):
+    """No such operation for this principal (another principal's id reads the same)."""
+
+
+class NoRunnerAvailable(TurnwireError):
+    """No configured runner serves the turn's pool and kind."""
+
+
+class WaitLonger(TurnwireError):
+    """``wait`` ran out of time; the operation is not terminal yet.
+
+    ``operation`` is its latest known state. Nothing was cancelled.
+    """
+
+    def __init__(self, message: str, *, operation: Operation | None) -> None:
+        super().__init__(message, code=grpc.StatusCode.DEADLINE_EXCEEDED)
+        self.operation = operation
+
+
+class ReportABug(TurnwireError):
+    """An answer the contract does not allow (an untyped INTERNAL, an unknown code)."""
+
+
+_BY_REASON: Mapping[str, type[TurnwireError]] = MappingProxyType(
+    {
+        "JOURNAL_UNAVAILABLE": RetryLater,
+        "SHUTTING_DOWN": RetryLater,
+        "TURN_INVALID": FixTheRequest,
+        "IDEMPOTENCY_KEY_INVALID": FixTheRequest,
+        "ARGUMENT_INVALID": FixTheRequest,
+        "PAGE_TOKEN_INVALID": FixTheRequest,
+        "IDEMPOTENCY_KEY_REUSED": UseANewIdempotencyKey,
+        "CREDENTIALS_MISSING": CheckCredentials,
+        "CREDENTIALS_UNKNOWN": CheckCredentials,
+        "OPERATION_NOT_FOUND": NotFound,
+        "NO_RUNNER_FOR_TURN": NoRunnerAvailable,
+    }
+)
+
+# Only when the reason is absent or unknown to this SDK.
+_BY_CODE: Mapping[grpc.StatusCode, type[TurnwireError]] = MappingProxyType(
+    {
+        grpc.StatusCode.UNAVAILABLE: RetryLater,
+        grpc.StatusCode.DEADLINE_EXCEEDED: RetryLater,
+        grpc.StatusCode.RESOURCE_EXHAUSTED: RetryLater,
+        grpc.StatusCode.INVALID_ARGUMENT: FixTheRequest,
+        grpc.StatusCode.OUT_OF_RANGE: FixTheRequest,
+        grpc.StatusCode.UNAUTHENTICATED: CheckCredentials,
+        grpc.StatusCode.PERMISSION_DENIED: CheckCredentials,
+        grpc.StatusCode.NOT_FOUND: NotFound,
+    }
+)
+
+# Failures after which a request with the same content (and, for a submit, the
+# same idempotency key) is safe to send again: nothing was decided, or the
+# reply was lost and the server will answer the repeat from its journal.
+_RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# SHUTTING_DOWN: the coordinator is stopping and asks watchers to reconnect.
+_RETRYABLE_REASONS = frozenset({"JOURNAL_UNAVAILABLE", "SHUTTING_DOWN"})
+
+
+def status_code(error: grpc.RpcError) -> grpc.StatusCode:
+    getter = getattr(error, "code", None)
+    code = getter() if callable(getter) else None
+    return code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
+
+
+def _details(error: grpc.RpcError) -> str:
+    getter = getattr(error, "details", None)
+    details = getter() if callable(getter) else None
+    return details if isinstance(details, str) and details else "no details"
+
+
+def is_retryable(error: grpc.RpcError) -> bool:
+    """True when sending the same request again is safe and may succeed."""
+    typed = error_info(error)
+    if typed is not None:
+        return typed.reason in _RETRYABLE_REASONS
+    return status_code(error) in _RETRYABLE_CODES
+
+
+def exception_for(error: grpc.RpcError, *, attempts: int = 1) -> TurnwireError:
+    """The client exception for a failed call (the one mapping table)."""
+    code = status_code(error)
+    typed = error_info(error)
+    if typed is not None:
+        kind = _BY_REASON.get(typed.reason) or _BY_CODE.get(code, ReportABug)
+        message = typed.message or _details(error)
+        return kind(message, code=code, reason=typed.reason, metadata=typed.metadata)
+    kind = _BY_CODE.get(code, ReportABug)
+    message = f"{code.name}: {_details(error)}"
+    if attempts > 1:
+        message += f" (after {attempts} attempts)"
+    return kind(message, code=code)

@@ -1,0 +1,286 @@
+"""What the client SDK hands out and takes in: frozen dataclasses and str enums.
+
+Callers never see a protobuf. Each wire enum is mirrored by name without its
+prefix (``OPERATION_STATE_TIMED_OUT`` -> ``OperationState.TIMED_OUT``); a value
+this SDK does not know yet (a newer server) reads as ``UNSPECIFIED`` instead
+of failing, because a status display must not crash on an added state.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import TypeVar
+
+from google.protobuf import descriptor, timestamp_pb2
+
+from turnwire.common.v1 import turn_pb2
+from turnwire.coordinator.v1 import coordinator_pb2
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+def _empty() -> Mapping[str, str]:
+    return _EMPTY
+
+
+_E = TypeVar("_E", bound=enum.StrEnum)
+_STOP = turn_pb2.StopReason.DESCRIPTOR
+_POLICY = turn_pb2.ReplayPolicy.DESCRIPTOR
+_KIND = turn_pb2.TurnKind.DESCRIPTOR
+
+
+class OperationState(enum.StrEnum):
+    """The coordinator's view of an operation (PROTOCOL.md §2)."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    QUEUED = "QUEUED"
+    DISPATCHING = "DISPATCHING"
+    DISPATCH_UNKNOWN = "DISPATCH_UNKNOWN"
+    RUNNING = "RUNNING"
+    CANCELLING = "CANCELLING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMED_OUT = "TIMED_OUT"
+    PROTOCOL_ERROR = "PROTOCOL_ERROR"
+    REJECTED = "REJECTED"
+
+    @property
+    def is_terminal(self) -> bool:
+        """No outgoing edge: this state is final and was written once (C10)."""
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset(
+    {
+        OperationState.SUCCEEDED,
+        OperationState.FAILED,
+        OperationState.CANCELLED,
+        OperationState.TIMED_OUT,
+        OperationState.PROTOCOL_ERROR,
+        OperationState.REJECTED,
+    }
+)
+
+
+class Execution(enum.StrEnum):
+    """The billing truth: did an executor start for this turn? (§2, C14)."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    NOT_STARTED = "NOT_STARTED"
+    STARTED = "STARTED"
+    UNKNOWN = "UNKNOWN"
+
+
+class TurnKind(enum.StrEnum):
+    UNSPECIFIED = "UNSPECIFIED"
+    WRITABLE = "WRITABLE"
+    READ_ONLY = "READ_ONLY"
+
+
+class ReplayPolicy(enum.StrEnum):
+    """What the coordinator may do when it cannot know whether a Dispatch ran."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    PROBE_FIRST = "PROBE_FIRST"
+    NEVER_AUTOMATIC = "NEVER_AUTOMATIC"
+    SAFE = "SAFE"
+
+
+class StopReason(enum.StrEnum):
+    """Why a turn was asked to stop; the first reason wins (R6)."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    CANCEL = "CANCEL"
+    DEADLINE = "DEADLINE"
+    BUDGET = "BUDGET"
+    SHUTDOWN = "SHUTDOWN"
+
+
+def _timestamp(message: timestamp_pb2.Timestamp | None) -> datetime | None:
+    if message is None or (message.seconds == 0 and message.nanos == 0):
+        return None
+    return message.ToDatetime(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What the executor produced (set when SUCCEEDED)."""
+
+    output: bytes
+    content_type: str = ""
+    metadata: Mapping[str, str] = field(default_factory=_empty)
+
+
+@dataclass(frozen=True)
+class TurnError:
+    """A typed failure: ``reason`` is a stable ErrorReason string."""
+
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One accepted turn as the coordinator reports it (§7)."""
+
+    operation_id: str
+    state: OperationState
+    execution: Execution
+    attempt_count: int = 0
+    last_attempt_at: datetime | None = None
+    runner: str = ""
+    incarnation_id: str = ""
+    stop_reason: StopReason = StopReason.UNSPECIFIED
+    result: TurnResult | None = None
+    error: TurnError | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    finished_at: datetime | None = None
+    replay_policy: ReplayPolicy = ReplayPolicy.UNSPECIFIED
+    kind: TurnKind = TurnKind.UNSPECIFIED
+    max_attempts: int = 0
+    cancel_requested: bool = False
+    last_event_sequence: int = 0
+    pool: str = ""
+    envelope_digest: str = ""
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state.is_terminal
+
+    @property
+    def cancel_lost_race(self) -> bool:
+        """A cancel was asked for but the turn finished first (C11)."""
+        return self.cancel_requested and self.state is OperationState.SUCCEEDED
+
+    @classmethod
+    def from_proto(cls, message: coordinator_pb2.Operation) -> Operation:
+        return cls(
+            operation_id=message.operation_id,
+            state=state_from_proto(message.state),
+            execution=execution_from_proto(message.execution),
+            attempt_count=message.attempt_count,
+            last_attempt_at=_timestamp(message.last_attempt_at),
+            runner=message.runner,
+            incarnation_id=message.incarnation_id,
+            stop_reason=_enum_from_proto(StopReason, _STOP, "STOP_REASON_", message.stop_reason),
+            result=_result(message),
+            error=_error(message),
+            created_at=_timestamp(message.created_at),
+            updated_at=_timestamp(message.updated_at),
+            finished_at=_timestamp(message.finished_at),
+            replay_policy=_enum_from_proto(
+                ReplayPolicy,
+                turn_pb2.ReplayPolicy.DESCRIPTOR,
+                "REPLAY_POLICY_",
+                message.replay_policy,
+            ),
+            kind=_enum_from_proto(
+                TurnKind, turn_pb2.TurnKind.DESCRIPTOR, "TURN_KIND_", message.kind
+            ),
+            max_attempts=message.max_attempts,
+            cancel_requested=message.cancel_requested,
+            last_event_sequence=message.last_event_sequence,
+            pool=message.pool,
+            envelope_digest=message.envelope_digest,
+        )
+
+
+def _enum_from_proto(
+    enum_type: type[_E], wire: descriptor.EnumDescriptor, prefix: str, number: int
+) -> _E:
+    """A generated enum number -> our enum; unknown numbers read as UNSPECIFIED."""
+    value = wire.values_by_number.get(number)
+    try:
+        return enum_type(value.name.removeprefix(prefix) if value is not None else "UNSPECIFIED")
+    except ValueError:
+        return enum_type("UNSPECIFIED")
+
+
+def _result(message: coordinator_pb2.Operation) -> TurnResult | None:
+    if not message.HasField("result"):
+        return None
+    result = message.result
+    return TurnResult(
+        output=result.output,
+        content_type=result.content_type,
+        metadata=MappingProxyType(dict(result.metadata)),
+    )
+
+
+def _error(message: coordinator_pb2.Operation) -> TurnError | None:
+    if not message.HasField("error") or not message.error.reason:
+        return None
+    return TurnError(reason=message.error.reason, message=message.error.message)
+
+
+def state_from_proto(number: int) -> OperationState:
+    return _enum_from_proto(
+        OperationState, coordinator_pb2.OperationState.DESCRIPTOR, "OPERATION_STATE_", number
+    )
+
+
+def execution_from_proto(number: int) -> Execution:
+    return _enum_from_proto(Execution, turn_pb2.Execution.DESCRIPTOR, "EXECUTION_", number)
+
+
+@dataclass(frozen=True)
+class OperationEvent:
+    """One transition from the journal's event log (C13), with the operation as of it."""
+
+    operation_id: str
+    sequence: int
+    from_state: OperationState
+    to_state: OperationState
+    execution: Execution
+    reason: str
+    detail: str
+    at: datetime | None
+    operation: Operation | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.to_state.is_terminal
+
+    @classmethod
+    def from_proto(cls, message: coordinator_pb2.WatchOperationResponse) -> OperationEvent:
+        event = message.event
+        return cls(
+            operation_id=event.operation_id,
+            sequence=event.sequence,
+            from_state=state_from_proto(event.from_state),
+            to_state=state_from_proto(event.to_state),
+            execution=execution_from_proto(event.execution),
+            reason=event.reason,
+            detail=event.detail,
+            at=_timestamp(event.at),
+            operation=(
+                Operation.from_proto(message.operation) if message.HasField("operation") else None
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What submit returns: the operation, and whether the key was already known.
+
+    Keep ``idempotency_key``: submitting the same turn with it again (after a
+    crash, from another process) returns this same operation, never a new one.
+    """
+
+    operation: Operation
+    replayed: bool
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
+class OperationPage:
+    """One page of list results; ``next_page_token`` is empty on the last page."""
+
+    operations: tuple[Operation, ...]
+    next_page_token: str

@@ -1,0 +1,53 @@
+"""Decisions shared by the sync and asyncio watch loops (pure; no I/O).
+
+A watch reopens a dropped stream from the last sequence it delivered, so the
+caller sees every transition once. These functions decide, after a failure,
+whether to reopen and after what pause, or what to raise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import grpc
+
+from turnwire.client.failures import (
+    RetryLater,
+    TurnwireError,
+    WaitLonger,
+    exception_for,
+    is_retryable,
+)
+from turnwire.client.retrying import RetryBudget
+
+
+def reopen_pause(
+    error: grpc.RpcError,
+    budget: RetryBudget,
+    *,
+    deadline_passed: bool,
+    operation_id: str,
+    cursor: int,
+) -> float:
+    """The pause before reopening the stream; raises when it must not be reopened."""
+    if deadline_passed:
+        raise WaitLonger(f"{operation_id} is not terminal yet", operation=None)
+    pause = budget.next_pause() if is_retryable(error) else None
+    if pause is None:
+        failure: TurnwireError = exception_for(error, attempts=budget.attempts)
+        if isinstance(failure, RetryLater):
+            failure.resume_after = cursor
+        raise failure from None
+    return pause
+
+
+def stream_timeout(
+    deadline: float | None, clock: Callable[[], float], operation_id: str
+) -> float | None:
+    """The deadline of the next stream, or WaitLonger when none is left."""
+    if deadline is None:
+        return None
+    remaining = deadline - clock()
+    if remaining <= 0:
+        raise WaitLonger(f"{operation_id} is not terminal yet", operation=None)
+    return remaining
