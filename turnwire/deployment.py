@@ -63,6 +63,8 @@ class LocalDeployment:
     coordinator_args: tuple[str, ...] = ()
     runners: list[RunnerSlot] = field(default_factory=list)
     coordinator: ManagedProcess | None = None
+    coordinator_port: int = 0
+    proxy_seed: int = 0
     token: str = ""
 
     @property
@@ -107,6 +109,7 @@ class LocalDeployment:
             "--upstream", upstream,
             "--control", "127.0.0.1:0",
             "--control-address-file", str(control_file),
+            "--seed", str(self.proxy_seed),
         )  # fmt: skip
         return ManagedProcess(name, argv, self._log(name), self.data_dir / f"{name}.addr")
 
@@ -140,32 +143,55 @@ class LocalDeployment:
             if self.with_proxies:
                 slot.proxy = self._proxy_process(f"proxy-{index}", address, slot.control_file)
                 slot.proxy.start(timeout)
+        self.coordinator = self._coordinator_process("127.0.0.1:0")
+        address = self.coordinator.start(timeout)
+        self.coordinator_port = int(address.rsplit(":", 1)[1])
+        self.coordinator.wait_healthy(timeout)
+
+    def _coordinator_process(self, listen: str) -> ManagedProcess:
         runner_flags: list[str] = []
         for slot in self.runners:
             runner_flags += ["--runner", f"{slot.name}={slot.dispatch_address}"]
         argv = python_module(
             "coordinator_svc", "serve",
-            "--listen", "127.0.0.1:0",
+            "--listen", listen,
             "--journal-url", self.journal,
             "--tokens-file", str(self.tokens_file),
             "--migrate",
             *runner_flags,
             *self.coordinator_args,
         )  # fmt: skip
-        self.coordinator = ManagedProcess(
+        return ManagedProcess(
             "coordinator", argv, self._log("coordinator"), self.data_dir / "coordinator.addr"
         )
+
+    def restart_coordinator(self, *, hard: bool, timeout: float = 60.0) -> None:
+        """SIGKILL (or SIGTERM) the coordinator and start it again on its port."""
+        if self.coordinator is None:
+            raise LaunchError("the coordinator is not started")
+        if hard:
+            self.coordinator.kill()
+        else:
+            self.coordinator.terminate()
+        self.coordinator = self._coordinator_process(f"127.0.0.1:{self.coordinator_port}")
         self.coordinator.start(timeout)
         self.coordinator.wait_healthy(timeout)
 
-    def restart_runner(self, name: str, *, hard: bool, timeout: float = 60.0) -> None:
+    def restart_runner(
+        self, name: str, *, hard: bool, wipe_store: bool = False, timeout: float = 60.0
+    ) -> None:
         """Stop a runner (SIGKILL if ``hard``, else SIGTERM) and start it again
-        on the same port and store: same address, new incarnation."""
+        on the same port: same address, new incarnation. ``wipe_store`` deletes
+        its dedupe store first (a new store, a new store_id: what a lost disk
+        looks like)."""
         slot = next(s for s in self.runners if s.name == name)
         if hard:
             slot.process.kill()
         else:
             slot.process.terminate()
+        if wipe_store:
+            for path in slot.store.parent.glob(slot.store.name + "*"):
+                path.unlink()
         slot.process = self._runner_process(name, slot.store, f"127.0.0.1:{slot.port}")
         slot.process.start(timeout)
         slot.process.wait_healthy(timeout)

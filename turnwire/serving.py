@@ -54,8 +54,8 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _check_free(address: str) -> None:
-    """Fail fast with a clear error if something already listens there."""
+def ensure_port_free(address: str) -> None:
+    """Raise AddressInUseError if something already listens on ``address``."""
     host, port = split_host_port(address)
     if port == 0:
         return
@@ -80,7 +80,7 @@ async def start_server(
     options: Iterable[tuple[str, object]] = (),
 ) -> RunningServer:
     """Start a grpc.aio server on ``listen`` with health and reflection."""
-    _check_free(listen)
+    ensure_port_free(listen)
     server = grpc.aio.server(
         interceptors=tuple(interceptors), options=(*NO_PORT_REUSE, *tuple(options))
     )
@@ -109,9 +109,10 @@ async def start_server(
 
 def announce(address: str, address_file: str | None) -> None:
     """Print the bound address on a line of its own (and write it to a file)."""
-    print(f"listening on {address}", flush=True)
+    # The file first: whoever reads the printed line may look for the file next.
     if address_file:
         path = Path(address_file)
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(address + "\n")
         tmp.replace(path)  # atomic: a reader never sees half an address
+    print(f"listening on {address}", flush=True)

@@ -1,0 +1,382 @@
+"""``python -m coordinator_svc``: serve, migrate, manage tokens.
+
+    python -m coordinator_svc serve   [--listen HOST:PORT] [--journal-url URL] [--runner SPEC]...
+                                      [--tokens-file F] [--migrate] [timing flags] ...
+    python -m coordinator_svc migrate [--journal-url URL]
+    python -m coordinator_svc tokens add --file F --principal P
+
+Every ``serve``/``migrate`` flag also reads an environment variable (shown in
+``--help``); a flag on the command line wins. Exit codes: 0 clean stop, 1 the
+coordinator could not start or run (journal, port), 2 bad flags or config.
+
+Heavy imports (grpc, SQLAlchemy) happen inside the subcommands, so ``--help``
+and bad flags answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import os
+import re
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from coordinator_svc.config import (
+    CoordinatorConfig,
+    DispatchTimings,
+    RunnerEndpoint,
+    parse_runner_spec,
+)
+
+PROG = "python -m coordinator_svc"
+DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_JOURNAL_URL = "sqlite:///./data/journal.db"
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad flags: one line on stderr, exit 2 (no usage dump to scroll past)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _env(name: str, fallback: str | None = None) -> str | None:
+    value = os.environ.get(name)
+    return value if value not in (None, "") else fallback
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
+
+
+def _attempts(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 100:
+        raise argparse.ArgumentTypeError(f"must be an integer 1..100, got {text!r}")
+    return int(text)
+
+
+def _runner(text: str) -> RunnerEndpoint:
+    try:
+        return parse_runner_spec(text.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _listen(text: str) -> str:
+    if not re.fullmatch(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.\-]+):\d{1,5}", text):
+        raise argparse.ArgumentTypeError(f"must be HOST:PORT, got {text!r}")
+    if int(text.rpartition(":")[2]) > 65535:
+        raise argparse.ArgumentTypeError(f"port out of range in {text!r}")
+    return text
+
+
+def _journal_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--journal-url",
+        default=_env("TURNWIRE_JOURNAL_URL", DEFAULT_JOURNAL_URL),
+        help="sqlite:///PATH or postgresql://USER@HOST:PORT/DB "
+        f"(env TURNWIRE_JOURNAL_URL; default {DEFAULT_JOURNAL_URL})",
+    )
+
+
+def _timing_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("timings (seconds; each also reads TURNWIRE_<NAME>)")
+    for spec in dataclasses.fields(DispatchTimings):
+        if not isinstance(spec.default, float):
+            continue  # only plain seconds become flags; anything else keeps its default
+        flag = "--" + spec.name.replace("_", "-")
+        env = "TURNWIRE_" + spec.name.upper()
+        group.add_argument(
+            flag,
+            dest=spec.name,
+            type=_positive_float,
+            default=_env(env, str(spec.default)),
+            help=f"(env {env}; default {spec.default})",
+        )
+
+
+def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="run the coordinator",
+        description="Run the coordinator: journal + dispatcher + TurnService (health and "
+        "reflection included). Prints 'listening on HOST:PORT' once serving. "
+        "SIGTERM or SIGINT: NOT_SERVING, drain, stop the dispatcher, close the journal, "
+        "exit 0. Exit 1 if the journal is unmigrated/too new/unreachable or the port "
+        "is taken; exit 2 for bad flags.",
+    )
+    _serve_wiring_flags(serve)
+    _serve_behaviour_flags(serve)
+    _timing_flags(serve)
+
+
+def _serve_wiring_flags(serve: argparse.ArgumentParser) -> None:
+    """Where to listen, which journal, which runners, whose tokens."""
+    serve.add_argument(
+        "--listen",
+        type=_listen,
+        default=_env("TURNWIRE_COORDINATOR_LISTEN", DEFAULT_LISTEN),
+        help="HOST:PORT; port 0 picks a free one and prints it "
+        f"(env TURNWIRE_COORDINATOR_LISTEN; default {DEFAULT_LISTEN})",
+    )
+    serve.add_argument(
+        "--address-file",
+        default=_env("TURNWIRE_COORDINATOR_ADDRESS_FILE"),
+        help="also write the bound address here (env TURNWIRE_COORDINATOR_ADDRESS_FILE)",
+    )
+    _journal_flag(serve)
+    serve.add_argument(
+        "--runner",
+        dest="runners",
+        action="append",
+        type=_runner,
+        metavar="NAME=HOST:PORT[;pool=P][;kinds=writable+read_only]",
+        help="a runner to dispatch to; repeatable "
+        "(env TURNWIRE_RUNNERS: specs separated by commas or newlines)",
+    )
+    serve.add_argument(
+        "--tokens-file",
+        default=_env("TURNWIRE_TOKENS_FILE"),
+        help="lines '<principal> <sha256 hex of token>' (see `tokens add`); "
+        "without one every call is refused (env TURNWIRE_TOKENS_FILE)",
+    )
+
+
+def _serve_behaviour_flags(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--migrate",
+        action="store_true",
+        default=_env("TURNWIRE_MIGRATE") in ("1", "true", "yes"),
+        help="upgrade the journal schema before starting (env TURNWIRE_MIGRATE=1)",
+    )
+    serve.add_argument(
+        "--replica-id",
+        default=_env("TURNWIRE_REPLICA_ID", ""),
+        help="lease owner name (env TURNWIRE_REPLICA_ID; default host-pid-random)",
+    )
+    serve.add_argument(
+        "--default-max-attempts",
+        type=_attempts,
+        default=_env("TURNWIRE_DEFAULT_MAX_ATTEMPTS", "5"),
+        help="attempts for a turn that sets max_attempts 0 (env TURNWIRE_DEFAULT_MAX_ATTEMPTS)",
+    )
+    serve.add_argument(
+        "--shutdown-grace",
+        type=_positive_float,
+        default=_env("TURNWIRE_SHUTDOWN_GRACE", "5"),
+        help="seconds in-flight calls get on SIGTERM (env TURNWIRE_SHUTDOWN_GRACE; default 5)",
+    )
+    serve.add_argument(
+        "--log-level",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        type=str.upper,
+        default=_env("TURNWIRE_LOG_LEVEL", "INFO"),
+        help="(env TURNWIRE_LOG_LEVEL; default INFO)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _serve_parser(commands)
+    migrate = commands.add_parser(
+        "migrate",
+        help="upgrade the journal schema to this code's",
+        description="Upgrade the journal schema to this code's head revision (creating it "
+        "if empty) and print 'journal schema: FROM -> TO'.",
+    )
+    _journal_flag(migrate)
+    tokens = commands.add_parser("tokens", help="manage API tokens")
+    tokens_commands = tokens.add_subparsers(dest="tokens_command", required=True)
+    add = tokens_commands.add_parser(
+        "add", help="make a token for a principal; print it once, store only its digest"
+    )
+    add.add_argument("--file", required=True, help="the tokens file (created if missing)")
+    add.add_argument("--principal", required=True, help="1..128 of A-Z a-z 0-9 . _ - @ :")
+    return parser
+
+
+def _runners_from_env() -> list[RunnerEndpoint]:
+    text = _env("TURNWIRE_RUNNERS", "") or ""
+    return [parse_runner_spec(s.strip()) for s in re.split(r"[,\n]", text) if s.strip()]
+
+
+def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
+    """Raises ValueError for a config that parsed but does not hold together."""
+    runners = args.runners if args.runners else _runners_from_env()
+    names = [r.name for r in runners]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"runner names must be unique, repeated: {', '.join(duplicates)}")
+    timings = DispatchTimings(
+        **{
+            f.name: getattr(args, f.name)
+            for f in dataclasses.fields(DispatchTimings)
+            if hasattr(args, f.name)
+        }
+    )
+    return CoordinatorConfig(
+        listen=args.listen,
+        journal_url=args.journal_url,
+        runners=tuple(runners),
+        tokens_file=args.tokens_file,
+        default_max_attempts=args.default_max_attempts,
+        replica_id=args.replica_id,
+        timings=timings,
+        address_file=args.address_file,
+    )
+
+
+def _fail(code: int, message: str) -> int:
+    one_line = " ".join(message.split())  # driver errors span lines; keep it greppable
+    print(f"{PROG}: error: {one_line}", file=sys.stderr, flush=True)
+    return code
+
+
+def _sqlite_dir(url: str) -> None:
+    """Create the directory of a SQLite journal file (``./data`` by default)."""
+    from sqlalchemy.exc import ArgumentError
+
+    from coordinator_svc.storage.backends import SqliteBackend
+    from coordinator_svc.storage.schema import journal_url
+
+    try:
+        parsed = journal_url(url)
+    except ArgumentError as exc:
+        raise ValueError(f"invalid journal URL: {exc}") from None
+    if parsed.get_backend_name() == "sqlite":
+        path = SqliteBackend.database_file(parsed)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+
+
+async def _serve_until_signalled(config: CoordinatorConfig, grace: float) -> int:
+    from coordinator_svc.app import start_coordinator
+    from turnwire.serving import announce
+
+    running = await start_coordinator(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        announce(running.address, config.address_file)
+        await stop.wait()
+        logging.getLogger("coordinator_svc").info("signal received; shutting down")
+    finally:
+        await running.stop(grace)
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from coordinator_svc.api.auth import Authenticator, TokensFileError
+    from coordinator_svc.ports import JournalError
+    from coordinator_svc.storage import migrate
+    from turnwire.serving import AddressInUseError
+
+    logging.basicConfig(
+        level=args.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        config = config_from_args(args)
+        Authenticator.from_file(config.tokens_file)  # a bad file fails before anything changes
+        _sqlite_dir(config.journal_url)
+    except (ValueError, TokensFileError) as exc:
+        return _fail(EXIT_USAGE, str(exc))
+    except OSError as exc:
+        return _fail(EXIT_FAILED, f"cannot create the journal directory: {exc}")
+    if args.migrate:
+        try:
+            migrate(config.journal_url)
+        except Exception as exc:  # alembic and drivers raise many kinds; all mean "not migrated"
+            return _fail(EXIT_FAILED, f"migration failed: {exc}")
+    try:
+        return asyncio.run(_serve_until_signalled(config, args.shutdown_grace))
+    except TokensFileError as exc:
+        return _fail(EXIT_USAGE, str(exc))
+    except (JournalError, AddressInUseError) as exc:
+        return _fail(EXIT_FAILED, str(exc))
+
+
+def _current_revision(url: str) -> str | None:
+    import sqlalchemy as sa
+    from alembic.runtime.migration import MigrationContext
+
+    from coordinator_svc.storage import schema
+    from coordinator_svc.storage.backends import SqliteBackend
+
+    parsed = schema.journal_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        path = SqliteBackend.database_file(parsed)
+        if path is not None and not path.exists():
+            return None  # do not create the file just to look at it
+    engine = sa.create_engine(parsed)
+    try:
+        with engine.connect() as connection:
+            context = MigrationContext.configure(
+                connection, opts={"version_table": schema.VERSION_TABLE}
+            )
+            heads = context.get_current_heads()
+    finally:
+        engine.dispose()
+    return ", ".join(heads) or None
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from coordinator_svc.storage import head_revision, migrate
+
+    try:
+        before = _current_revision(args.journal_url)
+        migrate(args.journal_url)
+        after = _current_revision(args.journal_url)
+    except Exception as exc:  # alembic and drivers raise many kinds; all mean "not migrated"
+        return _fail(EXIT_FAILED, f"migration failed: {exc}")
+    print(f"journal schema: {before or '(empty)'} -> {after} (head {head_revision()})", flush=True)
+    return 0
+
+
+def _tokens_add(args: argparse.Namespace) -> int:
+    from coordinator_svc.api.auth import TokensFileError, add_token
+
+    try:
+        token = add_token(args.file, args.principal)
+    except TokensFileError as exc:
+        return _fail(EXIT_USAGE, str(exc))
+    except OSError as exc:
+        return _fail(EXIT_FAILED, f"cannot write {args.file}: {exc.strerror}")
+    print(token, flush=True)
+    print(
+        f"stored the digest for principal {args.principal!r} in {Path(args.file)}; "
+        "the token above is shown only this once",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "migrate":
+        return _migrate(args)
+    return _tokens_add(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

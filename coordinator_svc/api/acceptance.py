@@ -1,0 +1,261 @@
+"""Accepting a turn (C1): validate, derive digests, build the envelope once,
+persist operation + envelope + first event in one journal transaction.
+
+Decisions recorded here:
+
+- ``turn.kind`` UNSPECIFIED is refused (INVALID_ARGUMENT / TURN_INVALID,
+  field ``turn.kind``) rather than defaulted: the kind picks the runner's slot
+  pool (R4), and guessing "writable" for a read-only turn, or the reverse,
+  would silently change admission. The client must say.
+- ``turn.replay_policy`` UNSPECIFIED means PROBE_FIRST (turn.proto says so).
+- ``turn.max_attempts`` 0 means the configured default; above 100 is refused.
+- ``turn.pool`` empty means ``"default"``.
+- ``request_digest`` hashes the Turn exactly as submitted (deterministic
+  serialization), before any defaulting, so a retry is recognised even if the
+  coordinator's defaults changed in between.
+- The idempotency key must be 1..255 characters, every one printable in the
+  sense of ``str.isprintable`` (no control characters, tabs or line breaks;
+  spaces and non-ASCII letters are fine). The raw key is never stored: only
+  sha256(principal NUL key).
+- Size bounds: the whole request at most 4 MiB; at most 1000 input items,
+  1000 files and 1000 item_metadata entries.
+
+Everything up to :func:`accept` is pure; ``accept`` is the I/O edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+import grpc
+
+from coordinator_svc.api.control import DispatchControl
+from coordinator_svc.api.convert import (
+    replay_policy_from_proto,
+    replay_policy_to_proto,
+    turn_kind_from_proto,
+)
+from coordinator_svc.api.errors import ApiError
+from coordinator_svc.core.model import (
+    EventRecord,
+    Execution,
+    OperationRecord,
+    OpState,
+    ReplayPolicy,
+    TurnKind,
+)
+from coordinator_svc.feed import ChangeFeed
+from coordinator_svc.ports import Journal
+from turnwire.common.v1 import errors_pb2
+from turnwire.coordinator.v1 import coordinator_pb2
+from turnwire.ids import new_operation_id, sha256_hex
+from turnwire.runner.v1 import runner_pb2
+
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+MAX_ITEMS = 1000
+MAX_KEY_CHARS = 255
+MAX_POOL_CHARS = 128
+MAX_ATTEMPTS_LIMIT = 100
+DEFAULT_POOL = "default"
+_R = errors_pb2.ErrorReason
+
+
+@dataclass(frozen=True)
+class ValidTurn:
+    """A submission that passed validation, with defaults resolved."""
+
+    turn: coordinator_pb2.Turn
+    pool: str
+    kind: TurnKind
+    replay_policy: ReplayPolicy
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class Accepted:
+    operation: OperationRecord
+    replayed: bool
+
+
+def _turn_invalid(field: str, message: str) -> ApiError:
+    return ApiError(
+        grpc.StatusCode.INVALID_ARGUMENT, _R.ERROR_REASON_TURN_INVALID, message, field=field
+    )
+
+
+def check_idempotency_key(key: str) -> None:
+    if not key or len(key) > MAX_KEY_CHARS or not key.isprintable():
+        raise ApiError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            _R.ERROR_REASON_IDEMPOTENCY_KEY_INVALID,
+            f"idempotency_key is required: 1..{MAX_KEY_CHARS} printable characters",
+            field="idempotency_key",
+        )
+
+
+def _check_sizes(request: coordinator_pb2.SubmitTurnRequest) -> None:
+    size = request.ByteSize()
+    if size > MAX_REQUEST_BYTES:
+        raise _turn_invalid("turn", f"request is {size} bytes; at most {MAX_REQUEST_BYTES}")
+    turn = request.turn
+    for field, count in (
+        ("turn.input_items", len(turn.input_items)),
+        ("turn.files", len(turn.files)),
+        ("turn.item_metadata", len(turn.item_metadata)),
+    ):
+        if count > MAX_ITEMS:
+            raise _turn_invalid(field, f"{field} has {count} entries; at most {MAX_ITEMS}")
+
+
+def _pool(turn: coordinator_pb2.Turn) -> str:
+    pool = turn.pool or DEFAULT_POOL
+    if len(pool) > MAX_POOL_CHARS or not pool.isprintable() or pool != pool.strip():
+        raise _turn_invalid("turn.pool", f"turn.pool must be 1..{MAX_POOL_CHARS} printable chars")
+    return pool
+
+
+def _kind(turn: coordinator_pb2.Turn) -> TurnKind:
+    try:
+        return turn_kind_from_proto(turn.kind)
+    except ValueError:
+        raise _turn_invalid(
+            "turn.kind", "turn.kind is required: TURN_KIND_WRITABLE or TURN_KIND_READ_ONLY"
+        ) from None
+
+
+def _replay_policy(turn: coordinator_pb2.Turn) -> ReplayPolicy:
+    try:
+        return replay_policy_from_proto(turn.replay_policy)
+    except ValueError:
+        raise _turn_invalid("turn.replay_policy", "turn.replay_policy is not known") from None
+
+
+def _check_limits(turn: coordinator_pb2.Turn) -> None:
+    if not turn.limits.HasField("deadline"):
+        return
+    deadline = turn.limits.deadline
+    # Seconds within 0001..9999 and nanos within a second, as Timestamp requires;
+    # a runner must be able to read what every attempt sends.
+    if not (-62135596800 <= deadline.seconds <= 253402300799 and 0 <= deadline.nanos < 10**9):
+        raise _turn_invalid("turn.limits.deadline", "turn.limits.deadline is not a valid time")
+
+
+def _max_attempts(turn: coordinator_pb2.Turn, default: int) -> int:
+    if turn.max_attempts > MAX_ATTEMPTS_LIMIT:
+        raise _turn_invalid(
+            "turn.max_attempts", f"turn.max_attempts must be 0..{MAX_ATTEMPTS_LIMIT}"
+        )
+    return turn.max_attempts or default
+
+
+def validate(request: coordinator_pb2.SubmitTurnRequest, default_max_attempts: int) -> ValidTurn:
+    """Check a SubmitTurnRequest; raise ApiError (INVALID_ARGUMENT) naming the field."""
+    check_idempotency_key(request.idempotency_key)
+    if not request.HasField("turn"):
+        raise _turn_invalid("turn", "turn is required")
+    _check_sizes(request)
+    _check_limits(request.turn)
+    return ValidTurn(
+        turn=request.turn,
+        pool=_pool(request.turn),
+        kind=_kind(request.turn),
+        replay_policy=_replay_policy(request.turn),
+        max_attempts=_max_attempts(request.turn, default_max_attempts),
+    )
+
+
+def request_digest(turn: coordinator_pb2.Turn) -> str:
+    return sha256_hex(turn.SerializeToString(deterministic=True))
+
+
+def idempotency_key_digest(principal: str, key: str) -> str:
+    return sha256_hex(principal.encode("utf-8") + b"\0" + key.encode("utf-8"))
+
+
+def build_envelope(valid: ValidTurn, operation_id: str, principal: str) -> bytes:
+    """The exact bytes every attempt will send (§1): built once, here."""
+    turn = valid.turn
+    envelope = runner_pb2.TurnEnvelope(
+        operation_id=operation_id,
+        routing=runner_pb2.Routing(pool=valid.pool),
+        input_items=turn.input_items,
+        files=turn.files,
+        item_metadata=turn.item_metadata,
+        kind=turn.kind,
+        replay_policy=replay_policy_to_proto(valid.replay_policy),
+        principal=principal,
+    )
+    if turn.HasField("model"):
+        envelope.model.CopyFrom(turn.model)
+    if turn.HasField("limits"):
+        envelope.limits.CopyFrom(turn.limits)
+    return envelope.SerializeToString(deterministic=True)
+
+
+def new_operation(
+    request: coordinator_pb2.SubmitTurnRequest,
+    valid: ValidTurn,
+    principal: str,
+    operation_id: str,
+    now: datetime,
+) -> tuple[OperationRecord, EventRecord]:
+    """The QUEUED record and its first event (sequence 1), ready for journal.submit."""
+    envelope = build_envelope(valid, operation_id, principal)
+    record = OperationRecord(
+        operation_id=operation_id,
+        principal=principal,
+        idempotency_key_digest=idempotency_key_digest(principal, request.idempotency_key),
+        request_digest=request_digest(request.turn),
+        envelope=envelope,
+        envelope_digest=sha256_hex(envelope),
+        pool=valid.pool,
+        kind=valid.kind,
+        replay_policy=valid.replay_policy,
+        max_attempts=valid.max_attempts,
+        state=OpState.QUEUED,
+        execution=Execution.NOT_STARTED,
+        created_at=now,
+        updated_at=now,
+        next_action_at=now,
+        last_event_sequence=1,
+    )
+    event = EventRecord(
+        operation_id=operation_id,
+        sequence=1,
+        from_state=None,
+        to_state=OpState.QUEUED,
+        execution=Execution.NOT_STARTED,
+        at=now,
+        detail="accepted",
+    )
+    return record, event
+
+
+async def accept(
+    request: coordinator_pb2.SubmitTurnRequest,
+    principal: str,
+    *,
+    journal: Journal,
+    dispatch: DispatchControl,
+    feed: ChangeFeed,
+    clock: Callable[[], datetime],
+    default_max_attempts: int,
+) -> Accepted:
+    """C1: validate, persist in one transaction, then wake the dispatcher."""
+    valid = validate(request, default_max_attempts)
+    if not dispatch.has_runner_for(valid.pool, valid.kind):
+        raise ApiError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            _R.ERROR_REASON_NO_RUNNER_FOR_TURN,
+            f"no configured runner serves pool {valid.pool!r} for {valid.kind.value} turns",
+            pool=valid.pool,
+            kind=valid.kind.value,
+        )
+    record, event = new_operation(request, valid, principal, new_operation_id(), clock())
+    stored, replayed = await journal.submit(record, event)
+    if not replayed:
+        dispatch.wake(stored.operation_id)
+        feed.publish(stored.operation_id)
+    return Accepted(stored, replayed)

@@ -1,0 +1,142 @@
+"""One table from what went wrong to what the client sees (PROTOCOL.md §7).
+
+Every failure of a TurnService call leaves as a gRPC status code plus a
+``google.rpc.ErrorInfo`` whose reason is a contract string from
+``errors.proto``. The tree of what handlers may raise, drawn once::
+
+    Exception
+    ├── ApiError                    refused by the API layer itself: carries its own
+    │                               code, reason, message and metadata (auth, validation,
+    │                               NOT_FOUND, NO_RUNNER_FOR_TURN, page tokens)
+    ├── ports.JournalError
+    │   ├── JournalUnavailable      -> UNAVAILABLE         JOURNAL_UNAVAILABLE  (fail closed)
+    │   ├── SchemaTooNew            -> UNAVAILABLE         JOURNAL_UNAVAILABLE
+    │   ├── JournalNotMigrated      -> UNAVAILABLE         JOURNAL_UNAVAILABLE
+    │   ├── IdempotencyKeyReused    -> FAILED_PRECONDITION IDEMPOTENCY_KEY_REUSED
+    │   └── WriteConflict           -> ABORTED             JOURNAL_UNAVAILABLE  (nothing
+    │       ├── StaleVersion                                changed; retry the call)
+    │       └── LeaseLost
+    ├── edges.IllegalTransition     -> ABORTED             JOURNAL_UNAVAILABLE  (a state
+    │                                                       change raced ours; retry)
+    └── anything else               -> INTERNAL, no details (logged; a bug), including
+                                       ports.InvalidWrite
+
+Nothing here decides *whether* to fail; it only names the failure the same
+way every time, so clients can switch on (code, reason).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from coordinator_svc.core.edges import IllegalTransition
+from coordinator_svc.ports import (
+    IdempotencyKeyReused,
+    JournalNotMigrated,
+    JournalUnavailable,
+    SchemaTooNew,
+    WriteConflict,
+)
+from turnwire.common.v1 import errors_pb2
+from turnwire.errors import rich_status
+
+_log = logging.getLogger(__name__)
+_R = errors_pb2.ErrorReason
+
+
+class ApiError(Exception):
+    """A refusal decided by the API layer, already in wire terms."""
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        reason: errors_pb2.ErrorReason.ValueType,
+        message: str,
+        **metadata: str,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.metadata = metadata
+
+
+@dataclass(frozen=True)
+class WireError:
+    """What leaves the server: code, reason, message, ErrorInfo metadata."""
+
+    code: grpc.StatusCode
+    reason: errors_pb2.ErrorReason.ValueType
+    message: str
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+# Order matters: the first matching class wins (subclasses before bases).
+_Row = tuple[type[Exception], grpc.StatusCode, errors_pb2.ErrorReason.ValueType, str]
+_TABLE: tuple[_Row, ...] = (
+    (
+        IdempotencyKeyReused,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        _R.ERROR_REASON_IDEMPOTENCY_KEY_REUSED,
+        "idempotency key already used with a different request; nothing changed",
+    ),
+    (
+        JournalUnavailable,
+        grpc.StatusCode.UNAVAILABLE,
+        _R.ERROR_REASON_JOURNAL_UNAVAILABLE,
+        "journal unavailable; nothing changed",
+    ),
+    (
+        SchemaTooNew,
+        grpc.StatusCode.UNAVAILABLE,
+        _R.ERROR_REASON_JOURNAL_UNAVAILABLE,
+        "journal schema is newer than this coordinator; nothing changed",
+    ),
+    (
+        JournalNotMigrated,
+        grpc.StatusCode.UNAVAILABLE,
+        _R.ERROR_REASON_JOURNAL_UNAVAILABLE,
+        "journal schema is not migrated; nothing changed",
+    ),
+    (
+        WriteConflict,
+        grpc.StatusCode.ABORTED,
+        _R.ERROR_REASON_JOURNAL_UNAVAILABLE,
+        "concurrent change to the operation; nothing changed, retry",
+    ),
+    (
+        IllegalTransition,
+        grpc.StatusCode.ABORTED,
+        _R.ERROR_REASON_JOURNAL_UNAVAILABLE,
+        "the operation changed state meanwhile; nothing changed, retry",
+    ),
+)
+
+
+def wire_error(exc: Exception) -> WireError | None:
+    """The wire form of ``exc``, or None for an unexpected error (a bug)."""
+    if isinstance(exc, ApiError):
+        return WireError(exc.code, exc.reason, exc.message, dict(exc.metadata))
+    for kind, code, reason_value, message in _TABLE:
+        if isinstance(exc, kind):
+            metadata = {}
+            if isinstance(exc, IdempotencyKeyReused):
+                # The key is per principal, so the operation is the caller's own.
+                metadata["operation_id"] = exc.operation_id
+            return WireError(code, reason_value, message, metadata)
+    return None
+
+
+async def abort_with(context: Any, exc: Exception) -> None:
+    """Abort the call with the wire form of ``exc`` (INTERNAL if unmapped)."""
+    mapped = wire_error(exc)
+    if mapped is None:
+        _log.error("unexpected error in TurnService", exc_info=exc)
+        await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+        return
+    status = rich_status(mapped.code, mapped.reason, mapped.message, **mapped.metadata)
+    await context.abort(status.code, status.details, status.trailing_metadata)

@@ -1,0 +1,269 @@
+"""The public TurnService over grpc.aio (PROTOCOL.md §7).
+
+Every handler first authenticates (the principal comes from the bearer token,
+never from the body), then reads or writes the journal, and turns any failure
+into a typed status through the one table in ``api.errors``.
+
+Tenant isolation: every read goes through ``journal.get_for_principal`` /
+``list_for_principal``, and "not yours" raises the very same ApiError as "no
+such id" (same code, message, reason, metadata), so no response reveals
+another principal's operation (§8 item 8).
+
+WatchOperation reads the journal's event log in pages after the client's
+cursor and, when it has caught up, waits on the in-process change feed with a
+bounded timeout, so changes committed by other replicas are seen too. Each
+streamed event carries the operation as last read from the journal (its
+``last_event_sequence`` is at least the event's sequence: never older than
+the event). The stream ends after the terminal event; a client reconnecting
+with the last sequence it saw misses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import grpc
+
+from coordinator_svc.api.acceptance import accept
+from coordinator_svc.api.auth import Authenticator
+from coordinator_svc.api.control import DispatchControl
+from coordinator_svc.api.convert import event_to_proto, op_state_from_proto, operation_to_proto
+from coordinator_svc.api.errors import ApiError, abort_with
+from coordinator_svc.api.paging import decode_page_token, encode_page_token
+from coordinator_svc.core.model import OperationRecord, OpState
+from coordinator_svc.feed import ChangeFeed
+from coordinator_svc.ports import Journal, PageCursor, StaleVersion
+from turnwire.common.v1 import errors_pb2
+from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+
+_log = logging.getLogger(__name__)
+_R = errors_pb2.ErrorReason
+_T = TypeVar("_T")
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+MAX_OPERATION_ID_CHARS = 255
+CANCEL_RETRIES = 3
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _not_found() -> ApiError:
+    # Identical for "no such id" and "another principal's id" (§7): no id,
+    # no hint, nothing that differs between the two.
+    return ApiError(
+        grpc.StatusCode.NOT_FOUND, _R.ERROR_REASON_OPERATION_NOT_FOUND, "operation not found"
+    )
+
+
+def _check_operation_id(operation_id: str) -> None:
+    if not operation_id or len(operation_id) > MAX_OPERATION_ID_CHARS:
+        raise ApiError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            _R.ERROR_REASON_ARGUMENT_INVALID,
+            f"operation_id is required (1..{MAX_OPERATION_ID_CHARS} chars)",
+            field="operation_id",
+        )
+
+
+def _states(values: Any) -> list[OpState]:
+    try:
+        return [op_state_from_proto(value) for value in values]
+    except ValueError:
+        raise ApiError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            _R.ERROR_REASON_ARGUMENT_INVALID,
+            "states must name known operation states (not UNSPECIFIED)",
+            field="states",
+        ) from None
+
+
+def _page_size(requested: int) -> int:
+    return DEFAULT_PAGE_SIZE if requested == 0 else min(requested, MAX_PAGE_SIZE)
+
+
+class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
+    def __init__(
+        self,
+        *,
+        journal: Journal,
+        dispatch: DispatchControl,
+        feed: ChangeFeed,
+        authenticator: Authenticator,
+        clock: Callable[[], datetime] = utc_now,
+        default_max_attempts: int = 5,
+        watch_poll_seconds: float = 1.0,
+        watch_page_size: int = 100,
+    ) -> None:
+        self._journal = journal
+        self._dispatch = dispatch
+        self._feed = feed
+        self._auth = authenticator
+        self._clock = clock
+        self._default_max_attempts = default_max_attempts
+        self._watch_poll = watch_poll_seconds
+        self._watch_page = watch_page_size
+        self._closing = asyncio.Event()
+
+    def close(self) -> None:
+        """Shutting down: open watches end with UNAVAILABLE so clients reconnect.
+
+        Call from the event loop. Publishing wakes every waiting watch now
+        instead of at its next poll.
+        """
+        self._closing.set()
+        self._feed.publish("")
+
+    async def _guard(self, context: Any, body: Callable[[str], Awaitable[_T]]) -> _T:
+        """Authenticate, run ``body(principal)``, turn any failure into a typed status."""
+        try:
+            principal = self._auth.authenticate(context.invocation_metadata())
+            return await body(principal)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await abort_with(context, exc)
+            raise AssertionError("context.abort returned") from exc  # pragma: no cover
+
+    async def _owned(self, principal: str, operation_id: str) -> OperationRecord:
+        _check_operation_id(operation_id)
+        record = await self._journal.get_for_principal(principal, operation_id)
+        if record is None:
+            raise _not_found()
+        return record
+
+    # --- SubmitTurn -----------------------------------------------------------------
+    async def SubmitTurn(
+        self, request: coordinator_pb2.SubmitTurnRequest, context: Any
+    ) -> coordinator_pb2.SubmitTurnResponse:
+        async def body(principal: str) -> coordinator_pb2.SubmitTurnResponse:
+            accepted = await accept(
+                request,
+                principal,
+                journal=self._journal,
+                dispatch=self._dispatch,
+                feed=self._feed,
+                clock=self._clock,
+                default_max_attempts=self._default_max_attempts,
+            )
+            return coordinator_pb2.SubmitTurnResponse(
+                operation=operation_to_proto(accepted.operation), replayed=accepted.replayed
+            )
+
+        return await self._guard(context, body)
+
+    # --- GetOperation ---------------------------------------------------------------
+    async def GetOperation(
+        self, request: coordinator_pb2.GetOperationRequest, context: Any
+    ) -> coordinator_pb2.GetOperationResponse:
+        async def body(principal: str) -> coordinator_pb2.GetOperationResponse:
+            record = await self._owned(principal, request.operation_id)
+            return coordinator_pb2.GetOperationResponse(operation=operation_to_proto(record))
+
+        return await self._guard(context, body)
+
+    # --- ListOperations -------------------------------------------------------------
+    async def ListOperations(
+        self, request: coordinator_pb2.ListOperationsRequest, context: Any
+    ) -> coordinator_pb2.ListOperationsResponse:
+        async def body(principal: str) -> coordinator_pb2.ListOperationsResponse:
+            states = _states(request.states)
+            size = _page_size(request.page_size)
+            after = decode_page_token(principal, request.page_token) if request.page_token else None
+            # One extra row tells whether another page exists.
+            records = await self._journal.list_for_principal(principal, states, size + 1, after)
+            page = records[:size]
+            response = coordinator_pb2.ListOperationsResponse(
+                operations=[operation_to_proto(r) for r in page]
+            )
+            if len(records) > size:
+                last = page[-1]
+                response.next_page_token = encode_page_token(
+                    principal, PageCursor(last.created_at, last.operation_id)
+                )
+            return response
+
+        return await self._guard(context, body)
+
+    # --- CancelOperation ------------------------------------------------------------
+    async def CancelOperation(
+        self, request: coordinator_pb2.CancelOperationRequest, context: Any
+    ) -> coordinator_pb2.CancelOperationResponse:
+        async def body(principal: str) -> coordinator_pb2.CancelOperationResponse:
+            record = await self._cancel(principal, request.operation_id)
+            return coordinator_pb2.CancelOperationResponse(operation=operation_to_proto(record))
+
+        return await self._guard(context, body)
+
+    async def _cancel(self, principal: str, operation_id: str) -> OperationRecord:
+        """C11 via the dispatcher; a terminal operation is returned as it is."""
+        for attempt in range(CANCEL_RETRIES):
+            record = await self._owned(principal, operation_id)
+            if record.state.terminal:
+                return record
+            try:
+                cancelled = await self._dispatch.request_cancel(record)
+            except StaleVersion:
+                # Another local writer got there first: reload and ask again.
+                if attempt == CANCEL_RETRIES - 1:
+                    raise
+                continue
+            self._feed.publish(operation_id)
+            return cancelled
+        raise AssertionError("unreachable")  # pragma: no cover - loop returns or raises
+
+    # --- WatchOperation -------------------------------------------------------------
+    async def WatchOperation(
+        self, request: coordinator_pb2.WatchOperationRequest, context: Any
+    ) -> AsyncIterator[coordinator_pb2.WatchOperationResponse]:
+        try:
+            principal = self._auth.authenticate(context.invocation_metadata())
+            record = await self._owned(principal, request.operation_id)
+            async for response in self._watch(record.operation_id, request.after_sequence):
+                yield response
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await abort_with(context, exc)
+
+    async def _watch(
+        self, operation_id: str, after_sequence: int
+    ) -> AsyncIterator[coordinator_pb2.WatchOperationResponse]:
+        cursor = after_sequence
+        while not self._closing.is_set():
+            seen = self._feed.version  # read before the journal: no lost wake-up
+            events = await self._journal.events(operation_id, cursor, self._watch_page)
+            record = await self._journal.get(operation_id)
+            if record is None:  # pragma: no cover - operations are never deleted
+                raise _not_found()
+            if events:
+                operation = operation_to_proto(record)
+                for event in events:
+                    yield coordinator_pb2.WatchOperationResponse(
+                        event=event_to_proto(event), operation=operation
+                    )
+                    cursor = event.sequence
+                    if event.to_state.terminal:
+                        return
+                continue
+            if record.state.terminal and cursor >= record.last_event_sequence:
+                return  # resumed after the end: nothing more will ever come
+            await self._feed.wait_past(seen, self._watch_poll)
+        raise ApiError(
+            grpc.StatusCode.UNAVAILABLE,
+            _R.ERROR_REASON_SHUTTING_DOWN,
+            "coordinator is shutting down; reconnect with the last sequence you saw",
+        )
+
+
+def add_to_server(servicer: TurnServicer, server: grpc.aio.Server) -> None:
+    coordinator_pb2_grpc.add_TurnServiceServicer_to_server(servicer, server)
+
+
+SERVICE_NAME: str = coordinator_pb2.DESCRIPTOR.services_by_name["TurnService"].full_name

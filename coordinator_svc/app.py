@@ -1,0 +1,171 @@
+"""The coordinator's composition root: journal + dispatcher + TurnService.
+
+Start order (each step only after the one before succeeded):
+
+1. read the tokens file (a bad file stops start-up before anything opens);
+2. make sure the listen port is free (before recovery touches the journal:
+   a second coordinator started by mistake on a taken port must not run
+   C12 recovery against the first one's journal);
+3. open the journal (refuses an unmigrated or too-new schema);
+4. start the dispatcher: C12 recovery runs here, before any new work;
+5. serve TurnService with health and reflection; report the address.
+
+Stop order is the reverse: health NOT_SERVING, end open watches, stop
+accepting calls (in-flight ones get ``grace`` seconds), stop the dispatcher,
+close the journal. A failure half-way through start undoes what was started.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import grpc
+
+from coordinator_svc.api.auth import Authenticator
+from coordinator_svc.api.servicer import SERVICE_NAME, TurnServicer, add_to_server, utc_now
+from coordinator_svc.config import CoordinatorConfig
+from coordinator_svc.dispatcher import Dispatcher
+from coordinator_svc.feed import ChangeFeed
+from coordinator_svc.ports import Journal
+from coordinator_svc.storage import open_journal
+from turnwire.serving import RunningServer, ensure_port_free, start_server
+
+log = logging.getLogger("coordinator_svc")
+
+# SubmitTurn accepts requests up to 4 MiB (acceptance.MAX_REQUEST_BYTES) and
+# answers larger ones with a typed TURN_INVALID; gRPC's own limit sits a
+# little above so that answer can be given instead of a bare RESOURCE_EXHAUSTED.
+MAX_RECEIVE_BYTES = 4 * 1024 * 1024 + 64 * 1024
+DEFAULT_GRACE_SECONDS = 5.0
+
+
+def new_replica_id() -> str:
+    """A replica name that is unique per process start (lease owner, §5)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+@dataclass
+class RunningCoordinator:
+    """A started coordinator. ``stop()`` is idempotent."""
+
+    address: str
+    journal: Journal
+    dispatcher: Dispatcher
+    feed: ChangeFeed
+    servicer: TurnServicer
+    server: RunningServer
+    config: CoordinatorConfig
+    _stopped: bool = False
+
+    async def stop(self, grace: float = DEFAULT_GRACE_SECONDS) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            await self.server.set_serving(False)
+            self.servicer.close()
+            await self.server.stop(grace)
+            await self.dispatcher.stop()
+        finally:
+            await self.journal.close()
+        log.info("coordinator stopped")
+
+
+@dataclass(frozen=True)
+class _Wiring:
+    """What start_coordinator was given, passed to the steps that use it."""
+
+    config: CoordinatorConfig
+    authenticator: Authenticator
+    interceptors: tuple[grpc.aio.ClientInterceptor, ...]
+    server_interceptors: tuple[grpc.aio.ServerInterceptor, ...]
+    clock: Callable[[], datetime]
+
+
+async def start_coordinator(
+    config: CoordinatorConfig,
+    *,
+    interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
+    server_interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    clock: Callable[[], datetime] = utc_now,
+    journal: Journal | None = None,
+) -> RunningCoordinator:
+    """Start journal, dispatcher and TurnService per ``config``.
+
+    ``interceptors`` wrap the dispatcher's calls to runners (fault injection
+    in tests); ``server_interceptors`` wrap TurnService. ``journal`` lets a
+    caller supply an already-open journal: the coordinator owns (and on stop
+    closes) it once start succeeded; if start fails the caller still owns it.
+    """
+    authenticator = Authenticator.from_file(config.tokens_file)
+    if not authenticator.principals:
+        log.warning("no tokens configured: every TurnService call will be refused")
+    ensure_port_free(config.listen)
+    wiring = _Wiring(config, authenticator, tuple(interceptors), tuple(server_interceptors), clock)
+    owned = journal is None
+    journal = journal if journal is not None else open_journal(config.journal_url)
+    try:
+        running = await _start_on(journal, wiring)
+    except BaseException:
+        if owned:
+            await journal.close()
+        raise
+    log.info(
+        "coordinator serving on %s (journal %s, %d runner(s))",
+        running.address,
+        _redacted(config.journal_url),
+        len(config.runners),
+    )
+    return running
+
+
+async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
+    """Dispatcher (with C12 recovery) first, then the server; undo on failure."""
+    config, feed = wiring.config, ChangeFeed()
+    dispatcher = Dispatcher(
+        journal,
+        config.runners,
+        config.timings,
+        feed,
+        replica_id=config.replica_id or new_replica_id(),
+        clock=wiring.clock,
+        default_max_attempts=config.default_max_attempts,
+        interceptors=wiring.interceptors,
+    )
+    await dispatcher.start()
+    servicer = TurnServicer(
+        journal=journal,
+        dispatch=dispatcher,
+        feed=feed,
+        authenticator=wiring.authenticator,
+        clock=wiring.clock,
+        default_max_attempts=config.default_max_attempts,
+    )
+    try:
+        server = await start_server(
+            config.listen,
+            lambda s: add_to_server(servicer, s),
+            [SERVICE_NAME],
+            interceptors=wiring.server_interceptors,
+            options=(("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),),
+        )
+    except BaseException:
+        await dispatcher.stop()
+        raise
+    return RunningCoordinator(server.address, journal, dispatcher, feed, servicer, server, config)
+
+
+def _redacted(url: str) -> str:
+    """The journal URL without its password, for logs."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # a malformed URL was refused earlier; never log it raw
+        return "<journal url>"
