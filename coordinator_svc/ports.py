@@ -10,10 +10,17 @@ failure changes nothing and surfaces, it is never swallowed)::
     JournalError
     ├── JournalUnavailable      the database could not be read or written
     ├── SchemaTooNew            the journal was written by newer code
+    ├── JournalNotMigrated      no schema, or an older one: run `python -m coordinator_svc migrate`
     ├── IdempotencyKeyReused    same principal + key, different request digest
     └── WriteConflict           the compare-and-set matched no row
         ├── StaleVersion        same fencing token, newer version: reload, decide again
         └── LeaseLost           the fencing token moved on: send nothing more (§5)
+
+Two more are programming errors, not journal failures (ValueError, so a
+caller that retries JournalError never retries them); both change nothing::
+
+    core.edges.IllegalTransition   a state change not in the §2 table (C10: terminal is final)
+    InvalidWrite                   a write that breaks a journal rule (see storage.rules)
 """
 
 from __future__ import annotations
@@ -42,6 +49,18 @@ class JournalUnavailable(JournalError):
 
 class SchemaTooNew(JournalError):
     """The journal's schema revision is unknown to this code."""
+
+
+class JournalNotMigrated(JournalError):
+    """The journal has no schema, or an older one than this code needs."""
+
+
+class InvalidWrite(ValueError):
+    """The caller asked for a write that breaks a journal rule; nothing was written.
+
+    Examples: a naive datetime, a changed envelope, an event that does not
+    describe the change, an attempt number that is not the next one.
+    """
 
 
 class IdempotencyKeyReused(JournalError):
@@ -80,6 +99,9 @@ class Journal(Protocol):
     ) -> tuple[OperationRecord, bool]:
         """Insert a new operation and its first event in one transaction (C1).
 
+        The first event must go from None to ``operation.state``; it is stored
+        with sequence 1 and the returned record has ``last_event_sequence`` 1.
+
         If (principal, idempotency_key_digest) already exists: return the
         existing record and True when its request_digest matches, else raise
         IdempotencyKeyReused. Concurrent submits with one key make one row.
@@ -88,9 +110,7 @@ class Journal(Protocol):
 
     async def get(self, operation_id: str) -> OperationRecord | None: ...
 
-    async def get_for_principal(
-        self, principal: str, operation_id: str
-    ) -> OperationRecord | None:
+    async def get_for_principal(self, principal: str, operation_id: str) -> OperationRecord | None:
         """The operation only if it belongs to ``principal`` (§7: else None)."""
         ...
 
@@ -111,6 +131,11 @@ class Journal(Protocol):
         the row with version + 1, appends the event with the next sequence,
         inserts/updates attempt rows. Returns the stored record.
         Raises StaleVersion / LeaseLost / IllegalTransition / JournalUnavailable.
+
+        The journal assigns ``version`` and the event's ``sequence`` (the
+        caller's values are ignored); the full rule list, e.g. that
+        ``after.attempt_count`` must count ``new_attempt``, is in
+        ``coordinator_svc.storage.rules``; breaking one raises InvalidWrite.
         """
         ...
 
@@ -122,7 +147,8 @@ class Journal(Protocol):
 
     async def due(self, now: datetime, limit: int) -> list[OperationRecord]:
         """Non-terminal operations whose next_action_at is unset or <= now,
-        plus terminal ones not yet released; oldest first."""
+        plus terminal ones not yet released; oldest first (created_at,
+        operation_id). Lease-blind: a replica claims before it acts."""
         ...
 
     async def claim(
@@ -132,7 +158,11 @@ class Journal(Protocol):
         already ours. Taking over someone else's expired lease increments
         fencing_token. Returns None if another owner holds a live lease.
         Uses SELECT … FOR UPDATE SKIP LOCKED on PostgreSQL, BEGIN IMMEDIATE
-        on SQLite."""
+        on SQLite, so on PostgreSQL None also means another transaction holds
+        the row right now (try again later). Also None for an unknown id.
+        A claim is a write: the returned record has a new ``version``. It
+        appends no event; treating a taken-over DISPATCHING operation as
+        DISPATCH_UNKNOWN (§5, C12) is the caller's commit."""
         ...
 
     async def in_state(self, state: OpState, limit: int) -> list[OperationRecord]: ...

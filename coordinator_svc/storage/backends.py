@@ -1,0 +1,138 @@
+"""What differs between SQLite and PostgreSQL, in two small classes.
+
+Everything else in ``sql.SqlJournal`` is the same SQL on both. A backend
+knows how to make a correctly configured engine, how to write an
+``INSERT … ON CONFLICT DO NOTHING``, how to lock a row for a claim (§5), and
+how many threads may talk to the database at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Engine
+
+# Connection execution option: this transaction only reads (SQLite then
+# skips the write lock). Writes are the default, so a forgotten flag costs
+# concurrency, never correctness.
+READ_ONLY = "turnwire_read_only"
+
+
+class Backend(Protocol):
+    name: str
+    # Threads that may use the engine at once (the journal's executor size).
+    worker_threads: int
+
+    def make_engine(self, url: sa.URL, busy_timeout: float) -> Engine: ...
+
+    def insert(self, table: sa.Table) -> Any:
+        """An INSERT that supports ``.on_conflict_do_nothing()``."""
+        ...
+
+    def lock_for_claim(self, query: sa.Select[Any]) -> sa.Select[Any]: ...
+
+
+class SqliteBackend:
+    name = "sqlite"
+    # SQLite has one writer at a time anyway; one thread and one connection
+    # means no SQLITE_BUSY between our own writers.
+    worker_threads = 1
+
+    def make_engine(self, url: sa.URL, busy_timeout: float) -> Engine:
+        engine = sa.create_engine(url, connect_args={"check_same_thread": False})
+        timeout_ms = max(int(busy_timeout * 1000), 0)
+
+        @event.listens_for(engine, "connect")
+        def configure(dbapi_connection: Any, _record: Any) -> None:
+            # Stop the sqlite3 driver from issuing its own BEGIN (it skips it
+            # before SELECT and DDL); the "begin" hook below issues ours.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            try:
+                # WAL: readers never block the writer nor the writer them, and
+                # a crash mid-commit leaves the last committed state.
+                cursor.execute("PRAGMA journal_mode=WAL")
+                # FULL: fsync the WAL at every commit. C1 replies only after the
+                # operation is durable; NORMAL could lose the last commits on
+                # power loss.
+                cursor.execute("PRAGMA synchronous=FULL")
+                # Another process (a second coordinator, the CLI) may hold the
+                # write lock briefly: wait for it instead of failing at once.
+                cursor.execute(f"PRAGMA busy_timeout={timeout_ms}")
+                # SQLite ignores REFERENCES unless asked, per connection: an
+                # attempt or event must belong to an operation.
+                cursor.execute("PRAGMA foreign_keys=ON")
+            finally:
+                cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def begin(connection: sa.Connection) -> None:
+            # IMMEDIATE takes the write lock up front, so a transaction never
+            # reads, then fails to upgrade to writing (a deadlock busy_timeout
+            # cannot resolve); this is also the claim lock of §5.
+            read_only = connection.get_execution_options().get(READ_ONLY, False)
+            connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+        return engine
+
+    def insert(self, table: sa.Table) -> Any:
+        return sqlite.insert(table)
+
+    def lock_for_claim(self, query: sa.Select[Any]) -> sa.Select[Any]:
+        return query  # BEGIN IMMEDIATE already holds the database write lock
+
+    @staticmethod
+    def database_file(url: sa.URL) -> Path | None:
+        """The file a URL names, or None for an in-memory database."""
+        database = url.database or ""
+        if database in ("", ":memory:") or database.startswith("file:"):
+            return None
+        return Path(database)
+
+
+class PostgresBackend:
+    name = "postgresql"
+    # Real concurrency: CAS updates and SKIP LOCKED sort writers out.
+    worker_threads = 8
+
+    def make_engine(self, url: sa.URL, busy_timeout: float) -> Engine:
+        timeout_ms = max(int(busy_timeout * 1000), 1)
+        return sa.create_engine(
+            url,
+            # A dropped connection (server restart, failover) is noticed at
+            # checkout and replaced, instead of failing the next write.
+            pool_pre_ping=True,
+            pool_size=self.worker_threads,
+            max_overflow=0,
+            connect_args={
+                # Fail fast when the server is gone: a bounded wait, then
+                # JournalUnavailable, never a hang.
+                "connect_timeout": max(int(busy_timeout), 1),
+                # lock_timeout is busy_timeout's twin: a row lock another
+                # replica holds too long fails the write instead of stalling.
+                # statement_timeout bounds anything else a sick server does.
+                "options": f"-c lock_timeout={timeout_ms} -c statement_timeout={timeout_ms * 6}",
+            },
+        )
+
+    def insert(self, table: sa.Table) -> Any:
+        return postgresql.insert(table)
+
+    def lock_for_claim(self, query: sa.Select[Any]) -> sa.Select[Any]:
+        # A row another replica is claiming or writing is skipped, not waited
+        # for: that replica is busy with it, so this one moves on (§5).
+        return query.with_for_update(skip_locked=True)
+
+
+def backend_for(url: sa.URL) -> SqliteBackend | PostgresBackend:
+    if url.get_backend_name() == "sqlite":
+        return SqliteBackend()
+    if url.get_backend_name() == "postgresql":
+        return PostgresBackend()
+    raise ValueError(
+        f"journal URL must be sqlite:///PATH or postgresql+psycopg://..., got {url.drivername}"
+    )

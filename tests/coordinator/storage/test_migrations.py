@@ -1,0 +1,220 @@
+"""Journal migrations on SQLite and PostgreSQL; open_journal refusing schemas it cannot use."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.script import ScriptDirectory
+
+from coordinator_svc.core.model import AttemptRecord, EventRecord, OperationRecord, OpState
+from coordinator_svc.ports import JournalNotMigrated, JournalUnavailable, SchemaTooNew
+from coordinator_svc.storage import alembic_config, head_revision, migrate, open_journal
+from coordinator_svc.storage.schema import MIGRATIONS_DIR, VERSION_TABLE
+from coordinator_svc.storage.tables import attempts, events, metadata, operations
+from tests.coordinator.storage.records import first_event, new_operation, transition
+
+JOURNAL_TABLES = {"operations", "attempts", "events"}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database with nothing in it yet."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'journal.db'}"
+    else:
+        yield request.getfixturevalue("postgres_url")
+
+
+def _tables(url: str) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        return set(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def _set_version(url: str, revision: str) -> None:
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                sa.text(f"UPDATE {VERSION_TABLE} SET version_num = :revision"),
+                {"revision": revision},
+            )
+    finally:
+        engine.dispose()
+
+
+def test_migrations_have_exactly_one_head() -> None:
+    """Migrations: the revision graph has one head, so `migrate` has one target."""
+    heads = ScriptDirectory(str(MIGRATIONS_DIR)).get_heads()
+    assert heads == [head_revision()]
+
+
+def test_tables_have_a_column_per_record_field() -> None:
+    """Storage: each table's columns are exactly its record's fields, so rows convert losslessly."""
+    for table, record in (
+        (operations, OperationRecord),
+        (attempts, AttemptRecord),
+        (events, EventRecord),
+    ):
+        assert [c.name for c in table.columns] == [f.name for f in dataclasses.fields(record)]
+
+
+def test_upgrade_from_empty_to_head_matches_the_models(empty_url: str) -> None:
+    """Migrations: upgrading an empty database yields the tables exactly (alembic check clean)."""
+    migrate(empty_url)
+    assert JOURNAL_TABLES | {VERSION_TABLE} <= _tables(empty_url)
+    command.check(alembic_config(empty_url))  # raises if models and schema differ
+    migrate(empty_url)  # a second run is a no-op
+    assert set(metadata.tables) == JOURNAL_TABLES
+
+
+def test_downgrade_to_base_removes_the_journal_tables(empty_url: str) -> None:
+    """Migrations: downgrading to base leaves no journal table behind."""
+    migrate(empty_url)
+    command.downgrade(alembic_config(empty_url), "base")
+    assert _tables(empty_url) & JOURNAL_TABLES == set()
+    with pytest.raises(JournalNotMigrated):
+        open_journal(empty_url)
+
+
+def test_every_revision_walks_up_and_down(empty_url: str) -> None:
+    """Migrations: each revision upgrades, downgrades and upgrades again cleanly, base to head."""
+    config = alembic_config(empty_url)
+    scripts = ScriptDirectory(str(MIGRATIONS_DIR))
+    revisions = list(reversed(list(scripts.walk_revisions("base", "heads"))))
+    assert revisions, "no migrations found"
+    for script in revisions:
+        command.upgrade(config, script.revision)
+        command.downgrade(config, script.down_revision or "base")
+        command.upgrade(config, script.revision)
+    command.check(config)
+
+
+def test_open_refuses_a_schema_written_by_newer_code(empty_url: str) -> None:
+    """Migrations: a journal at a revision this code does not know: open and migrate refuse it."""
+    migrate(empty_url)
+    _set_version(empty_url, "9999_from_the_future")
+    with pytest.raises(SchemaTooNew, match=r"9999_from_the_future.*newer code"):
+        open_journal(empty_url)
+    with pytest.raises(SchemaTooNew, match="9999_from_the_future"):
+        migrate(empty_url)  # an older migrate must not guess at a newer schema
+
+
+def test_open_refuses_an_unmigrated_database(empty_url: str) -> None:
+    """Migrations: a database without the schema raises JournalNotMigrated naming the command."""
+    engine = sa.create_engine(empty_url)
+    try:
+        with engine.begin() as connection:  # a database that exists, with other tables
+            connection.execute(sa.text("CREATE TABLE unrelated (x INTEGER)"))
+    finally:
+        engine.dispose()
+    with pytest.raises(JournalNotMigrated, match="python -m coordinator_svc migrate"):
+        open_journal(empty_url)
+
+
+def test_open_refuses_a_missing_sqlite_file_without_creating_it(tmp_path: Path) -> None:
+    """Migrations: opening a SQLite journal that does not exist refuses and creates no file."""
+    path = tmp_path / "absent" / "journal.db"
+    with pytest.raises(JournalNotMigrated, match="python -m coordinator_svc migrate"):
+        open_journal(f"sqlite:///{path}")
+    assert not path.exists()
+
+
+def test_migrate_creates_the_sqlite_directory(tmp_path: Path) -> None:
+    """Migrations: migrate makes a missing parent directory for a SQLite journal."""
+    path = tmp_path / "data" / "journal.db"
+    migrate(f"sqlite:///{path}")
+    assert path.exists()
+    assert _tables(f"sqlite:///{path}") >= JOURNAL_TABLES
+
+
+def test_open_with_an_unreachable_server_is_unavailable() -> None:
+    """Storage: a PostgreSQL URL nobody answers gives JournalUnavailable, not a hang."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed when the block ends: nothing listens
+    with pytest.raises(JournalUnavailable):
+        open_journal(f"postgresql+psycopg://postgres@127.0.0.1:{port}/journal", busy_timeout=2)
+
+
+def test_unknown_database_scheme_is_refused() -> None:
+    """Storage: a URL for a database the journal does not support is refused with its name."""
+    with pytest.raises(ValueError, match="mysql"):
+        open_journal("mysql://localhost/journal")
+
+
+def test_open_refuses_an_older_schema(empty_url: str) -> None:
+    """Migrations: a journal at an older known revision raises JournalNotMigrated, naming head."""
+    scripts = ScriptDirectory(str(MIGRATIONS_DIR))
+    older = scripts.get_revision(head_revision()).down_revision
+    if older is None:
+        pytest.skip("only one revision exists, so there is no older schema to refuse")
+    migrate(empty_url, str(older))
+    with pytest.raises(JournalNotMigrated, match=rf"{older}.*{head_revision()}.*migrate"):
+        open_journal(empty_url)
+
+
+def test_database_refuses_rewriting_events_or_a_terminal_state(empty_url: str) -> None:
+    """C10/C13/§8.6: even raw SQL cannot update an event or move a terminal state."""
+    migrate(empty_url)
+
+    async def scenario() -> str:
+        journal = open_journal(empty_url)
+        try:
+            operation = new_operation(1)
+            stored, _ = await journal.submit(operation, first_event(operation))
+            await journal.commit(transition(stored, OpState.CANCELLED))
+            return stored.operation_id
+        finally:
+            await journal.close()
+
+    operation_id = asyncio.run(scenario())
+    engine = sa.create_engine(empty_url)
+    try:
+        for statement in (
+            "UPDATE events SET reason = 'rewritten'",
+            "UPDATE operations SET state = 'QUEUED'",
+        ):
+            with pytest.raises(sa.exc.DBAPIError), engine.begin() as connection:
+                connection.execute(sa.text(statement))
+        with engine.begin() as connection:  # bookkeeping on a terminal row is still allowed
+            connection.execute(sa.text("UPDATE operations SET released = true"))
+            row = connection.execute(
+                sa.text("SELECT state, released FROM operations WHERE operation_id = :id"),
+                {"id": operation_id},
+            ).one()
+        assert (row.state, bool(row.released)) == ("CANCELLED", True)
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_connections_use_the_durable_settings(tmp_path: Path) -> None:
+    """Storage: every SQLite journal connection has WAL, synchronous=FULL, FKs on, busy timeout."""
+    from coordinator_svc.storage.backends import SqliteBackend
+
+    url = sa.make_url(f"sqlite:///{tmp_path / 'journal.db'}")
+    engine = SqliteBackend().make_engine(url, busy_timeout=1.5)
+    try:
+        with engine.connect() as connection:
+            settings = {
+                name: connection.exec_driver_sql(f"PRAGMA {name}").scalar()
+                for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+            }
+    finally:
+        engine.dispose()
+    assert settings == {
+        "journal_mode": "wal",
+        "synchronous": 2,  # FULL
+        "foreign_keys": 1,
+        "busy_timeout": 1500,
+    }
