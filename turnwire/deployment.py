@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +67,10 @@ class LocalDeployment:
     coordinator_port: int = 0
     proxy_seed: int = 0
     token: str = ""
+    # Extra environment for every coordinator / runner process this deployment
+    # starts (e.g. TURNWIRE_CRASH_AT, turnwire.crashpoints); a restart may add more.
+    coordinator_env: Mapping[str, str] = field(default_factory=dict)
+    runner_env: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ledger(self) -> Path:
@@ -88,7 +93,9 @@ class LocalDeployment:
     def _log(self, name: str) -> Path:
         return self.data_dir / "logs" / f"{name}.log"
 
-    def _runner_process(self, name: str, store: Path, listen: str) -> ManagedProcess:
+    def _runner_process(
+        self, name: str, store: Path, listen: str, env: Mapping[str, str] | None = None
+    ) -> ManagedProcess:
         argv = python_module(
             "runner_svc", "serve",
             "--listen", listen,
@@ -98,7 +105,13 @@ class LocalDeployment:
             "--writable-slots", str(self.writable_slots),
             "--read-only-slots", str(self.read_only_slots),
         )  # fmt: skip
-        return ManagedProcess(name, argv, self._log(name), self.data_dir / f"{name}.addr")
+        return ManagedProcess(
+            name,
+            argv,
+            self._log(name),
+            self.data_dir / f"{name}.addr",
+            env={**self.runner_env, **(env or {})},
+        )
 
     def _proxy_process(self, name: str, upstream: str, control_file: Path) -> ManagedProcess:
         # The control address file is written before the proxy address file,
@@ -148,7 +161,9 @@ class LocalDeployment:
         self.coordinator_port = int(address.rsplit(":", 1)[1])
         self.coordinator.wait_healthy(timeout)
 
-    def _coordinator_process(self, listen: str) -> ManagedProcess:
+    def _coordinator_process(
+        self, listen: str, env: Mapping[str, str] | None = None
+    ) -> ManagedProcess:
         runner_flags: list[str] = []
         for slot in self.runners:
             runner_flags += ["--runner", f"{slot.name}={slot.dispatch_address}"]
@@ -162,28 +177,44 @@ class LocalDeployment:
             *self.coordinator_args,
         )  # fmt: skip
         return ManagedProcess(
-            "coordinator", argv, self._log("coordinator"), self.data_dir / "coordinator.addr"
+            "coordinator",
+            argv,
+            self._log("coordinator"),
+            self.data_dir / "coordinator.addr",
+            env={**self.coordinator_env, **(env or {})},
         )
 
-    def restart_coordinator(self, *, hard: bool, timeout: float = 60.0) -> None:
-        """SIGKILL (or SIGTERM) the coordinator and start it again on its port."""
+    def restart_coordinator(
+        self, *, hard: bool, timeout: float = 60.0, env: Mapping[str, str] | None = None
+    ) -> None:
+        """SIGKILL (or SIGTERM) the coordinator and start it again on its port.
+
+        ``env`` is added to ``coordinator_env`` for the new process only. A
+        coordinator that already exited (a crash point fired) is just reaped."""
         if self.coordinator is None:
             raise LaunchError("the coordinator is not started")
         if hard:
             self.coordinator.kill()
         else:
             self.coordinator.terminate()
-        self.coordinator = self._coordinator_process(f"127.0.0.1:{self.coordinator_port}")
+        self.coordinator = self._coordinator_process(f"127.0.0.1:{self.coordinator_port}", env)
         self.coordinator.start(timeout)
         self.coordinator.wait_healthy(timeout)
 
     def restart_runner(
-        self, name: str, *, hard: bool, wipe_store: bool = False, timeout: float = 60.0
+        self,
+        name: str,
+        *,
+        hard: bool,
+        wipe_store: bool = False,
+        timeout: float = 60.0,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         """Stop a runner (SIGKILL if ``hard``, else SIGTERM) and start it again
         on the same port: same address, new incarnation. ``wipe_store`` deletes
         its dedupe store first (a new store, a new store_id: what a lost disk
-        looks like)."""
+        looks like). ``env`` is added to ``runner_env`` for the new process
+        only. A runner that already exited (a crash point fired) is just reaped."""
         slot = next(s for s in self.runners if s.name == name)
         if hard:
             slot.process.kill()
@@ -192,7 +223,7 @@ class LocalDeployment:
         if wipe_store:
             for path in slot.store.parent.glob(slot.store.name + "*"):
                 path.unlink()
-        slot.process = self._runner_process(name, slot.store, f"127.0.0.1:{slot.port}")
+        slot.process = self._runner_process(name, slot.store, f"127.0.0.1:{slot.port}", env)
         slot.process.start(timeout)
         slot.process.wait_healthy(timeout)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import tempfile
 import time
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         from turnwire.harness import verdict_json
 
-        print(verdict_json(verdict))
+        print(json.dumps(verdict_json(verdict), default=str))
     else:
         if verdict.violations:
             print(render(verdict))
