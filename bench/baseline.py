@@ -14,6 +14,7 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
@@ -53,7 +54,7 @@ class Figures:
         ordered = sorted(self.latencies)
         if not ordered:
             return 0.0
-        index = min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))
+        index = min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))
         return ordered[index]
 
     @property
@@ -99,16 +100,28 @@ async def measure_echo(address: str, count: int, in_flight: int, payload: bytes)
         return await measure(f"grpc echo x{in_flight}", echo_once, count, in_flight)
 
 
+def _write_address(path: Path, address: str) -> None:
+    """Atomically, so a reader (turnwire.launcher) never sees half an address."""
+    partial = path.with_suffix(path.suffix + ".tmp")
+    partial.write_text(address + "\n")
+    partial.replace(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--serve", action="store_true", help="run an echo server until killed")
     parser.add_argument("--count", type=int, default=500)
+    parser.add_argument(
+        "--address-file", default=None, help="with --serve: also write the address to this file"
+    )
     args = parser.parse_args()
 
     async def run() -> None:
         server, address = await serve_echo()
         if args.serve:
             print(f"listening on {address}", flush=True)
+            if args.address_file:
+                _write_address(Path(args.address_file), address)
             await server.wait_for_termination()
             return
         try:

@@ -22,6 +22,7 @@ services themselves varies between runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections import Counter
@@ -138,9 +139,9 @@ class _Load:
 
     async def _one(self, index: int, semaphore: asyncio.Semaphore) -> None:
         key = f"chaos-{self.plan.seed}-{index}"
-        policy = self.rng.choices(
-            ("probe-first", "never-automatic", "safe"), weights=(85, 10, 5)
-        )[0]
+        policy = self.rng.choices(("probe-first", "never-automatic", "safe"), weights=(85, 10, 5))[
+            0
+        ]
         params = {"sleep_ms": str(self.rng.randint(0, 600))}
         cancel_after = self.rng.random() < self.plan.cancel_fraction
         client = self.client
@@ -175,17 +176,13 @@ class _Load:
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
                 index += 1
-                try:
+                with contextlib.suppress(TimeoutError):  # the pacing tick
                     await asyncio.wait_for(self.stop.wait(), 1.0 / self.plan.rate)
-                except TimeoutError:
-                    pass
             if tasks:
                 await asyncio.gather(*tasks)
 
 
-async def _apply_cycle(
-    deployment: LocalDeployment, events: CycleEvents, tally: ChaosTally
-) -> None:
+async def _apply_cycle(deployment: LocalDeployment, events: CycleEvents, tally: ChaosTally) -> None:
     for runner, texts in events.rules.items():
         async with FaultControlClient(deployment.runners[runner].control_address) as control:
             await control.clear()
@@ -209,10 +206,10 @@ async def _heal(deployment: LocalDeployment) -> None:
 
 
 async def _quiesce(
-    deployment: LocalDeployment, tally: ChaosTally, timeout: float,
+    deployment: LocalDeployment, tally: ChaosTally, within: float,
     progress: Callable[[str], None],
 ) -> None:  # fmt: skip
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     open_ids = list(tally.submitted)
     async with AsyncTurnwireClient(deployment.address, deployment.token) as client:
         while open_ids and time.monotonic() < deadline:
@@ -246,8 +243,10 @@ async def run_chaos(
             )
             extra = []
             if events.restart_runner is not None:
-                extra.append(f"restart r{events.restart_runner + 1}"
-                             + (" (wiped)" if events.wipe_store else ""))
+                extra.append(
+                    f"restart r{events.restart_runner + 1}"
+                    + (" (wiped)" if events.wipe_store else "")
+                )
             if events.restart_coordinator:
                 extra.append("restart coordinator")
             progress(

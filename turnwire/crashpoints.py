@@ -36,7 +36,9 @@ def _armed() -> dict[str, int]:
     for part in filter(None, (p.strip() for p in spec.split(","))):
         name, _, nth = part.partition("@")
         if name not in CRASH_POINTS:
-            raise ValueError(f"{ENV_VAR}: unknown crash point {name!r}; known: {sorted(CRASH_POINTS)}")
+            raise ValueError(
+                f"{ENV_VAR}: unknown crash point {name!r}; known: {sorted(CRASH_POINTS)}"
+            )
         armed[name] = int(nth) if nth else 1
     return armed
 

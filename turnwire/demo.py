@@ -103,8 +103,8 @@ async def _submit_all(
     await asyncio.gather(*(one(i) for i in range(plan.turns)))
 
 
-async def _settle(client: AsyncTurnwireClient, report: DemoReport, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+async def _settle(client: AsyncTurnwireClient, report: DemoReport, within: float) -> None:
+    deadline = time.monotonic() + within
     last_line = 0.0
     while time.monotonic() < deadline:
         for op_id in list(report.operations):
@@ -113,7 +113,9 @@ async def _settle(client: AsyncTurnwireClient, report: DemoReport, timeout: floa
         open_ops = len(report.not_terminal)
         if time.monotonic() - last_line >= 2 or not open_ops:
             states = ", ".join(f"{k} {v}" for k, v in sorted(report.by_state.items()))
-            progress(f"{len(report.operations) - open_ops}/{len(report.operations)} ended ({states})")
+            progress(
+                f"{len(report.operations) - open_ops}/{len(report.operations)} ended ({states})"
+            )
             last_line = time.monotonic()
         if not open_ops:
             return
@@ -130,8 +132,9 @@ async def run_demo(deployment: LocalDeployment, plan: DemoPlan) -> DemoReport:
     async with AsyncTurnwireClient(deployment.address, deployment.token) as client:
         halfway = asyncio.Event()
         submitting = asyncio.create_task(_submit_all(client, plan, report, halfway))
-        await asyncio.wait({submitting, asyncio.create_task(halfway.wait())},
-                           return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            {submitting, asyncio.create_task(halfway.wait())}, return_when=asyncio.FIRST_COMPLETED
+        )
         victim = deployment.runners[-1].name
         progress(f"{len(report.operations)} submitted; SIGKILL {victim} and restart it")
         await asyncio.to_thread(deployment.restart_runner, victim, hard=True)
@@ -156,7 +159,9 @@ def render(report: DemoReport) -> str:
     if verdict is None:
         return "  (no verdict: the run did not finish)"
     figures = verdict.figures
-    rows = [(f"operations {state}", str(n)) for state, n in sorted(figures.by_terminal_state.items())]
+    rows = [
+        (f"operations {state}", str(n)) for state, n in sorted(figures.by_terminal_state.items())
+    ]
     rows += [
         ("executions (metered ledger)", str(figures.executions)),
         ("duplicates", str(figures.duplicates)),

@@ -26,9 +26,9 @@ from turnwire.common.v1 import errors_pb2
 _PREFIX = "ERROR_REASON_"
 DOMAIN: str = errors_pb2.ErrorReason.DESCRIPTOR.GetOptions().Extensions[errors_pb2.error_domain]
 REASONS: frozenset[str] = frozenset(
-    name.removeprefix(_PREFIX)
-    for name in errors_pb2.ErrorReason.keys()
-    if name != "ERROR_REASON_UNSPECIFIED"
+    value.name.removeprefix(_PREFIX)
+    for value in errors_pb2.ErrorReason.DESCRIPTOR.values
+    if value.number != 0
 )
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
@@ -49,7 +49,9 @@ class TypedError:
 
 
 def rich_status(
-    code: grpc.StatusCode, reason_value: errors_pb2.ErrorReason.ValueType, message: str,
+    code: grpc.StatusCode,
+    reason_value: errors_pb2.ErrorReason.ValueType,
+    message: str,
     **metadata: str,
 ) -> grpc.Status:
     """A grpc.Status carrying an ErrorInfo with our domain and reason."""
@@ -58,15 +60,16 @@ def rich_status(
         info.metadata[key] = value
     detail = any_pb2.Any()
     detail.Pack(info)
-    status = status_pb2.Status(
-        code=getattr(code_pb2, code.name), message=message, details=[detail]
-    )
+    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=[detail])
     return rpc_status.to_status(status)
 
 
 async def abort(
-    context: Any, code: grpc.StatusCode, reason_value: errors_pb2.ErrorReason.ValueType,
-    message: str, **metadata: str,
+    context: Any,
+    code: grpc.StatusCode,
+    reason_value: errors_pb2.ErrorReason.ValueType,
+    message: str,
+    **metadata: str,
 ) -> NoReturn:
     """Abort a grpc.aio call with a typed error (never returns)."""
     status = rich_status(code, reason_value, message, **metadata)
@@ -85,7 +88,9 @@ def error_info(error: grpc.RpcError) -> TypedError | None:
             info = error_details_pb2.ErrorInfo()
             if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == DOMAIN:
                 return TypedError(
-                    code=_code(error), reason=info.reason, message=status.message,
+                    code=_code(error),
+                    reason=info.reason,
+                    message=status.message,
                     metadata=dict(info.metadata),
                 )
     return None

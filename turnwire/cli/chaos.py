@@ -37,8 +37,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runners", type=int, default=2, help="runners (default 2)")
     parser.add_argument("--data-dir", type=Path, help="default: a new temporary directory")
     parser.add_argument("--journal-url", help="default: SQLite in the data directory")
-    parser.add_argument("--settle-timeout", type=float, default=120.0,
-                        help="how long quiescence may take after the heal (default 120)")
+    parser.add_argument(
+        "--settle-timeout",
+        type=float,
+        default=120.0,
+        help="how long quiescence may take after the heal (default 120)",
+    )
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
 
 
@@ -70,16 +74,28 @@ def _figures(tally: ChaosTally) -> str:
 
 def run(args: argparse.Namespace) -> int:
     if args.seconds <= 0 or args.cycle <= 0 or args.rate <= 0 or args.runners < 1:
-        print("turnwire chaos: --seconds, --cycle, --rate must be > 0 and --runners >= 1",
-              file=sys.stderr)
+        print(
+            "turnwire chaos: --seconds, --cycle, --rate must be > 0 and --runners >= 1",
+            file=sys.stderr,
+        )
         return 2
-    plan = ChaosPlan(seconds=args.seconds, seed=args.seed, cycle=args.cycle, rate=args.rate,
-                     runners=args.runners, settle_timeout=args.settle_timeout)
+    plan = ChaosPlan(
+        seconds=args.seconds,
+        seed=args.seed,
+        cycle=args.cycle,
+        rate=args.rate,
+        runners=args.runners,
+        settle_timeout=args.settle_timeout,
+    )
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="turnwire-chaos-"))
     _progress(f"seed {plan.seed}; {plan.cycles} cycles of {plan.cycle}s; data in {data_dir}")
     deployment = LocalDeployment(
-        data_dir, runner_count=plan.runners, with_proxies=True, journal_url=args.journal_url,
-        coordinator_args=CHAOS_COORDINATOR_ARGS, proxy_seed=plan.seed,
+        data_dir,
+        runner_count=plan.runners,
+        with_proxies=True,
+        journal_url=args.journal_url,
+        coordinator_args=CHAOS_COORDINATOR_ARGS,
+        proxy_seed=plan.seed,
     )
     try:
         deployment.start()

@@ -39,20 +39,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def configure(parser: argparse.ArgumentParser, *, demo_flag: bool = True) -> None:
     """The options of `turnwire up` (the turnwire CLI extension hook)."""
-    parser.add_argument("--data-dir", type=Path, help="where journal, stores, ledger and "
-                        "logs go (default: a new temporary directory, printed at start)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        help="where journal, stores, ledger and "
+        "logs go (default: a new temporary directory, printed at start)",
+    )
     parser.add_argument("--runners", type=int, default=2, help="how many runners (default 2)")
-    parser.add_argument("--executor", default="metered",
-                        help="runner executor spec (default metered: counts every start)")
+    parser.add_argument(
+        "--executor",
+        default="metered",
+        help="runner executor spec (default metered: counts every start)",
+    )
     if demo_flag:
         parser.add_argument(
-            "--demo", action="store_true",
+            "--demo",
+            action="store_true",
             help="submit a batch under injected transport loss, print the table, exit",
         )
     parser.add_argument("--turns", type=int, default=60, help="demo: how many turns (default 60)")
     parser.add_argument("--seed", type=int, default=7, help="demo: seed for the fault schedule")
-    parser.add_argument("--keep", action="store_true",
-                        help="demo: leave the services running until Ctrl-C afterwards")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="demo: leave the services running until Ctrl-C afterwards",
+    )
 
 
 def _wait_for_ctrl_c(deployment: LocalDeployment) -> None:
@@ -67,8 +78,10 @@ def _wait_for_ctrl_c(deployment: LocalDeployment) -> None:
     while not stop:
         dead = [p.name for p in deployment.processes() if not p.alive()]
         if dead:
-            print(f"stopped unexpectedly: {', '.join(dead)} (logs in "
-                  f"{deployment.data_dir / 'logs'})", file=sys.stderr)
+            print(
+                f"stopped unexpectedly: {', '.join(dead)} (logs in {deployment.data_dir / 'logs'})",
+                file=sys.stderr,
+            )
             return
         time.sleep(0.5)
 
@@ -92,8 +105,11 @@ def run(args: argparse.Namespace) -> int:
         for process in deployment.processes():
             print(f"  {process.name:<12} pid {process.pid:<7} {process.address}", flush=True)
         print(f"token for principal 'demo': {deployment.token}", flush=True)
-        print(f"try: TURNWIRE_ADDRESS={deployment.address} TURNWIRE_TOKEN={deployment.token} "
-              "turnwire submit --input hello --wait", flush=True)
+        print(
+            f"try: TURNWIRE_ADDRESS={deployment.address} TURNWIRE_TOKEN={deployment.token} "
+            "turnwire submit --input hello --wait",
+            flush=True,
+        )
         if not args.demo:
             print("running; Ctrl-C stops everything", flush=True)
             _wait_for_ctrl_c(deployment)
