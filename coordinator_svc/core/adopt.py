@@ -1,0 +1,190 @@
+"""Adopting a runner row as the operation's state (C3, C8, C9, C10, §6).
+
+Shared by every rule that has read a row it may believe: a preflight answer,
+a Dispatch reply, a watch report, a Cancel reply. The caller has already
+checked that the row speaks for the bound incarnation (C8a) or for the same
+durable store (§6); this module only turns it into a Decision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+from coordinator_svc.core.commands import Alarm, Release, ScheduleAt
+from coordinator_svc.core.decision import (
+    Context,
+    Decision,
+    bookkeeping,
+    close_current,
+    nothing,
+    transition,
+    with_updates,
+)
+from coordinator_svc.core.model import (
+    AttemptOutcome,
+    AttemptUpdate,
+    Execution,
+    OperationRecord,
+    OpState,
+)
+from coordinator_svc.core.runner_view import Observed, RunnerOp, observe
+from coordinator_svc.core.truth import Evidence, joined_execution
+
+_BEFORE_ACK = (OpState.QUEUED, OpState.DISPATCHING, OpState.DISPATCH_UNKNOWN)
+
+
+def next_poll(ctx: Context) -> ScheduleAt:
+    return ScheduleAt(ctx.now + timedelta(seconds=ctx.status_poll))
+
+
+def terminal_repeat(record: OperationRecord, observed: Observed, op: RunnerOp) -> Decision:
+    """C10: a report about an operation already terminal changes nothing.
+
+    Identical: a no-op. Conflicting: a protocol alarm, still no change.
+    """
+    # A released row no longer carries its result (R9): compare results only
+    # when both sides have one.
+    same = observed.state is record.state and (
+        observed.result is None or record.result is None or observed.result == record.result
+    )
+    if same or not op.settled:
+        return nothing("terminal: repeat report")
+    alarm = Alarm(
+        "TERMINAL_CONFLICT",
+        f"recorded {record.state}/{record.error_reason or '-'}, runner reports {op.state}",
+    )
+    return Decision(commands=(alarm,), tags=frozenset({"alarm"}), note="terminal conflict")
+
+
+def terminal_report(
+    record: OperationRecord, op: RunnerOp, runner: str, incarnation_id: str
+) -> Decision:
+    """A row about an operation already terminal (C10), read on ``incarnation_id``.
+
+    Besides the repeat check: a settled row the runner still holds unreleased
+    is released now. This heals a Release lost to a crash between the
+    terminal commit and the send, or to the network.
+    """
+    decision = terminal_repeat(record, observe(op), op)
+    if op.settled and not op.released and runner == record.runner:
+        release = Release(runner, incarnation_id, record.fencing_token)
+        return dataclasses.replace(decision, commands=(*decision.commands, release))
+    return decision
+
+
+def release_only(
+    record: OperationRecord, op: RunnerOp, runner: str, incarnation_id: str
+) -> Decision:
+    """Release a settled, unreleased row of a terminal operation; nothing else."""
+    ours = not op.envelope_digest or op.envelope_digest == record.envelope_digest
+    if op.settled and not op.released and ours and runner == record.runner:
+        return nothing("release", Release(runner, incarnation_id, record.fencing_token))
+    return nothing("terminal; report from another incarnation")
+
+
+def adopt(
+    record: OperationRecord,
+    op: RunnerOp,
+    ctx: Context,
+    *,
+    runner: str,
+    incarnation_id: str,
+    store_id: str | None = None,
+    durable: bool = False,
+    via: str,
+) -> Decision:
+    """Take the runner's row as the truth for this operation."""
+    observed = observe(op)
+    if record.state.terminal:
+        return terminal_report(record, op, runner, incarnation_id)
+    if op.envelope_digest and op.envelope_digest != record.envelope_digest:
+        # R2: the runner knows this id with other bytes; never adopt that row.
+        return _envelope_mismatch(record, op, ctx)
+    updates: tuple[AttemptUpdate, ...] = ()
+    if record.state in (OpState.DISPATCHING, OpState.DISPATCH_UNKNOWN):
+        updates = close_current(record, AttemptOutcome.ACCEPTED, via)
+    attempts = with_updates(ctx.attempts, updates)
+    evidence = Evidence(
+        observed.execution, incarnation_id, store_id if durable and store_id else ""
+    )
+    execution = joined_execution(record, attempts, evidence)
+    binding: dict[str, Any] = {
+        "runner": runner,
+        "incarnation_id": incarnation_id,
+        "acknowledged": True,
+    }
+    if store_id is not None:
+        binding["store_id"] = store_id
+    if observed.state is OpState.RUNNING:
+        return _adopt_unsettled(record, ctx, execution, binding, updates, via)
+    tags = frozenset({"reconciled"}) if record.state is OpState.DISPATCH_UNKNOWN else frozenset()
+    change = transition(
+        record,
+        observed.state,
+        ctx,
+        reason=observed.reason,
+        detail=f"{via}: runner {op.state}",
+        attempt_updates=updates,
+        execution=execution,
+        result=observed.result,
+        error_reason=observed.reason or None,
+        error_message=observed.message or None,
+        stop_reason=record.stop_reason or observed.stop_reason,
+        released=True,
+        **binding,
+    )
+    commands = () if op.released else (Release(runner, incarnation_id, record.fencing_token),)
+    return Decision(change, commands, tags=tags)
+
+
+def _adopt_unsettled(
+    record: OperationRecord,
+    ctx: Context,
+    execution: Execution,
+    binding: dict[str, Any],
+    updates: tuple[AttemptUpdate, ...],
+    via: str,
+) -> Decision:
+    if record.state not in _BEFORE_ACK:
+        # RUNNING / CANCELLING: already acknowledged; keep waiting. After a
+        # fallback status poll, push the durable schedule so the due scan
+        # does not return this operation again until the next poll.
+        if via == "status":
+            return Decision(bookkeeping(record, ctx, next_action_at=next_poll(ctx).at))
+        return nothing("still running")
+    tags = frozenset({"reconciled"}) if record.state is OpState.DISPATCH_UNKNOWN else frozenset()
+    change = transition(
+        record,
+        OpState.RUNNING,
+        ctx,
+        detail=f"{via}: acknowledged",
+        attempt_updates=updates,
+        execution=execution,
+        next_action_at=ctx.now + timedelta(seconds=ctx.status_poll),
+        **binding,
+    )
+    # A cancel stored while DISPATCHING is acted on now that the attempt
+    # resolved (C11): decide again, which moves to CANCELLING and sends Cancel.
+    return Decision(change, again=record.cancel_requested, tags=tags)
+
+
+def _envelope_mismatch(record: OperationRecord, op: RunnerOp, ctx: Context) -> Decision:
+    updates: tuple[AttemptUpdate, ...] = ()
+    if record.state in (OpState.DISPATCHING, OpState.DISPATCH_UNKNOWN):
+        updates = close_current(record, AttemptOutcome.UNKNOWN, "envelope digest mismatch")
+    detail = f"runner row has envelope digest {op.envelope_digest}"
+    change = transition(
+        record,
+        OpState.PROTOCOL_ERROR,
+        ctx,
+        reason="ENVELOPE_MISMATCH",
+        detail=detail,
+        attempt_updates=updates,
+        execution=joined_execution(record, with_updates(ctx.attempts, updates), None),
+        error_reason="ENVELOPE_MISMATCH",
+        error_message=detail,
+        released=True,
+    )
+    return Decision(change, (Alarm("ENVELOPE_MISMATCH", detail),), tags=frozenset({"alarm"}))

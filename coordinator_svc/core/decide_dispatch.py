@@ -1,0 +1,165 @@
+"""Dispatch replies: accepted (C3/R2), typed refusal (C6), anything else (C7).
+
+A reply counts only for the attempt that asked for it while that attempt is
+still the one in flight (C8a): a reply for an older attempt, or one arriving
+after the operation left DISPATCHING (restart, watch), is discarded.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from coordinator_svc.core.adopt import adopt
+from coordinator_svc.core.attempting import end
+from coordinator_svc.core.decision import (
+    Context,
+    Decision,
+    all_refused,
+    backoff,
+    close_current,
+    nothing,
+    transition,
+    with_updates,
+)
+from coordinator_svc.core.events import DispatchAccepted, DispatchRefused, DispatchUnknown
+from coordinator_svc.core.model import (
+    AttemptOutcome,
+    AttemptUpdate,
+    Execution,
+    OperationRecord,
+    OpState,
+)
+from coordinator_svc.core.truth import Evidence, joined_execution
+
+# C6: the typed reasons that prove this attempt was not accepted and will not run.
+DEFINITE_REFUSALS = frozenset(
+    {
+        "INCARNATION_MISMATCH",
+        "NO_FREE_SLOT",
+        "SHUTTING_DOWN",
+        "STORE_WRITE_FAILED",
+        "STALE_FENCING_TOKEN",
+    }
+)
+# Refusals that end the operation.
+ENVELOPE_MISMATCH = "ENVELOPE_MISMATCH"
+ENVELOPE_INVALID = "ENVELOPE_INVALID"
+CANCELLED_BEFORE_DISPATCH = "CANCELLED_BEFORE_DISPATCH"
+
+
+def _current(record: OperationRecord, attempt: int) -> bool:
+    return record.state is OpState.DISPATCHING and attempt == record.attempt_count
+
+
+def on_accepted(record: OperationRecord, event: DispatchAccepted, ctx: Context) -> Decision:
+    if not _current(record, event.attempt):
+        return nothing(f"stale Dispatch reply for attempt {event.attempt}")
+    if event.incarnation_id != record.incarnation_id:
+        # C8a: a reply from another incarnation is never adopted.
+        return unknown(record, ctx, f"reply names incarnation {event.incarnation_id}")
+    assert record.runner is not None  # DISPATCHING is always bound (C4)
+    return adopt(
+        record,
+        event.op,
+        ctx,
+        runner=record.runner,
+        incarnation_id=event.incarnation_id,
+        via="dispatch duplicate" if event.duplicate else "dispatch",
+    )
+
+
+def on_refused(record: OperationRecord, event: DispatchRefused, ctx: Context) -> Decision:
+    if not _current(record, event.attempt):
+        return nothing(f"stale Dispatch refusal for attempt {event.attempt}")
+    reason = event.reason
+    detail = f"{reason}: {event.message}".strip(": ")
+    updates = close_current(record, AttemptOutcome.REFUSED, detail)
+    if reason == ENVELOPE_MISMATCH:
+        return end(record, ctx, OpState.PROTOCOL_ERROR, reason, detail, updates=updates)
+    if reason == ENVELOPE_INVALID:
+        return end(record, ctx, OpState.REJECTED, "DISPATCH_REJECTED", detail, updates=updates)
+    if reason == CANCELLED_BEFORE_DISPATCH:
+        # R5: a tombstone on this incarnation: no Dispatch to it ever runs.
+        tombstone = Evidence(Execution.NOT_STARTED, record.incarnation_id or "")
+        return end(
+            record,
+            ctx,
+            OpState.CANCELLED,
+            "CANCELLED",
+            detail,
+            updates=updates,
+            evidence=tombstone,
+        )
+    if reason not in DEFINITE_REFUSALS:
+        return unknown(record, ctx, f"untyped or indefinite refusal {detail}")
+    return _definitely_refused(record, ctx, updates, detail)
+
+
+def _definitely_refused(
+    record: OperationRecord,
+    ctx: Context,
+    attempt_updates: tuple[AttemptUpdate, ...],
+    detail: str,
+) -> Decision:
+    attempts = with_updates(ctx.attempts, attempt_updates)
+    if all_refused(attempts):
+        if record.cancel_requested:
+            # C11: QUEUED with no unresolved attempt is cancelled at once.
+            return end(
+                record,
+                ctx,
+                OpState.CANCELLED,
+                "CANCELLED",
+                f"cancelled; {detail}",
+                updates=attempt_updates,
+            )
+        change = transition(
+            record,
+            OpState.QUEUED,
+            ctx,
+            reason="",
+            detail=f"attempt {record.attempt_count} refused: {detail}",
+            attempt_updates=attempt_updates,
+            runner=None,
+            incarnation_id=None,
+            store_id=None,
+            acknowledged=False,
+            execution=Execution.NOT_STARTED,
+            next_action_at=ctx.now + backoff(ctx, record.attempt_count - 1),
+        )
+        return Decision(change)
+    # An earlier attempt may still be in flight or may have run: stay bound
+    # and let C8 resolve it.
+    change = transition(
+        record,
+        OpState.DISPATCH_UNKNOWN,
+        ctx,
+        detail=f"attempt {record.attempt_count} refused ({detail}); an earlier one is unresolved",
+        attempt_updates=attempt_updates,
+        execution=joined_execution(record, attempts, None),
+        unknown_since=record.unknown_since or ctx.now,
+        next_action_at=ctx.now,
+    )
+    return Decision(change, again=True, tags=frozenset({"ambiguous"}))
+
+
+def on_unknown(record: OperationRecord, event: DispatchUnknown, ctx: Context) -> Decision:
+    if not _current(record, event.attempt):
+        return nothing(f"stale Dispatch failure for attempt {event.attempt}")
+    return unknown(record, ctx, event.detail)
+
+
+def unknown(record: OperationRecord, ctx: Context, detail: str) -> Decision:
+    """C7: no definite answer; the attempt may have reached the runner."""
+    updates = close_current(record, AttemptOutcome.UNKNOWN, detail)
+    change = transition(
+        record,
+        OpState.DISPATCH_UNKNOWN,
+        ctx,
+        detail=f"attempt {record.attempt_count}: {detail}",
+        attempt_updates=updates,
+        execution=Execution.STARTED if record.execution is Execution.STARTED else Execution.UNKNOWN,
+        unknown_since=record.unknown_since or ctx.now,
+        next_action_at=ctx.now + timedelta(seconds=ctx.backoff_initial),
+    )
+    return Decision(change, again=True, tags=frozenset({"ambiguous"}))

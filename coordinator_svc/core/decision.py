@@ -1,0 +1,175 @@
+"""The output of a decide function, and the few builders every rule shares.
+
+A :class:`Decision` is an instruction list in the h11/Restate style: the
+:class:`~coordinator_svc.core.model.Change` to commit (compare-and-set), then
+the commands to perform once it is committed. A decision without a change
+performs its commands directly (a status call needs no write ahead).
+
+Builders here enforce the protocol's bookkeeping so the rules need not:
+every state change is a legal edge (``core.edges``, raises
+``IllegalTransition`` and changes nothing otherwise) with its event (C13);
+reaching QUEUED, RUNNING or an end clears ``unknown_since``; a terminal
+write sets ``finished_at`` and clears the schedule (C10).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from coordinator_svc.core.commands import Command
+from coordinator_svc.core.edges import assert_legal
+from coordinator_svc.core.model import (
+    AttemptOutcome,
+    AttemptRecord,
+    AttemptUpdate,
+    Change,
+    EventRecord,
+    OperationRecord,
+    OpState,
+)
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a decision may depend on besides the record and the event.
+
+    No clock and no I/O in the core: ``now`` and the attempt rows come in here.
+    """
+
+    now: datetime
+    attempts: tuple[AttemptRecord, ...] = ()
+    backoff_initial: float = 0.05
+    backoff_max: float = 2.0
+    reconcile_deadline: float = 30.0
+    dispatch_timeout: float = 5.0
+    # How long a RUNNING/CANCELLING operation waits between fallback status
+    # polls (the watch stream normally reports first).
+    status_poll: float = 5.0
+    replica_id: str = ""
+    lease_ttl: float = 15.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to commit, then what to do."""
+
+    change: Change | None = None
+    commands: tuple[Command, ...] = ()
+    # Decide again right after the commit (a Tick on the stored record):
+    # used where one event needs two steps, e.g. RUNNING then CANCELLING.
+    again: bool = False
+    # Metric tags: "replay", "reconciled", "ambiguous", "alarm".
+    tags: frozenset[str] = frozenset()
+    # Why nothing happened, for the log.
+    note: str = ""
+
+    @property
+    def after(self) -> OperationRecord | None:
+        return self.change.after if self.change is not None else None
+
+
+NOTHING = Decision()
+
+
+def nothing(note: str, *commands: Command) -> Decision:
+    return Decision(commands=tuple(commands), note=note)
+
+
+def backoff(ctx: Context, streak: int) -> timedelta:
+    """Exponential backoff, capped (C6, C8)."""
+    seconds = min(ctx.backoff_max, ctx.backoff_initial * (2 ** max(streak, 0)))
+    return timedelta(seconds=seconds)
+
+
+def _lease_fields(record: OperationRecord, ctx: Context) -> dict[str, Any]:
+    """Single-replica mode: the lease rides on every state commit (§5)."""
+    if not ctx.replica_id:
+        return {}
+    return {
+        "lease_owner": ctx.replica_id,
+        "lease_expires_at": ctx.now + timedelta(seconds=ctx.lease_ttl),
+    }
+
+
+def transition(
+    record: OperationRecord,
+    to: OpState,
+    ctx: Context,
+    *,
+    reason: str = "",
+    detail: str = "",
+    new_attempt: AttemptRecord | None = None,
+    attempt_updates: tuple[AttemptUpdate, ...] = (),
+    **fields: Any,
+) -> Change:
+    """A state change with its event; raises IllegalTransition if not an edge."""
+    assert_legal(record.operation_id, record.state, to)
+    extra: dict[str, Any] = {"next_action_at": None} if to.terminal else {}
+    if to.terminal:
+        extra["finished_at"] = ctx.now
+    # The ambiguity (and its reconcile deadline) ends once the runner
+    # acknowledged the operation, it went back to QUEUED, or it ended; an
+    # unacknowledged CANCELLING is still ambiguous.
+    if to in (OpState.QUEUED, OpState.RUNNING) or to.terminal:
+        extra["unknown_since"] = None
+    sequence = record.last_event_sequence + 1
+    after = dataclasses.replace(
+        record,
+        state=to,
+        updated_at=ctx.now,
+        last_event_sequence=sequence,
+        **{**_lease_fields(record, ctx), **extra, **fields},
+    )
+    event = EventRecord(
+        operation_id=record.operation_id,
+        sequence=sequence,
+        from_state=record.state,
+        to_state=to,
+        execution=after.execution,
+        at=ctx.now,
+        reason=reason,
+        detail=detail,
+    )
+    return Change(record, after, event, new_attempt, attempt_updates)
+
+
+def bookkeeping(
+    record: OperationRecord,
+    ctx: Context,
+    *,
+    attempt_updates: tuple[AttemptUpdate, ...] = (),
+    **fields: Any,
+) -> Change:
+    """A write that changes no state (cancel flag, released flag, rebinding)."""
+    after = dataclasses.replace(
+        record, updated_at=ctx.now, **{**_lease_fields(record, ctx), **fields}
+    )
+    return Change(record, after, None, None, attempt_updates)
+
+
+def with_updates(
+    attempts: tuple[AttemptRecord, ...], updates: tuple[AttemptUpdate, ...]
+) -> tuple[AttemptRecord, ...]:
+    """The attempt rows as they will be once ``updates`` are committed."""
+    by_number = {update.number: update for update in updates}
+    return tuple(
+        dataclasses.replace(a, outcome=by_number[a.number].outcome) if a.number in by_number else a
+        for a in attempts
+    )
+
+
+def close_current(
+    record: OperationRecord, outcome: AttemptOutcome, detail: str = ""
+) -> tuple[AttemptUpdate, ...]:
+    """Close the latest attempt (the one a reply or a restart speaks for)."""
+    if record.attempt_count == 0:
+        return ()
+    return (AttemptUpdate(record.attempt_count, outcome, detail),)
+
+
+def all_refused(attempts: tuple[AttemptRecord, ...]) -> bool:
+    """C6: no attempt could have been accepted (vacuously true for none)."""
+    return all(a.outcome is AttemptOutcome.REFUSED for a in attempts)

@@ -1,0 +1,64 @@
+"""Batching status calls per runner (C2 preflights and C9 polls).
+
+Operations that need a status answer from one runner at about the same time
+share one BatchGetOperationStatus call: requests made within ``window``
+seconds of the first are sent together (at most ``max_batch`` ids per call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
+
+from coordinator_svc.core.events import PreflightAnswer, PreflightFailed
+
+Answer = PreflightAnswer | PreflightFailed
+StatusCall = Callable[[Sequence[tuple[str, int]]], Awaitable[list[Answer]]]
+
+
+class StatusBatcher:
+    def __init__(self, call: StatusCall, *, window: float = 0.002, max_batch: int = 256) -> None:
+        self._call = call
+        self._window = window
+        self._max_batch = max_batch
+        self._pending: list[tuple[str, int, asyncio.Future[Answer]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def ask(self, operation_id: str, asked_attempt: int) -> Answer:
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._pending.append((operation_id, asked_attempt, future))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_soon())
+        return await future
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(self._window)
+        while self._pending:
+            batch, self._pending = (
+                self._pending[: self._max_batch],
+                self._pending[self._max_batch :],
+            )
+            await self._send(batch)
+
+    async def _send(self, batch: list[tuple[str, int, asyncio.Future[Answer]]]) -> None:
+        # One id once per call, even if two steps asked for it.
+        unique = list(dict.fromkeys(op for op, _, _ in batch))
+        try:
+            answers = await self._call([(op, 0) for op in unique])
+        except Exception as error:  # fail every asker the same way, never hang one
+            for _, _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        by_id = dict(zip(unique, answers, strict=True))
+        for op, attempt, future in batch:
+            if not future.done():
+                future.set_result(dataclasses.replace(by_id[op], asked_attempt=attempt))
+
+    def cancel(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+        for _, _, future in self._pending:
+            future.cancel()
+        self._pending.clear()

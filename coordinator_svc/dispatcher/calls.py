@@ -1,0 +1,149 @@
+"""Performing the runner commands of a Decision (the I/O edge of the shell).
+
+One :class:`RunnerCalls` per dispatcher: a client and a status batcher per
+runner, which runners are not answering (routing avoids them), and which
+operations have a Dispatch reply on the way. It turns each command into the
+reply event the core reads next; it never touches the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Sequence
+
+import grpc
+
+from coordinator_svc.config import DispatchTimings, RunnerEndpoint
+from coordinator_svc.core import commands as cmd
+from coordinator_svc.core.events import (
+    CancelAnswered,
+    CancelFailed,
+    DispatchAccepted,
+    DispatchRefused,
+    DispatchUnknown,
+    PreflightAnswer,
+    PreflightFailed,
+)
+from coordinator_svc.core.model import OperationRecord
+from coordinator_svc.dispatcher.batching import StatusBatcher
+from coordinator_svc.dispatcher.metrics import DispatcherMetrics
+from coordinator_svc.dispatcher.runner_client import RunnerClient
+from turnwire.crashpoints import crash_point
+
+log = logging.getLogger("coordinator_svc.dispatcher")
+
+RELEASE_TRIES = 4
+
+
+class RunnerCalls:
+    def __init__(
+        self,
+        runners: Sequence[RunnerEndpoint],
+        timings: DispatchTimings,
+        metrics: DispatcherMetrics,
+        interceptors: Sequence[grpc.aio.ClientInterceptor],
+        *,
+        settle_grace: float,
+    ) -> None:
+        self._timings = timings
+        self._settle_grace = settle_grace
+        self.clients = {r.name: RunnerClient(r, timings, metrics, interceptors) for r in runners}
+        self._batchers = {n: StatusBatcher(c.statuses) for n, c in self.clients.items()}
+        # Consecutive unanswered calls per runner.
+        self.trouble: collections.Counter[str] = collections.Counter()
+        self._inflight: set[str] = set()
+        self._changed: dict[str, asyncio.Event] = {}
+
+    def configured(self, runner: str) -> bool:
+        return runner in self.clients
+
+    def dispatching(self, operation_id: str) -> bool:
+        """A Dispatch reply for this operation is on the way (or being held)."""
+        return operation_id in self._inflight
+
+    def committed(self, operation_id: str) -> None:
+        """Someone committed a change of this operation (ends a settle grace)."""
+        event = self._changed.get(operation_id)
+        if event is not None:
+            event.set()
+
+    async def close(self) -> None:
+        for batcher in self._batchers.values():
+            batcher.cancel()
+        for client in self.clients.values():
+            await client.close()
+
+    def _note(self, runner: str, *, answered: bool) -> None:
+        if answered:
+            self.trouble.pop(runner, None)
+        else:
+            self.trouble[runner] += 1
+
+    async def preflight(
+        self, runner: str, operation_id: str, asked_attempt: int
+    ) -> PreflightAnswer | PreflightFailed:
+        answer = await self._batchers[runner].ask(operation_id, asked_attempt)
+        self._note(runner, answered=not isinstance(answer, PreflightFailed))
+        return answer
+
+    async def dispatch(
+        self, record: OperationRecord, command: cmd.Dispatch
+    ) -> DispatchAccepted | DispatchRefused | DispatchUnknown:
+        """C5: sent only after its attempt row was committed (C4)."""
+        op_id = record.operation_id
+        self._inflight.add(op_id)
+        try:
+            reply = await self.clients[command.runner].dispatch(record, command)
+            crash_point("coordinator.after_dispatch_send")
+            self._note(command.runner, answered=not isinstance(reply, DispatchUnknown))
+            if isinstance(reply, DispatchAccepted) and not reply.op.settled:
+                await self._grace(op_id)
+            return reply
+        finally:
+            self._inflight.discard(op_id)
+
+    async def _grace(self, operation_id: str) -> None:
+        """Hold an "accepted, not yet settled" reply for a moment.
+
+        A short turn settles within it and the watch's settled row takes the
+        operation DISPATCHING -> terminal in one commit (the reply is then
+        stale and discarded); a longer one is recorded RUNNING after it. A
+        crash meanwhile leaves DISPATCHING, which C12 resolves.
+        """
+        if self._settle_grace <= 0:
+            return
+        changed = self._changed.setdefault(operation_id, asyncio.Event())
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), self._settle_grace)
+        finally:
+            self._changed.pop(operation_id, None)
+
+    async def cancel(
+        self, record: OperationRecord, command: cmd.Cancel
+    ) -> CancelAnswered | CancelFailed:
+        reply = await self.clients[command.runner].cancel(record, command)
+        self._note(
+            command.runner, answered=not (isinstance(reply, CancelFailed) and not reply.reason)
+        )
+        return reply
+
+    async def release(self, operation_id: str, command: cmd.Release) -> bool:
+        """C10: tell the runner it may drop the result; a few bounded retries.
+
+        A Release that still fails is healed later: the runner's watch shows
+        the settled row unreleased and the terminal operation releases it again.
+        """
+        client = self.clients[command.runner]
+        for attempt in range(RELEASE_TRIES):
+            if await client.release(operation_id, command):
+                return True
+            delay = self._timings.backoff_initial * 2**attempt
+            await asyncio.sleep(min(self._timings.backoff_max, delay))
+        log.warning(
+            "%s: Release to %s failed %d times", operation_id, command.runner, RELEASE_TRIES
+        )
+        return False

@@ -1,0 +1,424 @@
+"""The dispatcher: the shell around ``core.decide`` (load -> decide -> commit
+-> perform -> publish).
+
+Theory of operation. Every change to an operation goes through
+:meth:`Dispatcher._step`: under a per-operation lock it loads the record and
+its attempt rows, asks the pure core for a Decision, and commits the Change
+as a compare-and-set. On StaleVersion it reloads and decides again; on
+LeaseLost it sends nothing more for that operation (§5). Only after the
+commit are the decision's commands performed (persist before you send); their
+replies come back as events and the loop goes on (:meth:`_drive`).
+
+Work arrives from four places: ``wake()`` (a new operation), the due scan
+(``Journal.due`` every ``idle_poll`` seconds, for backoff and the fallback
+status poll), one watch stream per runner (``watching``), and
+``request_cancel()`` from the API. Single-replica mode: the lease fields ride
+on the state commits; no separate claim writes.
+
+Commits per operation on the happy path: submit, DISPATCHING (write-ahead),
+terminal = 3 when the turn settles within ``settle_grace`` of the Dispatch
+reply (the watch's settled row ends DISPATCHING directly); a longer turn adds
+the RUNNING commit = 4. Runner calls per operation: one (batched) status
+call, Dispatch, Release; the watch stream and GetRunnerInfo are per runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import grpc
+
+from coordinator_svc.config import DispatchTimings, RunnerEndpoint
+from coordinator_svc.core import commands as cmd
+from coordinator_svc.core.decide import decide
+from coordinator_svc.core.decision import Context, Decision, nothing
+from coordinator_svc.core.edges import IllegalTransition
+from coordinator_svc.core.events import (
+    CancelFailed,
+    CancelRequested,
+    Event,
+    PreflightFailed,
+    ReleaseDone,
+    Restarted,
+    Tick,
+)
+from coordinator_svc.core.model import AttemptRecord, OperationRecord, OpState, TurnKind
+from coordinator_svc.core.routing import route, serves
+from coordinator_svc.dispatcher.calls import RunnerCalls
+from coordinator_svc.dispatcher.metrics import DispatcherMetrics
+from coordinator_svc.dispatcher.watching import RunnerWatch
+from coordinator_svc.feed import ChangeFeed
+from coordinator_svc.ports import Journal, JournalError, LeaseLost, StaleVersion
+from turnwire.crashpoints import crash_point
+
+log = logging.getLogger("coordinator_svc.dispatcher")
+
+# Bounds on every loop (never spin forever on one operation).
+MAX_CAS_RETRIES = 16
+MAX_STEPS_PER_DRIVE = 64
+RECOVERY_PAGE = 500
+MAX_RECOVERY_PAGES = 10_000
+LOCK_STRIPES = 1024
+# Routing weight of one unanswered call, in bound operations.
+UNREACHABLE_PENALTY = 1000
+# Consecutive unanswered calls after which routing avoids a runner.
+UNREACHABLE_AFTER = 3
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Step:
+    record: OperationRecord
+    decision: Decision
+
+
+class Dispatcher:
+    """Hands operations to runners and records what happened (C2-C14).
+
+    ``interceptors`` wrap every runner channel (fault injection in tests).
+    ``status_poll``: seconds between fallback status polls of a RUNNING or
+    CANCELLING operation (default 20 x ``timings.idle_poll``); the watch
+    stream normally reports first. ``settle_grace``: how long an accepted,
+    unsettled Dispatch reply is held for the settled row (0 turns it off).
+    ``max_concurrency`` bounds operations being driven at once.
+    """
+
+    def __init__(
+        self,
+        journal: Journal,
+        runners: Sequence[RunnerEndpoint],
+        timings: DispatchTimings,
+        feed: ChangeFeed,
+        *,
+        replica_id: str,
+        clock: Callable[[], datetime] = utc_now,
+        default_max_attempts: int = 5,
+        interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
+        status_poll: float | None = None,
+        settle_grace: float = 0.05,
+        max_concurrency: int = 64,
+    ) -> None:
+        self._journal = journal
+        self._runners = tuple(runners)
+        self._timings = timings
+        self._feed = feed
+        self._replica_id = replica_id
+        self._clock = clock
+        self.default_max_attempts = default_max_attempts
+        self._status_poll = status_poll if status_poll is not None else 20 * timings.idle_poll
+        self.metrics = DispatcherMetrics()
+        self._calls = RunnerCalls(
+            self._runners, timings, self.metrics, interceptors, settle_grace=settle_grace
+        )
+        self._watches = [RunnerWatch(c, self, timings) for c in self._calls.clients.values()]
+        # Striped per-operation locks: one load-decide-commit at a time per
+        # operation, without a lock object per operation ever seen.
+        self._locks = [asyncio.Lock() for _ in range(LOCK_STRIPES)]
+        self._active: set[str] = set()
+        self._not_before: dict[str, datetime] = {}
+        self._streak: collections.Counter[str] = collections.Counter()
+        self._bound: dict[str, str] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._limit = asyncio.Semaphore(max_concurrency)
+        self._poke = asyncio.Event()
+        self._running = False
+
+    # --- the API the service uses (coordinator_svc.api.control.DispatchControl) ---
+
+    async def start(self) -> None:
+        """C12 recovery first, then the due scan and one watch per runner."""
+        await self._recover()
+        self._running = True
+        self._spawn(self._scan_loop())
+        for watch in self._watches:
+            self._spawn(watch.run())
+
+    async def stop(self) -> None:
+        self._running = False
+        for watch in self._watches:
+            watch.stop()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._calls.close()
+
+    def wake(self, operation_id: str) -> None:
+        """Look at a just-accepted (or changed) operation now."""
+        self._not_before.pop(operation_id, None)
+        self._schedule_tick(operation_id)
+
+    async def request_cancel(self, record: OperationRecord) -> OperationRecord:
+        """C11: store the cancel (first stop reason wins); act on it in the background."""
+        step = await self._step(record.operation_id, CancelRequested())
+        if step is None:
+            return record
+        if step.decision.commands or step.decision.again:
+            self._spawn(self._drive(record.operation_id, None, first=step))
+        return step.record
+
+    def has_runner_for(self, pool: str, kind: TurnKind) -> bool:
+        return any(serves(r, pool, kind) for r in self._runners)
+
+    # --- the loop ---
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _schedule_tick(self, operation_id: str) -> None:
+        # Before start() the due scan has not begun; it will find the operation.
+        if not self._running or operation_id in self._active:
+            return
+        self._active.add(operation_id)
+        self._spawn(self._drive(operation_id, Tick(), exclusive=True))
+
+    def deliver(self, operation_id: str, event: Event) -> None:
+        """An event from outside a drive (a watch report): handle it in its own task."""
+        self._spawn(self._drive(operation_id, event))
+
+    async def _drive(
+        self,
+        operation_id: str,
+        event: Event | None,
+        *,
+        first: Step | None = None,
+        exclusive: bool = False,
+    ) -> None:
+        """Step, perform, feed replies back: until nothing is left (bounded)."""
+        queue: collections.deque[Event] = collections.deque([event] if event else [])
+        try:
+            async with self._limit:
+                step = first
+                for _ in range(MAX_STEPS_PER_DRIVE):
+                    if step is None:
+                        if not queue:
+                            break
+                        step = await self._step(operation_id, queue.popleft())
+                        if step is None:
+                            break
+                    queue.extend(await self._perform_all(step))
+                    if step.decision.again:
+                        queue.append(Tick())
+                    step = None
+        except JournalError as error:
+            log.warning("%s: journal unavailable, backing off: %s", operation_id, error)
+            self._backoff(operation_id)
+        except Exception:  # a bug must not kill the loop silently; back off and retry
+            log.exception("%s: step failed, backing off", operation_id)
+            self._backoff(operation_id)
+        finally:
+            if exclusive:
+                self._active.discard(operation_id)
+
+    def _backoff(self, operation_id: str) -> None:
+        self._streak[operation_id] += 1
+        delay = min(
+            self._timings.backoff_max,
+            self._timings.backoff_initial * 2 ** self._streak[operation_id],
+        )
+        self._not_before[operation_id] = self._clock() + timedelta(seconds=delay)
+
+    def _context(self, attempts: tuple[AttemptRecord, ...]) -> Context:
+        t = self._timings
+        return Context(
+            now=self._clock(),
+            attempts=attempts,
+            backoff_initial=t.backoff_initial,
+            backoff_max=t.backoff_max,
+            reconcile_deadline=t.reconcile_deadline,
+            dispatch_timeout=t.dispatch_timeout,
+            status_poll=self._status_poll,
+            replica_id=self._replica_id,
+            lease_ttl=t.lease_ttl,
+        )
+
+    def _routed(self, record: OperationRecord, event: Event) -> Event:
+        if not isinstance(event, Tick) or record.state is not OpState.QUEUED:
+            return event
+        load = collections.Counter(self._bound.values())
+        # Routing avoids a runner that is not answering (only QUEUED is routed, C6).
+        for runner, failures in self._calls.trouble.items():
+            if failures >= UNREACHABLE_AFTER:  # one lost call is not an outage
+                load[runner] += UNREACHABLE_PENALTY * failures
+        chosen = route(record.pool, record.kind, self._runners, load)
+        streak = self._streak[record.operation_id]
+        return Tick(route=chosen.name if chosen else None, retry_streak=streak)
+
+    async def _step(self, operation_id: str, event: Event) -> Step | None:
+        """Load, decide, commit (CAS; reload on StaleVersion). None if unknown."""
+        lock = self._locks[hash(operation_id) % LOCK_STRIPES]
+        async with lock:
+            for _ in range(MAX_CAS_RETRIES):
+                record = await self._journal.get(operation_id)
+                if record is None:
+                    return None
+                attempts: tuple[AttemptRecord, ...] = ()
+                if record.attempt_count:
+                    attempts = tuple(await self._journal.attempts(operation_id))
+                routed = self._routed(record, event)
+                try:
+                    decision = decide(record, routed, self._context(attempts))
+                except IllegalTransition as error:
+                    log.error("%s: refused %s: %s", operation_id, type(event).__name__, error)
+                    return Step(record, nothing(str(error)))
+                if decision.change is None:
+                    self.metrics.count_tags(decision.tags)
+                    if decision.note:
+                        log.debug("%s %s: %s", operation_id, record.state, decision.note)
+                    return Step(record, decision)
+                try:
+                    stored = await self._journal.commit(decision.change)
+                except StaleVersion:
+                    self.metrics.stale_versions += 1
+                    continue
+                except LeaseLost:
+                    self.metrics.leases_lost += 1
+                    log.warning("%s: lease lost; sending nothing more", operation_id)
+                    return Step(record, nothing("lease lost"))
+                self._committed(record, stored, decision)
+                return Step(stored, decision)
+        log.error("%s: gave up after %d stale versions", operation_id, MAX_CAS_RETRIES)
+        return None
+
+    def _committed(self, before: OperationRecord, after: OperationRecord, d: Decision) -> None:
+        self.metrics.commits += 1
+        self.metrics.count_tags(d.tags)
+        self._streak.pop(after.operation_id, None)
+        if after.state.terminal:
+            self._not_before.pop(after.operation_id, None)
+        if after.state.terminal or after.runner is None:
+            self._bound.pop(after.operation_id, None)
+        else:
+            self._bound[after.operation_id] = after.runner
+        event = d.change.event if d.change is not None else None
+        if event is not None:
+            log.info(
+                "%s %s->%s runner=%s incarnation=%s attempt=%d execution=%s reason=%s %s",
+                after.operation_id,
+                before.state,
+                after.state,
+                after.runner,
+                after.incarnation_id,
+                after.attempt_count,
+                after.execution,
+                event.reason or "-",
+                event.detail,
+            )
+        self._feed.publish(after.operation_id)
+        self._calls.committed(after.operation_id)
+        if d.change is not None and d.change.new_attempt is not None:
+            crash_point("coordinator.after_attempt_commit")
+        if after.state.terminal and not before.state.terminal:
+            crash_point("coordinator.after_terminal_commit")
+
+    async def _perform_all(self, step: Step) -> list[Event]:
+        results = await asyncio.gather(
+            *(self._perform(step.record, c) for c in step.decision.commands)
+        )
+        return [event for events in results for event in events]
+
+    async def _perform(self, record: OperationRecord, command: cmd.Command) -> list[Event]:
+        op_id = record.operation_id
+        runner = getattr(command, "runner", None)
+        if runner is not None and not self._calls.configured(runner):
+            return self._unconfigured(record, command)
+        match command:
+            case cmd.Preflight(runner=runner):
+                answer = await self._calls.preflight(runner, op_id, record.attempt_count)
+                if isinstance(answer, PreflightFailed):
+                    answer = replace(answer, retry_streak=self._bump(op_id))
+                return [answer]
+            case cmd.Dispatch():
+                return [await self._calls.dispatch(record, command)]
+            case cmd.Cancel():
+                reply = await self._calls.cancel(record, command)
+                if isinstance(reply, CancelFailed):
+                    reply = replace(reply, retry_streak=self._bump(op_id))
+                return [reply]
+            case cmd.Release():
+                released = await self._calls.release(op_id, command)
+                return [ReleaseDone()] if released and command.record else []
+            case cmd.ScheduleAt(at=at):
+                self._not_before[op_id] = at
+                return []
+            case cmd.Alarm(reason=reason, detail=detail):
+                log.warning("%s: protocol alarm %s: %s", op_id, reason, detail)
+                return []
+        return []  # pragma: no cover - Command is closed
+
+    def _bump(self, operation_id: str) -> int:
+        self._streak[operation_id] += 1
+        return self._streak[operation_id]
+
+    def _unconfigured(self, record: OperationRecord, command: cmd.Command) -> list[Event]:
+        """The bound runner is no longer configured: it is unreachable (C8)."""
+        detail = f"runner {getattr(command, 'runner', '?')} is not configured"
+        streak = self._bump(record.operation_id)
+        if isinstance(command, cmd.Preflight):
+            return [PreflightFailed(command.runner, detail, record.attempt_count, streak)]
+        if isinstance(command, cmd.Cancel):
+            return [CancelFailed(command.runner, "", detail=detail, retry_streak=streak)]
+        log.warning("%s: %s; %s not sent", record.operation_id, detail, type(command).__name__)
+        return []
+
+    def dispatching(self, operation_id: str) -> bool:
+        return self._calls.dispatching(operation_id)
+
+    # --- recovery and the due scan ---
+
+    async def _recover(self) -> None:
+        """C12: every DISPATCHING row becomes DISPATCH_UNKNOWN (bounded pages)."""
+        for _ in range(MAX_RECOVERY_PAGES):
+            rows = await self._journal.in_state(OpState.DISPATCHING, RECOVERY_PAGE)
+            progressed = False
+            for record in rows:
+                step = await self._step(record.operation_id, Restarted())
+                progressed |= step is not None and step.record.state is not OpState.DISPATCHING
+            if not rows or not progressed:
+                break
+        for state in (OpState.DISPATCH_UNKNOWN, OpState.RUNNING, OpState.CANCELLING):
+            for record in await self._journal.in_state(state, 100_000):
+                if record.runner is not None:
+                    self._bound[record.operation_id] = record.runner
+
+    async def _scan_loop(self) -> None:
+        while self._running:
+            try:
+                await self._scan_due()
+            except JournalError as error:
+                log.warning("due scan failed: %s", error)
+            self._poke.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poke.wait(), self._timings.idle_poll)
+
+    async def _scan_due(self) -> None:
+        now = self._clock()
+        for record in await self._journal.due(now, 512):
+            op_id = record.operation_id
+            not_before = self._not_before.get(op_id)
+            if not_before is not None and not_before > now:
+                continue
+            if self._calls.dispatching(op_id):
+                continue  # its Dispatch reply is on the way
+            self._not_before.pop(op_id, None)
+            self._schedule_tick(op_id)
+
+    async def bound_to(self, runner: str, states: Sequence[OpState]) -> list[OperationRecord]:
+        """Non-terminal operations bound to ``runner`` (for the watch's C9 checks)."""
+        found: list[OperationRecord] = []
+        for state in states:
+            rows = await self._journal.in_state(state, 100_000)
+            found.extend(r for r in rows if r.runner == runner)
+        return found

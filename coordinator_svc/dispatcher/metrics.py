@@ -1,0 +1,41 @@
+"""Counters the dispatcher keeps (read by tests and bench/, never by decisions).
+
+Names:
+    rpc_calls[method]          coordinator -> runner calls, by RunnerService method
+                               ("GetOperationStatus", "BatchGetOperationStatus",
+                               "Dispatch", "Cancel", "Release", "WatchOperations")
+    commits                    journal commits this dispatcher made
+    replays                    attempts sent while an earlier one was unresolved
+    reconciled_without_resend  DISPATCH_UNKNOWN resolved by adopting the runner's row
+    ambiguous                  transitions into DISPATCH_UNKNOWN
+    alarms                     protocol alarms (C10 conflicts, contract violations)
+    stale_versions             commits retried after StaleVersion
+    leases_lost                operations abandoned after LeaseLost
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DispatcherMetrics:
+    rpc_calls: collections.Counter[str] = field(default_factory=collections.Counter)
+    commits: int = 0
+    replays: int = 0
+    reconciled_without_resend: int = 0
+    ambiguous: int = 0
+    alarms: int = 0
+    stale_versions: int = 0
+    leases_lost: int = 0
+
+    def count_tags(self, tags: frozenset[str]) -> None:
+        self.replays += "replay" in tags
+        self.reconciled_without_resend += "reconciled" in tags
+        self.ambiguous += "ambiguous" in tags
+        self.alarms += "alarm" in tags
+
+    @property
+    def total_rpcs(self) -> int:
+        return sum(self.rpc_calls.values())

@@ -1,0 +1,226 @@
+"""One runner, seen from the coordinator: a grpc.aio channel and its calls.
+
+Every call has a deadline from ``DispatchTimings``. Replies become core
+events. Only a typed error (``turnwire.errors.error_info``) with a reason the
+contract names as definite is a refusal (C6); every other failure, including
+a reply the contract does not allow, is "unknown" (C7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
+
+import grpc
+
+from coordinator_svc.config import DispatchTimings, RunnerEndpoint
+from coordinator_svc.core import commands
+from coordinator_svc.core.decide_dispatch import (
+    CANCELLED_BEFORE_DISPATCH,
+    DEFINITE_REFUSALS,
+    ENVELOPE_INVALID,
+    ENVELOPE_MISMATCH,
+)
+from coordinator_svc.core.events import (
+    CancelAnswered,
+    CancelFailed,
+    DispatchAccepted,
+    DispatchRefused,
+    DispatchUnknown,
+    PreflightAnswer,
+    PreflightFailed,
+)
+from coordinator_svc.core.model import OperationRecord
+from coordinator_svc.dispatcher.metrics import DispatcherMetrics
+from coordinator_svc.dispatcher.translate import RunnerContractViolation, runner_op
+from turnwire.errors import error_info
+from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
+
+_DISPATCH_REFUSALS = DEFINITE_REFUSALS | {
+    ENVELOPE_MISMATCH,
+    ENVELOPE_INVALID,
+    CANCELLED_BEFORE_DISPATCH,
+}
+# A watch stream is re-opened (from its cursor) at least this often, so the
+# call has a deadline like every other one.
+WATCH_WINDOW_SECONDS = 60.0
+
+
+class WatchCall(Protocol):
+    """The part of a grpc.aio stream call the watch uses."""
+
+    def __aiter__(self) -> AsyncIterator[runner_pb2.WatchOperationsResponse]: ...
+
+    def cancel(self) -> bool: ...
+
+
+def describe(error: BaseException) -> str:
+    if isinstance(error, grpc.aio.AioRpcError):
+        return f"{error.code().name}: {error.details()}"
+    return f"{type(error).__name__}: {error}"
+
+
+class RunnerClient:
+    """The calls the dispatcher makes to one runner."""
+
+    def __init__(
+        self,
+        endpoint: RunnerEndpoint,
+        timings: DispatchTimings,
+        metrics: DispatcherMetrics,
+        interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
+    ) -> None:
+        self.endpoint = endpoint
+        self._timings = timings
+        self._metrics = metrics
+        self._channel = grpc.aio.insecure_channel(
+            endpoint.address, interceptors=list(interceptors) or None
+        )
+        self._stub = runner_pb2_grpc.RunnerServiceStub(self._channel)
+
+    @property
+    def name(self) -> str:
+        return self.endpoint.name
+
+    async def close(self) -> None:
+        await self._channel.close(grace=None)
+
+    async def statuses(
+        self, asked: Sequence[tuple[str, int]]
+    ) -> list[PreflightAnswer | PreflightFailed]:
+        """Preflight (C2) for (operation_id, asked_attempt) pairs: one call."""
+        try:
+            if len(asked) == 1:
+                return [await self._status_one(*asked[0])]
+            return await self._status_batch(asked)
+        except (grpc.aio.AioRpcError, RunnerContractViolation) as error:
+            detail = describe(error)
+            return [PreflightFailed(self.name, detail, attempt) for _, attempt in asked]
+
+    async def _status_one(self, operation_id: str, attempt: int) -> PreflightAnswer:
+        self._metrics.rpc_calls["GetOperationStatus"] += 1
+        reply = await self._stub.GetOperationStatus(
+            runner_pb2.GetOperationStatusRequest(operation_id=operation_id),
+            timeout=self._timings.preflight_timeout,
+        )
+        op = runner_op(reply.operation) if reply.present else None
+        return PreflightAnswer(
+            self.name,
+            reply.incarnation_id,
+            reply.store_id,
+            reply.durable,
+            reply.present,
+            op,
+            attempt,
+        )
+
+    async def _status_batch(
+        self, asked: Sequence[tuple[str, int]]
+    ) -> list[PreflightAnswer | PreflightFailed]:
+        self._metrics.rpc_calls["BatchGetOperationStatus"] += 1
+        reply = await self._stub.BatchGetOperationStatus(
+            runner_pb2.BatchGetOperationStatusRequest(operation_ids=[op for op, _ in asked]),
+            timeout=self._timings.preflight_timeout,
+        )
+        entries = {entry.operation_id: entry for entry in reply.entries}
+        answers: list[PreflightAnswer | PreflightFailed] = []
+        for operation_id, attempt in asked:
+            entry = entries.get(operation_id)
+            if entry is None:
+                answers.append(PreflightFailed(self.name, "missing from batch reply", attempt))
+                continue
+            op = runner_op(entry.operation) if entry.present else None
+            answers.append(
+                PreflightAnswer(
+                    self.name,
+                    reply.incarnation_id,
+                    reply.store_id,
+                    reply.durable,
+                    entry.present,
+                    op,
+                    attempt,
+                )
+            )
+        return answers
+
+    async def dispatch(
+        self, record: OperationRecord, command: commands.Dispatch
+    ) -> DispatchAccepted | DispatchRefused | DispatchUnknown:
+        """Send one attempt (C5): the persisted envelope bytes, as they are."""
+        self._metrics.rpc_calls["Dispatch"] += 1
+        request = runner_pb2.DispatchRequest(
+            operation_id=record.operation_id,
+            envelope=record.envelope,
+            envelope_digest=record.envelope_digest,
+            expected_incarnation_id=command.incarnation_id,
+            fencing_token=command.fencing_token,
+            attempt=command.attempt,
+        )
+        try:
+            reply = await self._stub.Dispatch(request, timeout=self._timings.dispatch_timeout)
+            return DispatchAccepted(
+                command.attempt,
+                reply.incarnation_id,
+                runner_op(reply.operation),
+                reply.duplicate,
+            )
+        except grpc.aio.AioRpcError as error:
+            typed = error_info(error)
+            if typed is not None and typed.reason in _DISPATCH_REFUSALS:
+                incarnation = typed.metadata.get("incarnation_id", "")
+                return DispatchRefused(command.attempt, typed.reason, incarnation, typed.message)
+            return DispatchUnknown(command.attempt, describe(error))
+        except RunnerContractViolation as error:
+            return DispatchUnknown(command.attempt, f"contract violation: {error}")
+
+    async def cancel(
+        self, record: OperationRecord, command: commands.Cancel
+    ) -> CancelAnswered | CancelFailed:
+        self._metrics.rpc_calls["Cancel"] += 1
+        request = runner_pb2.CancelRequest(
+            operation_id=record.operation_id,
+            expected_incarnation_id=command.incarnation_id,
+            fencing_token=command.fencing_token,
+        )
+        try:
+            reply = await self._stub.Cancel(request, timeout=self._timings.cancel_timeout)
+            op = runner_op(reply.operation) if reply.HasField("operation") else None
+            return CancelAnswered(self.name, reply.incarnation_id, op, reply.tombstoned)
+        except grpc.aio.AioRpcError as error:
+            typed = error_info(error)
+            if typed is not None:
+                incarnation = typed.metadata.get("incarnation_id", "")
+                return CancelFailed(self.name, typed.reason, incarnation, typed.message)
+            return CancelFailed(self.name, "", detail=describe(error))
+        except RunnerContractViolation as error:
+            return CancelFailed(self.name, "", detail=f"contract violation: {error}")
+
+    async def release(self, operation_id: str, command: commands.Release) -> bool:
+        self._metrics.rpc_calls["Release"] += 1
+        request = runner_pb2.ReleaseRequest(
+            operation_id=operation_id,
+            expected_incarnation_id=command.incarnation_id,
+            fencing_token=command.fencing_token,
+        )
+        try:
+            await self._stub.Release(request, timeout=self._timings.release_timeout)
+        except grpc.aio.AioRpcError:
+            return False
+        return True
+
+    async def incarnation(self) -> str:
+        """The runner's current incarnation (GetRunnerInfo); raises AioRpcError."""
+        self._metrics.rpc_calls["GetRunnerInfo"] += 1
+        reply = await self._stub.GetRunnerInfo(
+            runner_pb2.GetRunnerInfoRequest(), timeout=self._timings.preflight_timeout
+        )
+        return str(reply.incarnation_id)
+
+    def watch(self, after_sequence: int) -> WatchCall:
+        """One WatchOperations stream from ``after_sequence`` (C9)."""
+        self._metrics.rpc_calls["WatchOperations"] += 1
+        call: WatchCall = self._stub.WatchOperations(
+            runner_pb2.WatchOperationsRequest(after_sequence=after_sequence),
+            timeout=WATCH_WINDOW_SECONDS,
+        )
+        return call

@@ -1,0 +1,49 @@
+"""Wire (runner_pb2) -> core values. The core never sees generated code."""
+
+from __future__ import annotations
+
+from coordinator_svc.core.model import Execution, StopReason
+from coordinator_svc.core.runner_view import RunnerOp, RunnerOpState
+from turnwire.common.v1 import turn_pb2
+from turnwire.runner.v1 import runner_pb2
+
+_STATE_PREFIX = "RUNNER_OPERATION_STATE_"
+
+
+def _state(value: runner_pb2.RunnerOperationState.ValueType) -> RunnerOpState | None:
+    name = runner_pb2.RunnerOperationState.Name(value).removeprefix(_STATE_PREFIX)
+    try:
+        return RunnerOpState(name)
+    except ValueError:
+        return None  # UNSPECIFIED: the runner broke the contract
+
+
+def _execution(value: turn_pb2.Execution.ValueType) -> Execution | None:
+    name = turn_pb2.Execution.Name(value).removeprefix("EXECUTION_")
+    return Execution(name) if name in Execution.__members__ else None
+
+
+def _stop_reason(value: turn_pb2.StopReason.ValueType) -> StopReason | None:
+    name = turn_pb2.StopReason.Name(value).removeprefix("STOP_REASON_")
+    return StopReason(name) if name in StopReason.__members__ else None
+
+
+class RunnerContractViolation(ValueError):
+    """A runner reply the contract does not allow (e.g. no row state)."""
+
+
+def runner_op(op: runner_pb2.RunnerOperation) -> RunnerOp:
+    state = _state(op.state)
+    if state is None:
+        raise RunnerContractViolation(f"row for {op.operation_id} has no state")
+    return RunnerOp(
+        state=state,
+        execution=_execution(op.execution),
+        incarnation_id=op.incarnation_id,
+        envelope_digest=op.envelope_digest,
+        stop_reason=_stop_reason(op.stop_reason),
+        result=op.result.SerializeToString(deterministic=True) if op.HasField("result") else None,
+        error_reason=op.error.reason if op.HasField("error") else "",
+        error_message=op.error.message if op.HasField("error") else "",
+        released=op.released,
+    )

@@ -1,0 +1,122 @@
+"""One WatchOperations stream per runner (C9), instead of per-operation polls.
+
+The stream is re-opened from the last cursor after any failure (with
+backoff) and at least every ``WATCH_WINDOW_SECONDS`` (its deadline). Before
+re-opening after a failure, and on first contact, the runner's incarnation is
+read: a changed incarnation resets the cursor (sequences belong to an
+incarnation) and sends every operation still bound to the old one to a status
+check, which applies C9 or §6. The due scan's fallback poll covers anything
+a lost stream misses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+import grpc
+
+from coordinator_svc.config import DispatchTimings
+from coordinator_svc.core.events import RunnerReported
+from coordinator_svc.core.model import OpState
+from coordinator_svc.dispatcher.runner_client import RunnerClient, describe
+from coordinator_svc.dispatcher.translate import RunnerContractViolation, runner_op
+from turnwire.runner.v1 import runner_pb2
+
+if TYPE_CHECKING:
+    from coordinator_svc.dispatcher.engine import Dispatcher
+
+log = logging.getLogger("coordinator_svc.dispatcher.watch")
+
+_WATCHED_STATES = (OpState.RUNNING, OpState.CANCELLING, OpState.DISPATCH_UNKNOWN)
+
+
+class RunnerWatch:
+    def __init__(
+        self, client: RunnerClient, dispatcher: Dispatcher, timings: DispatchTimings
+    ) -> None:
+        self._client = client
+        self._timings = timings
+        self._dispatcher = dispatcher
+        self._stopped = False
+        self.cursor = 0
+        self.incarnation: str | None = None
+        self._failures = 0
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    async def run(self) -> None:
+        fresh = True
+        while not self._stopped:
+            try:
+                if fresh:
+                    await self._check_incarnation(await self._client.incarnation())
+                await self._follow()
+                # The stream ended without an error: the runner may be
+                # going away; look at its incarnation before re-opening.
+                fresh = True
+                self._failures = 0
+                await asyncio.sleep(self._timings.backoff_initial)
+            except grpc.aio.AioRpcError as error:
+                window_over = error.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+                fresh = not window_over
+                self._failures = 0 if window_over else self._failures + 1
+                if not window_over:
+                    log.info("%s: watch interrupted: %s", self._client.name, describe(error))
+                    await asyncio.sleep(self._delay())
+            except Exception:  # e.g. the journal is unavailable: never end the watch
+                log.exception("%s: watch step failed", self._client.name)
+                fresh = True
+                self._failures += 1
+                await asyncio.sleep(self._delay())
+
+    def _delay(self) -> float:
+        t = self._timings
+        return float(min(t.backoff_max, t.backoff_initial * 2**self._failures))
+
+    async def _check_incarnation(self, incarnation: str) -> None:
+        if incarnation == self.incarnation:
+            return
+        # Read first: if the journal fails, nothing changed and this is retried.
+        bound = await self._dispatcher.bound_to(self._client.name, _WATCHED_STATES)
+        if self.incarnation is not None:
+            log.warning(
+                "%s: incarnation changed %s -> %s",
+                self._client.name,
+                self.incarnation,
+                incarnation,
+            )
+        self.incarnation = incarnation
+        self.cursor = 0
+        for record in bound:
+            if record.incarnation_id != incarnation:
+                self._dispatcher.wake(record.operation_id)
+
+    async def _follow(self) -> None:
+        call = self._client.watch(self.cursor)
+        try:
+            async for message in call:
+                if message.incarnation_id != self.incarnation:
+                    await self._check_incarnation(message.incarnation_id)
+                    return  # re-open from the reset cursor
+                if message.HasField("operation"):
+                    self._report(message.incarnation_id, message.operation)
+        finally:
+            call.cancel()
+
+    def _report(self, incarnation: str, operation: runner_pb2.RunnerOperation) -> None:
+        self.cursor = max(self.cursor, operation.sequence)
+        try:
+            op = runner_op(operation)
+        except RunnerContractViolation as error:
+            log.warning("%s: %s", self._client.name, error)
+            return
+        op_id = operation.operation_id
+        if op.released:
+            return  # released only after our terminal commit: nothing left to do
+        if not op.settled and self._dispatcher.dispatching(op_id):
+            return  # the Dispatch reply in flight says the same, and decides
+        report = RunnerReported(self._client.name, incarnation, op)
+        self._dispatcher.deliver(op_id, report)

@@ -1,0 +1,224 @@
+"""A dispatcher against real runners (runner_svc.app.start_runner on
+127.0.0.1:0, metered executor writing a real ledger) and a real journal
+(FakeJournal, or SqlJournal on a tmp SQLite file).
+
+Operations are put in the journal the way the API does (journal.submit with
+the envelope built once), then ``dispatcher.wake``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import grpc
+
+from coordinator_svc.config import DispatchTimings, RunnerEndpoint
+from coordinator_svc.core.model import (
+    EventRecord,
+    Execution,
+    OperationRecord,
+    OpState,
+    ReplayPolicy,
+    TurnKind,
+)
+from coordinator_svc.dispatcher import Dispatcher, utc_now
+from coordinator_svc.feed import ChangeFeed
+from coordinator_svc.ports import Journal
+from coordinator_svc.storage import migrate, open_journal
+from runner_svc.app import RunnerConfig, RunningRunner, start_runner
+from turnwire.common.v1 import turn_pb2
+from turnwire.ids import new_operation_id, sha256_hex
+from turnwire.ledger import count_starts, read_ledger
+from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
+
+TIMINGS = DispatchTimings(
+    preflight_timeout=2.0,
+    dispatch_timeout=3.0,
+    cancel_timeout=2.0,
+    release_timeout=2.0,
+    backoff_initial=0.02,
+    backoff_max=0.2,
+    reconcile_deadline=20.0,
+    lease_ttl=15.0,
+    idle_poll=0.05,
+)
+# Per-operation RPC methods (the watch and GetRunnerInfo are per runner).
+PER_OPERATION_RPCS = (
+    "GetOperationStatus",
+    "BatchGetOperationStatus",
+    "Dispatch",
+    "Cancel",
+    "Release",
+)
+_POLICY = {
+    ReplayPolicy.PROBE_FIRST: turn_pb2.REPLAY_POLICY_PROBE_FIRST,
+    ReplayPolicy.NEVER_AUTOMATIC: turn_pb2.REPLAY_POLICY_NEVER_AUTOMATIC,
+    ReplayPolicy.SAFE: turn_pb2.REPLAY_POLICY_SAFE,
+}
+
+
+def envelope_for(operation_id: str, parameters: dict[str, str], policy: ReplayPolicy) -> bytes:
+    envelope = runner_pb2.TurnEnvelope(
+        operation_id=operation_id,
+        routing=runner_pb2.Routing(pool="default"),
+        model=turn_pb2.ModelRef(provider="test", name="metered", parameters=parameters),
+        kind=turn_pb2.TURN_KIND_WRITABLE,
+        replay_policy=_POLICY[policy],
+        principal="alice",
+    )
+    return envelope.SerializeToString(deterministic=True)
+
+
+def new_operation(
+    parameters: dict[str, str] | None = None,
+    *,
+    policy: ReplayPolicy = ReplayPolicy.PROBE_FIRST,
+    max_attempts: int = 5,
+    now: datetime | None = None,
+) -> tuple[OperationRecord, EventRecord]:
+    """A QUEUED record and its first event, as C1 acceptance builds them."""
+    now = now or utc_now()
+    op_id = new_operation_id()
+    envelope = envelope_for(op_id, parameters or {}, policy)
+    record = OperationRecord(
+        operation_id=op_id,
+        principal="alice",
+        idempotency_key_digest=sha256_hex(op_id.encode()),
+        request_digest=sha256_hex(envelope),
+        envelope=envelope,
+        envelope_digest=sha256_hex(envelope),
+        pool="default",
+        kind=TurnKind.WRITABLE,
+        replay_policy=policy,
+        max_attempts=max_attempts,
+        state=OpState.QUEUED,
+        execution=Execution.NOT_STARTED,
+        created_at=now,
+        updated_at=now,
+        next_action_at=now,
+        last_event_sequence=1,
+    )
+    event = EventRecord(
+        op_id, 1, None, OpState.QUEUED, Execution.NOT_STARTED, now, detail="accepted"
+    )
+    return record, event
+
+
+def sqlite_journal(path: Path) -> Journal:
+    url = f"sqlite:///{path}"
+    migrate(url)
+    return open_journal(url)
+
+
+@dataclass
+class Rig:
+    tmp: Path
+    journal: Journal
+    interceptors: Sequence[grpc.aio.ClientInterceptor] = ()
+    runners: dict[str, RunningRunner] = field(default_factory=dict)
+    dispatcher: Dispatcher | None = None
+    feed: ChangeFeed = field(default_factory=ChangeFeed)
+
+    @property
+    def ledger(self) -> Path:
+        return self.tmp / "ledger.jsonl"
+
+    async def start_runner(
+        self,
+        name: str = "r1",
+        *,
+        store: str | None = None,
+        listen: str = "127.0.0.1:0",
+        slots: int = 4,
+    ) -> RunningRunner:
+        config = RunnerConfig(
+            store_path=self.tmp / f"{store or name}.db",
+            listen=listen,
+            writable_slots=slots,
+            executor="metered",
+            ledger_path=self.ledger,
+            drain_seconds=1.0,
+        )
+        runner = await start_runner(config)
+        self.runners[name] = runner
+        return runner
+
+    def make_dispatcher(
+        self,
+        *,
+        timings: DispatchTimings = TIMINGS,
+        extra: Sequence[RunnerEndpoint] = (),
+        status_poll: float | None = None,
+    ) -> Dispatcher:
+        endpoints = [RunnerEndpoint(name, r.address) for name, r in self.runners.items()]
+        self.dispatcher = Dispatcher(
+            self.journal,
+            [*endpoints, *extra],
+            timings,
+            self.feed,
+            replica_id="test-replica",
+            interceptors=self.interceptors,
+            status_poll=status_poll,
+        )
+        return self.dispatcher
+
+    async def submit(self, parameters: dict[str, str] | None = None, **kwargs: object) -> str:
+        record, event = new_operation(parameters, **kwargs)  # type: ignore[arg-type]
+        await self.journal.submit(record, event)
+        if self.dispatcher is not None:
+            self.dispatcher.wake(record.operation_id)
+        return record.operation_id
+
+    async def wait_for(
+        self,
+        operation_id: str,
+        predicate: Callable[[OperationRecord], bool],
+        within: float = 15.0,
+    ) -> OperationRecord:
+        """Poll the journal (bounded) until ``predicate`` holds."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + within
+        while True:
+            record = await self.journal.get(operation_id)
+            assert record is not None
+            if predicate(record):
+                return record
+            if loop.time() > end:
+                raise AssertionError(f"timed out waiting; last state {record}")
+            await asyncio.sleep(0.02)
+
+    async def terminal(self, operation_id: str, within: float = 15.0) -> OperationRecord:
+        return await self.wait_for(operation_id, lambda r: r.state.terminal, within)
+
+    def starts(self) -> collections.Counter[str]:
+        """Executor starts per operation, from the metered ledger."""
+        return count_starts(self.ledger)
+
+    def starts_on(self, incarnation_id: str) -> int:
+        return sum(1 for e in read_ledger(self.ledger) if e.incarnation_id == incarnation_id)
+
+    async def runner_row(
+        self, name: str, operation_id: str
+    ) -> runner_pb2.GetOperationStatusResponse:
+        async with grpc.aio.insecure_channel(self.runners[name].address) as channel:
+            stub = runner_pb2_grpc.RunnerServiceStub(channel)
+            reply: runner_pb2.GetOperationStatusResponse = await stub.GetOperationStatus(
+                runner_pb2.GetOperationStatusRequest(operation_id=operation_id), timeout=2.0
+            )
+            return reply
+
+    async def close(self) -> None:
+        if self.dispatcher is not None:
+            await self.dispatcher.stop()
+        for runner in self.runners.values():
+            await runner.stop(drain=False)
+        await self.journal.close()
+
+
+def per_operation_rpcs(dispatcher: Dispatcher) -> int:
+    return sum(dispatcher.metrics.rpc_calls[m] for m in PER_OPERATION_RPCS)
