@@ -55,6 +55,13 @@ class DispatchTimings:
     lease_ttl: float = 15.0
     # How often the scheduler looks for due work when nothing woke it.
     idle_poll: float = 0.5
+    # Fallback status poll of a RUNNING/CANCELLING operation, in case its
+    # runner's watch stream is lost (the stream normally reports first).
+    status_poll: float = 10.0
+    # How long an accepted-but-unsettled Dispatch reply waits for the watch
+    # stream to report a result, so a fast turn goes DISPATCHING -> terminal in
+    # one commit instead of two (the happy path's 3-commit shape).
+    settle_grace: float = 0.05
 
 
 @dataclass(frozen=True)

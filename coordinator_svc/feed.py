@@ -15,6 +15,7 @@ class ChangeFeed:
     def __init__(self) -> None:
         self._version = 0
         self._condition = asyncio.Condition()
+        self._pending: set[asyncio.Task[None]] = set()
 
     def publish(self, operation_id: str) -> None:
         """Wake every waiter (called after a commit, from the event loop)."""
@@ -26,18 +27,22 @@ class ChangeFeed:
             async with loop_condition:
                 loop_condition.notify_all()
 
-        asyncio.get_running_loop().create_task(_notify())
+        # Keep a reference: the loop holds tasks weakly, and a collected
+        # notification would leave a watcher waiting for its timeout.
+        task = asyncio.get_running_loop().create_task(_notify())
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
 
     @property
     def version(self) -> int:
         return self._version
 
-    async def wait_past(self, version: int, timeout: float) -> None:
-        """Return once a change after ``version`` was published, or on timeout."""
+    async def wait_past(self, version: int, at_most: float) -> None:
+        """Return once a change after ``version`` was published, or after ``at_most`` s."""
         async with self._condition:
             try:
                 await asyncio.wait_for(
-                    self._condition.wait_for(lambda: self._version > version), timeout
+                    self._condition.wait_for(lambda: self._version > version), at_most
                 )
             except TimeoutError:
                 return

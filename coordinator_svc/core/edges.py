@@ -18,9 +18,7 @@ LEGAL_EDGES: dict[OpState, frozenset[OpState]] = {
     # A cancel asked for while DISPATCHING is stored and acted on once the
     # attempt resolves (C11), so there is no DISPATCHING -> CANCELLING edge.
     _S.DISPATCHING: frozenset({_S.RUNNING, _S.QUEUED, _S.DISPATCH_UNKNOWN, *TERMINAL_STATES}),
-    _S.DISPATCH_UNKNOWN: frozenset(
-        {_S.DISPATCHING, _S.RUNNING, _S.CANCELLING, *TERMINAL_STATES}
-    ),
+    _S.DISPATCH_UNKNOWN: frozenset({_S.DISPATCHING, _S.RUNNING, _S.CANCELLING, *TERMINAL_STATES}),
     _S.RUNNING: frozenset(
         {
             _S.CANCELLING,

@@ -1,4 +1,4 @@
-"""Values of the coordinator's world (PROTOCOL.md §1–§3), as frozen dataclasses.
+"""Values of the coordinator's world (PROTOCOL.md §1-§3), as frozen dataclasses.
 
 These mirror the wire enums by name (``OpState.QUEUED`` <->
 ``OPERATION_STATE_QUEUED``) but stay free of generated code so the core is

@@ -105,7 +105,7 @@ class Dispatcher:
         default_max_attempts: int = 5,
         interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
         status_poll: float | None = None,
-        settle_grace: float = 0.05,
+        settle_grace: float | None = None,
         max_concurrency: int = 64,
     ) -> None:
         self._journal = journal
@@ -115,10 +115,14 @@ class Dispatcher:
         self._replica_id = replica_id
         self._clock = clock
         self.default_max_attempts = default_max_attempts
-        self._status_poll = status_poll if status_poll is not None else 20 * timings.idle_poll
+        self._status_poll = status_poll if status_poll is not None else timings.status_poll
         self.metrics = DispatcherMetrics()
         self._calls = RunnerCalls(
-            self._runners, timings, self.metrics, interceptors, settle_grace=settle_grace
+            self._runners,
+            timings,
+            self.metrics,
+            interceptors,
+            settle_grace=settle_grace if settle_grace is not None else timings.settle_grace,
         )
         self._watches = [RunnerWatch(c, self, timings) for c in self._calls.clients.values()]
         # Striped per-operation locks: one load-decide-commit at a time per
