@@ -44,10 +44,13 @@ def terminal_repeat(record: OperationRecord, observed: Observed, op: RunnerOp) -
 
     Identical: a no-op. Conflicting: a protocol alarm, still no change.
     """
-    # A released row no longer carries its result (R9): compare results only
-    # when both sides have one.
+    # A released row no longer carries its result (R9; it may still send an
+    # empty one): compare results only when the runner still holds it.
     same = observed.state is record.state and (
-        observed.result is None or record.result is None or observed.result == record.result
+        op.released
+        or observed.result is None
+        or record.result is None
+        or observed.result == record.result
     )
     if same or not op.settled:
         return nothing("terminal: repeat report")

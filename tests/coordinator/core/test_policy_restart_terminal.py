@@ -140,6 +140,13 @@ def test_identical_terminal_report_is_a_no_op() -> None:
     assert decision.change is None and decision.commands == ()
 
 
+def test_released_row_with_an_emptied_result_is_not_a_conflict() -> None:
+    """C10/R9: regression: a released row's emptied result raised TERMINAL_CONFLICT alarms."""
+    released = row(R.SUCCEEDED, Execution.STARTED, result=b"", released=True)
+    decision = decide(succeeded(), RunnerReported(RUNNER, INC_A, released), ctx(attempt(1)))
+    assert decision.change is None and decision.commands == ()
+
+
 def test_conflicting_terminal_report_is_an_alarm_and_changes_nothing() -> None:
     """C10: a conflicting report is recorded as a protocol alarm; the state stays."""
     failed = row(R.FAILED, Execution.STARTED, released=True)
