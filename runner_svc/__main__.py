@@ -1,0 +1,160 @@
+"""``python -m runner_svc serve|migrate``: the runner process.
+
+Flags fall back to environment variables (TURNWIRE_RUNNER_*), then defaults.
+SIGTERM or SIGINT drains (R8) and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from runner_svc.app import RunnerConfig, start_runner
+from runner_svc.storage.sqlite_store import StoreError
+from turnwire.serving import AddressInUseError, announce
+
+log = logging.getLogger("runner_svc")
+_ENV = "TURNWIRE_RUNNER_"
+
+
+def _env(name: str, default: str | None) -> str | None:
+    return os.environ.get(_ENV + name, default)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m runner_svc", description="Turnwire runner: executes dispatched turns."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser(
+        "serve",
+        help="serve until SIGTERM/SIGINT",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    _add_serve_arguments(serve)
+    migrate = commands.add_parser("migrate", help="create or upgrade a store's schema, then exit")
+    migrate.add_argument(
+        "--store",
+        default=_env("STORE", None),
+        required=_env("STORE", None) is None,
+        help="SQLite file of the dedupe store [TURNWIRE_RUNNER_STORE]",
+    )
+    migrate.add_argument("--log-level", default="INFO")
+    return parser
+
+
+def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--listen",
+        default=_env("LISTEN", "127.0.0.1:50061"),
+        help="HOST:PORT (port 0 picks one and prints it) [TURNWIRE_RUNNER_LISTEN]",
+    )
+    serve.add_argument(
+        "--store",
+        default=_env("STORE", None),
+        required=_env("STORE", None) is None,
+        help="SQLite file of the dedupe store [TURNWIRE_RUNNER_STORE]",
+    )
+    serve.add_argument(
+        "--writable-slots",
+        type=int,
+        default=int(_env("WRITABLE_SLOTS", "4") or 4),
+        help="slots for WRITABLE turns [TURNWIRE_RUNNER_WRITABLE_SLOTS]",
+    )
+    serve.add_argument(
+        "--read-only-slots",
+        type=int,
+        default=int(_env("READ_ONLY_SLOTS", "4") or 4),
+        help="slots for READ_ONLY turns [TURNWIRE_RUNNER_READ_ONLY_SLOTS]",
+    )
+    serve.add_argument(
+        "--executor",
+        default=_env("EXECUTOR", "echo"),
+        help="echo | sleep | fail | metered | subprocess:<cmd> | "
+        "callable:<module>:<function> [TURNWIRE_RUNNER_EXECUTOR]",
+    )
+    serve.add_argument(
+        "--ledger",
+        default=_env("LEDGER", None),
+        help="ledger file for the metered executor [TURNWIRE_RUNNER_LEDGER]",
+    )
+    serve.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=float(_env("DRAIN_SECONDS", "10") or 10),
+        help="how long shutdown waits for jobs before cancelling them "
+        "[TURNWIRE_RUNNER_DRAIN_SECONDS]",
+    )
+    serve.add_argument(
+        "--address-file", default=None, help="write the bound HOST:PORT to this file once listening"
+    )
+    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    config = RunnerConfig(
+        store_path=Path(args.store),
+        listen=args.listen,
+        writable_slots=args.writable_slots,
+        read_only_slots=args.read_only_slots,
+        executor=args.executor,
+        ledger_path=Path(args.ledger) if args.ledger else None,
+        drain_seconds=args.drain_seconds,
+        address_file=Path(args.address_file) if args.address_file else None,
+    )
+    runner = await start_runner(config)
+    announce(runner.address, None)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    log.info("signal received: draining incarnation %s", runner.incarnation_id)
+    await runner.stop(drain=True)
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from runner_svc.storage import migrate
+    from runner_svc.storage.sqlite_store import lock_store, make_engine
+
+    path = Path(args.store)
+    lock = lock_store(path)  # never migrate under a live runner
+    engine = make_engine(path)
+    try:
+        with engine.connect() as connection:
+            revision = migrate.current_revision(connection)
+            migrate.check_known(revision, str(path))
+            migrate.upgrade_to_head(connection)
+            connection.commit()
+        log.info("store %s migrated from %s to %s", path, revision, migrate.head_revision())
+    finally:
+        engine.dispose()
+        lock.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        if args.command == "migrate":
+            return _migrate(args)
+        return asyncio.run(_serve(args))
+    except (StoreError, AddressInUseError, ValueError) as exc:
+        print(f"runner: {exc}", file=sys.stderr, flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

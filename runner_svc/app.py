@@ -1,0 +1,109 @@
+"""The composition root: store + executor + service + gRPC server, and their teardown."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from runner_svc.executors import Executor, load_executor
+from runner_svc.service import RunnerService, ServiceSettings
+from runner_svc.storage.async_store import AsyncRunnerStore
+from runner_svc.storage.sqlite_store import SqliteRunnerStore
+from runner_svc.transport.servicer import SERVICE_NAME, RunnerServicer
+from turnwire.ids import new_incarnation_id
+from turnwire.runner.v1 import runner_pb2_grpc
+from turnwire.serving import RunningServer, start_server
+
+log = logging.getLogger("runner_svc.app")
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    store_path: Path
+    listen: str = "127.0.0.1:0"
+    writable_slots: int = 4
+    read_only_slots: int = 4
+    executor: str = "echo"
+    ledger_path: Path | None = None
+    drain_seconds: float = 10.0
+    address_file: Path | None = None
+
+
+@dataclass
+class RunningRunner:
+    address: str
+    incarnation_id: str
+    store_id: str
+    service: RunnerService
+    server: RunningServer
+    drain_seconds: float
+    _stopped: bool = False
+
+    async def stop(self, drain: bool = True) -> None:
+        """R8: close admission, drain (bounded), end watches, stop serving, close the store."""
+        if self._stopped:
+            return
+        self._stopped = True
+        log.info("incarnation %s stopping (drain=%s)", self.incarnation_id, drain)
+        self.service.stop_admission()
+        await self.server.set_serving(False)
+        await self.service.drain(self.drain_seconds if drain else 0.0)
+        self.service.end_watches()
+        await self.server.stop(grace=1.0)
+        await self.service.close()
+        log.info("incarnation %s stopped", self.incarnation_id)
+
+
+def _write_address(path: Path, address: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(address + "\n")
+    tmp.replace(path)  # atomic: a reader never sees half an address
+
+
+async def start_runner(
+    config: RunnerConfig,
+    *,
+    executor: Executor | None = None,
+    settings: ServiceSettings | None = None,
+) -> RunningRunner:
+    """Open the store (lock, schema, ownership), then serve RunnerService on ``listen``.
+
+    ``executor`` and ``settings`` override what the config would build (tests).
+    """
+    if config.writable_slots < 0 or config.read_only_slots < 0:
+        raise ValueError("slot counts cannot be negative")
+    chosen = executor or load_executor(config.executor, ledger_path=config.ledger_path)
+    incarnation_id = new_incarnation_id()
+    store = SqliteRunnerStore.open(Path(config.store_path), incarnation_id)
+    settings = settings or ServiceSettings(
+        writable_slots=config.writable_slots, read_only_slots=config.read_only_slots
+    )
+    service = RunnerService(AsyncRunnerStore(store), chosen, settings)
+    servicer = RunnerServicer(service)
+
+    def register(server: grpc.aio.Server) -> None:
+        runner_pb2_grpc.add_RunnerServiceServicer_to_server(servicer, server)
+
+    try:
+        server = await start_server(config.listen, register, [SERVICE_NAME])
+    except BaseException:
+        await service.close()
+        raise
+    if config.address_file is not None:
+        _write_address(Path(config.address_file), server.address)
+    log.info(
+        "runner incarnation %s serving on %s (store %s, store_id %s, executor %s, slots %d/%d)",
+        incarnation_id,
+        server.address,
+        config.store_path,
+        store.store_id,
+        chosen.name,
+        settings.writable_slots,
+        settings.read_only_slots,
+    )
+    return RunningRunner(
+        server.address, incarnation_id, store.store_id, service, server, config.drain_seconds
+    )

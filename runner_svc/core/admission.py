@@ -1,0 +1,136 @@
+"""Admission (R2, R4, R5, §5, §6): what to do with a Dispatch, decided in one step.
+
+The shell loads the operation's row (if any), then asks :func:`decide_admission`
+with the runner's slot pools; the answer is one instruction. Reserving the slot
+is part of the same synchronous step (``SlotPools.reserve``), so two Dispatches
+can never both take the last slot, and a failed write gives it back.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from runner_svc.core.model import OperationRow, Refusal, RowState, RunnerRefusal, SlotKind
+
+
+class AdmissionAction(enum.Enum):
+    ADMIT = "ADMIT"  # new id: reserve, write the row, reply, launch
+    TAKE_OVER = "TAKE_OVER"  # earlier incarnation's never-launched row (§6)
+    DUPLICATE = "DUPLICATE"  # known id: reply its status, start nothing (R2)
+
+
+@dataclass(frozen=True)
+class DispatchFacts:
+    """What the shell knows about a Dispatch once its envelope parsed."""
+
+    operation_id: str
+    envelope_digest: str
+    expected_incarnation_id: str
+    fencing_token: int
+    kind: SlotKind
+
+
+@dataclass(frozen=True)
+class Admission:
+    action: AdmissionAction
+    raise_fencing_token: bool = False
+
+
+def check_incarnation(expected: str, ours: str) -> None:
+    """C5: a call bound to another incarnation is refused before anything else."""
+    if expected != ours:
+        raise RunnerRefusal(
+            Refusal.INCARNATION_MISMATCH,
+            f"this runner is incarnation {ours}, the call expected {expected or '(none)'}",
+        )
+
+
+def check_fencing_token(row: OperationRow | None, token: int) -> None:
+    """§5: a token lower than the highest seen for the operation is refused."""
+    if row is not None and token < row.fencing_token:
+        raise RunnerRefusal(
+            Refusal.STALE_FENCING_TOKEN,
+            f"fencing token {token} is lower than {row.fencing_token} already seen",
+        )
+
+
+def decide_admission(
+    facts: DispatchFacts,
+    row: OperationRow | None,
+    *,
+    incarnation_id: str,
+    accepting: bool,
+    pools: SlotPools,
+) -> Admission:
+    """The one admission decision; raises RunnerRefusal for every refusal."""
+    check_incarnation(facts.expected_incarnation_id, incarnation_id)
+    check_fencing_token(row, facts.fencing_token)
+    raise_token = row is not None and facts.fencing_token > row.fencing_token
+    if row is not None:
+        if row.state is RowState.TOMBSTONED:
+            raise RunnerRefusal(
+                Refusal.CANCELLED_BEFORE_DISPATCH,
+                f"{facts.operation_id} was cancelled before its Dispatch arrived",
+            )
+        if row.envelope_digest != facts.envelope_digest:
+            raise RunnerRefusal(
+                Refusal.ENVELOPE_MISMATCH,
+                f"{facts.operation_id} is known with envelope digest {row.envelope_digest}",
+            )
+        if not _needs_take_over(row, incarnation_id):
+            return Admission(AdmissionAction.DUPLICATE, raise_fencing_token=raise_token)
+    _check_open_and_free(facts, accepting=accepting, pools=pools)
+    action = AdmissionAction.ADMIT if row is None else AdmissionAction.TAKE_OVER
+    return Admission(action, raise_fencing_token=raise_token)
+
+
+def _needs_take_over(row: OperationRow, incarnation_id: str) -> bool:
+    """§6: an earlier incarnation's accepted, never-launched, unstopped row."""
+    return (
+        row.state is RowState.ACCEPTED
+        and row.incarnation_id != incarnation_id
+        and row.stop_reason is None
+    )
+
+
+def _check_open_and_free(facts: DispatchFacts, *, accepting: bool, pools: SlotPools) -> None:
+    if not accepting:
+        raise RunnerRefusal(Refusal.SHUTTING_DOWN, "the runner is draining and admits nothing")
+    if not pools.has_free(facts.kind):
+        raise RunnerRefusal(
+            Refusal.NO_FREE_SLOT,
+            f"all {pools.sizes[facts.kind]} {facts.kind.value} slots are in use",
+        )
+
+
+@dataclass
+class SlotPools:
+    """Two slot pools (R4). Mutable on purpose: the shell's one reservation ledger.
+
+    No awaits happen between ``has_free`` and ``reserve`` in the shell, so a
+    reservation is atomic on the event loop.
+    """
+
+    sizes: Mapping[SlotKind, int]
+    in_use: dict[SlotKind, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for kind in SlotKind:
+            if self.sizes.get(kind, 0) < 0:
+                raise ValueError(f"slot pool {kind.value} cannot be negative")
+            self.in_use.setdefault(kind, 0)
+
+    def has_free(self, kind: SlotKind) -> bool:
+        return self.in_use[kind] < self.sizes.get(kind, 0)
+
+    def reserve(self, kind: SlotKind) -> None:
+        if not self.has_free(kind):
+            raise RunnerRefusal(Refusal.NO_FREE_SLOT, f"no free {kind.value} slot")
+        self.in_use[kind] += 1
+
+    def free(self, kind: SlotKind) -> None:
+        if self.in_use[kind] <= 0:
+            raise ValueError(f"freeing a {kind.value} slot that was never reserved")
+        self.in_use[kind] -= 1

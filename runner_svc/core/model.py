@@ -1,0 +1,136 @@
+"""The runner's values: row states, execution truth, stop reasons, slot kinds.
+
+Plain enums and frozen dataclasses, free of grpc, SQLAlchemy and the
+generated stubs, so the decisions in this package can be tested as tables.
+The string values are what the store keeps; they are never renamed.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class RowState(enum.StrEnum):
+    """What the runner's store says about one operation (runner.proto)."""
+
+    ACCEPTED = "ACCEPTED"  # dedupe row durable, no launch intent (R3)
+    LAUNCHING = "LAUNCHING"  # launch intent durable, start not confirmed
+    RUNNING = "RUNNING"  # start confirmed
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMED_OUT = "TIMED_OUT"
+    TOMBSTONED = "TOMBSTONED"  # a Cancel for an unknown id (R5)
+    # Never stored: how a row an earlier incarnation left LAUNCHING or
+    # RUNNING is reported after a restart (see report.py).
+    INTERRUPTED = "INTERRUPTED"
+
+
+SETTLED_STATES: frozenset[RowState] = frozenset(
+    {
+        RowState.SUCCEEDED,
+        RowState.FAILED,
+        RowState.CANCELLED,
+        RowState.TIMED_OUT,
+        RowState.TOMBSTONED,
+    }
+)
+# States in which an executor may be live (the slot is held).
+IN_FLIGHT_STATES: frozenset[RowState] = frozenset({RowState.LAUNCHING, RowState.RUNNING})
+
+
+class Execution(enum.StrEnum):
+    """The billing truth (PROTOCOL.md §2): did an executor start?"""
+
+    NOT_STARTED = "NOT_STARTED"
+    STARTED = "STARTED"
+    UNKNOWN = "UNKNOWN"
+
+
+class StopReason(enum.StrEnum):
+    """Why a turn was asked to stop; the first one wins (R6)."""
+
+    CANCEL = "CANCEL"
+    DEADLINE = "DEADLINE"
+    BUDGET = "BUDGET"
+    SHUTDOWN = "SHUTDOWN"
+
+
+class SlotKind(enum.StrEnum):
+    """The slot pool a turn needs (R4): separate pools per kind."""
+
+    WRITABLE = "WRITABLE"
+    READ_ONLY = "READ_ONLY"
+
+
+class Refusal(enum.StrEnum):
+    """Why the runner refused a call; values are errors.proto reason strings."""
+
+    INCARNATION_MISMATCH = "INCARNATION_MISMATCH"
+    NO_FREE_SLOT = "NO_FREE_SLOT"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    STORE_WRITE_FAILED = "STORE_WRITE_FAILED"
+    ENVELOPE_MISMATCH = "ENVELOPE_MISMATCH"
+    CANCELLED_BEFORE_DISPATCH = "CANCELLED_BEFORE_DISPATCH"
+    STALE_FENCING_TOKEN = "STALE_FENCING_TOKEN"
+    ENVELOPE_INVALID = "ENVELOPE_INVALID"
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    ARGUMENT_INVALID = "ARGUMENT_INVALID"
+
+
+class RunnerRefusal(Exception):
+    """A typed refusal: nothing was accepted and nothing changed (C6)."""
+
+    def __init__(self, refusal: Refusal, message: str) -> None:
+        super().__init__(f"{refusal}: {message}")
+        self.refusal = refusal
+        self.message = message
+
+
+@dataclass(frozen=True)
+class TurnFailure:
+    """A typed failure: ``reason`` is an errors.proto reason string."""
+
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class TurnOutput:
+    """What a succeeded execution produced."""
+
+    output: bytes
+    content_type: str = ""
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OperationRow:
+    """One operation as the store holds it (one row per id, across incarnations).
+
+    ``incarnation_id`` is the incarnation that wrote the row's current state.
+    Times are unix seconds (floats); ``None`` when the step never happened.
+    """
+
+    operation_id: str
+    state: RowState
+    execution: Execution
+    incarnation_id: str
+    sequence: int
+    fencing_token: int = 0
+    attempt: int = 0
+    kind: SlotKind | None = None
+    envelope_digest: str = ""
+    stop_reason: StopReason | None = None
+    result: TurnOutput | None = None
+    error: TurnFailure | None = None
+    released: bool = False
+    accepted_at: float | None = None
+    started_at: float | None = None
+    settled_at: float | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.state in SETTLED_STATES

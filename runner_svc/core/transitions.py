@@ -1,0 +1,273 @@
+"""Theory of operation: every change to a runner row, in one table.
+
+A row is born by ``Admit`` (a Dispatch was accepted) or ``Tombstone`` (a
+Cancel for an unknown id, R5). An accepted row is launched in two durable
+steps, ``LaunchIntent`` then ``ConfirmStart`` (R3), and ends with exactly one
+``Settle`` (R7). ``TakeOver`` is §6 re-admission: a row an *earlier*
+incarnation accepted but never launched becomes this incarnation's before it
+may launch. ``RecordStopReason`` keeps the first reason only (R6),
+``RaiseFencingToken`` remembers the highest token seen (§5), ``Release``
+drops a settled result but keeps the row (R9).
+
+``apply(row, event)`` is pure: it returns the new row or raises
+:class:`IllegalRowEvent` and changes nothing. The store calls it inside the
+write transaction, so an illegal change never reaches disk. Sequences are the
+store's business; ``apply`` keeps the old one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from runner_svc.core.model import (
+    Execution,
+    OperationRow,
+    RowState,
+    SlotKind,
+    StopReason,
+    TurnFailure,
+    TurnOutput,
+)
+
+_S = RowState
+_TERMINAL_OUTCOMES = frozenset({_S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.TIMED_OUT})
+
+
+@dataclass(frozen=True)
+class Admit:
+    operation_id: str
+    incarnation_id: str
+    kind: SlotKind
+    envelope_digest: str
+    attempt: int
+    fencing_token: int
+    at: float
+
+
+@dataclass(frozen=True)
+class Tombstone:
+    operation_id: str
+    incarnation_id: str
+    fencing_token: int
+    at: float
+
+
+@dataclass(frozen=True)
+class TakeOver:
+    incarnation_id: str
+    attempt: int
+    fencing_token: int
+    at: float
+
+
+@dataclass(frozen=True)
+class LaunchIntent:
+    incarnation_id: str
+
+
+@dataclass(frozen=True)
+class ConfirmStart:
+    incarnation_id: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Settle:
+    incarnation_id: str
+    state: RowState
+    execution: Execution
+    at: float
+    result: TurnOutput | None = None
+    error: TurnFailure | None = None
+
+
+@dataclass(frozen=True)
+class RecordStopReason:
+    reason: StopReason
+
+
+@dataclass(frozen=True)
+class RaiseFencingToken:
+    fencing_token: int
+
+
+@dataclass(frozen=True)
+class Release:
+    pass
+
+
+RowEvent = (
+    Admit
+    | Tombstone
+    | TakeOver
+    | LaunchIntent
+    | ConfirmStart
+    | Settle
+    | RecordStopReason
+    | RaiseFencingToken
+    | Release
+)
+
+
+class IllegalRowEvent(ValueError):
+    """A row change the runner rules do not allow; nothing was written."""
+
+    def __init__(self, operation_id: str, source: RowState | None, event: object, why: str):
+        shown = source.value if source is not None else "absent"
+        super().__init__(f"{operation_id}: {type(event).__name__} from {shown}: {why}")
+        self.source = source
+        self.event = event
+
+
+# The one table: from which states each event may start (None = no row yet).
+SOURCES: dict[type[Any], frozenset[RowState | None]] = {
+    Admit: frozenset({None}),
+    Tombstone: frozenset({None}),
+    TakeOver: frozenset({_S.ACCEPTED}),
+    LaunchIntent: frozenset({_S.ACCEPTED}),
+    ConfirmStart: frozenset({_S.LAUNCHING}),
+    Settle: frozenset({_S.ACCEPTED, _S.LAUNCHING, _S.RUNNING}),
+    RecordStopReason: frozenset({_S.ACCEPTED, _S.LAUNCHING, _S.RUNNING}),
+    RaiseFencingToken: frozenset(
+        {_S.ACCEPTED, _S.LAUNCHING, _S.RUNNING, _S.TOMBSTONED, *_TERMINAL_OUTCOMES}
+    ),
+    Release: frozenset(_TERMINAL_OUTCOMES),
+}
+
+# Settle targets per source. A never-launched row can only be stopped, and
+# provably did not start; LAUNCHING may also fail to start (start refused).
+SETTLE_TARGETS: dict[RowState, frozenset[RowState]] = {
+    _S.ACCEPTED: frozenset({_S.CANCELLED, _S.TIMED_OUT}),
+    _S.LAUNCHING: _TERMINAL_OUTCOMES,
+    _S.RUNNING: _TERMINAL_OUTCOMES,
+}
+
+
+def apply(row: OperationRow | None, event: RowEvent, operation_id: str = "") -> OperationRow:
+    """The row after ``event``; raises IllegalRowEvent (and changes nothing) if illegal."""
+    source = row.state if row is not None else None
+    name = row.operation_id if row is not None else operation_id
+    if source not in SOURCES[type(event)]:
+        raise IllegalRowEvent(name, source, event, "not a legal source state")
+    handler = _HANDLERS[type(event)]
+    return handler(row, event, name)
+
+
+def _refuse(row: OperationRow | None, event: object, why: str) -> IllegalRowEvent:
+    return IllegalRowEvent(row.operation_id if row else "", row.state if row else None, event, why)
+
+
+def _admit(row: OperationRow | None, event: Admit, name: str) -> OperationRow:
+    return OperationRow(
+        operation_id=event.operation_id,
+        state=_S.ACCEPTED,
+        execution=Execution.NOT_STARTED,
+        incarnation_id=event.incarnation_id,
+        sequence=0,
+        fencing_token=event.fencing_token,
+        attempt=event.attempt,
+        kind=event.kind,
+        envelope_digest=event.envelope_digest,
+        accepted_at=event.at,
+    )
+
+
+def _tombstone(row: OperationRow | None, event: Tombstone, name: str) -> OperationRow:
+    return OperationRow(
+        operation_id=event.operation_id,
+        state=_S.TOMBSTONED,
+        execution=Execution.NOT_STARTED,
+        incarnation_id=event.incarnation_id,
+        sequence=0,
+        fencing_token=event.fencing_token,
+        stop_reason=StopReason.CANCEL,
+        settled_at=event.at,
+    )
+
+
+def _take_over(row: OperationRow | None, event: TakeOver, name: str) -> OperationRow:
+    assert row is not None
+    if row.incarnation_id == event.incarnation_id:
+        raise _refuse(row, event, "only an earlier incarnation's row can be taken over")
+    if row.stop_reason is not None:
+        raise _refuse(row, event, "a row with a stop reason is never launched")
+    return replace(
+        row,
+        incarnation_id=event.incarnation_id,
+        attempt=event.attempt,
+        fencing_token=max(row.fencing_token, event.fencing_token),
+        accepted_at=event.at,
+    )
+
+
+def _launch_intent(row: OperationRow | None, event: LaunchIntent, name: str) -> OperationRow:
+    assert row is not None
+    if row.incarnation_id != event.incarnation_id:
+        raise _refuse(row, event, "launch needs the row taken over first (§6)")
+    if row.stop_reason is not None:
+        raise _refuse(row, event, "a row with a stop reason is never launched")
+    return replace(row, state=_S.LAUNCHING, execution=Execution.UNKNOWN)
+
+
+def _confirm_start(row: OperationRow | None, event: ConfirmStart, name: str) -> OperationRow:
+    assert row is not None
+    if row.incarnation_id != event.incarnation_id:
+        raise _refuse(row, event, "another incarnation launched this row")
+    return replace(row, state=_S.RUNNING, execution=Execution.STARTED, started_at=event.at)
+
+
+def _settle(row: OperationRow | None, event: Settle, name: str) -> OperationRow:
+    assert row is not None
+    if event.state not in SETTLE_TARGETS[row.state]:
+        raise _refuse(row, event, f"cannot settle as {event.state.value}")
+    if row.state is not _S.ACCEPTED and row.incarnation_id != event.incarnation_id:
+        raise _refuse(row, event, "an earlier incarnation's launch was interrupted")
+    if row.state is _S.ACCEPTED and event.execution is not Execution.NOT_STARTED:
+        raise _refuse(row, event, "a never-launched row did not start")
+    if row.state is _S.RUNNING and event.execution is not Execution.STARTED:
+        raise _refuse(row, event, "a confirmed start stays STARTED")
+    if (event.state is _S.SUCCEEDED) != (event.result is not None):
+        raise _refuse(row, event, "exactly SUCCEEDED carries a result")
+    return replace(
+        row,
+        state=event.state,
+        execution=event.execution,
+        incarnation_id=event.incarnation_id,
+        result=event.result,
+        error=event.error,
+        settled_at=event.at,
+    )
+
+
+def _record_stop(row: OperationRow | None, event: RecordStopReason, name: str) -> OperationRow:
+    assert row is not None
+    if row.stop_reason is not None:
+        raise _refuse(row, event, "the first stop reason already won (R6)")
+    return replace(row, stop_reason=event.reason)
+
+
+def _raise_token(row: OperationRow | None, event: RaiseFencingToken, name: str) -> OperationRow:
+    assert row is not None
+    if event.fencing_token <= row.fencing_token:
+        raise _refuse(row, event, "the fencing token only grows")
+    return replace(row, fencing_token=event.fencing_token)
+
+
+def _release(row: OperationRow | None, event: Release, name: str) -> OperationRow:
+    assert row is not None
+    return replace(row, released=True, result=None)
+
+
+_HANDLERS: dict[type[Any], Callable[[OperationRow | None, Any, str], OperationRow]] = {
+    Admit: _admit,
+    Tombstone: _tombstone,
+    TakeOver: _take_over,
+    LaunchIntent: _launch_intent,
+    ConfirmStart: _confirm_start,
+    Settle: _settle,
+    RecordStopReason: _record_stop,
+    RaiseFencingToken: _raise_token,
+    Release: _release,
+}

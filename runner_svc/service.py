@@ -1,0 +1,441 @@
+"""The runner shell: Dispatch, Cancel, Release, status, watch and shutdown.
+
+Each call follows load -> decide (pure core) -> persist -> perform, under the
+operation's lock. Refusals are :class:`RunnerRefusal` with a typed reason; the
+transport maps them to gRPC codes in one table. Nothing here speaks gRPC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from runner_svc.core.admission import (
+    AdmissionAction,
+    DispatchFacts,
+    SlotPools,
+    check_fencing_token,
+    check_incarnation,
+    decide_admission,
+)
+from runner_svc.core.model import (
+    Execution,
+    OperationRow,
+    Refusal,
+    RowState,
+    RunnerRefusal,
+    SlotKind,
+    StopReason,
+)
+from runner_svc.core.settlement import first_stop_reason, reported_row, unlaunched_settlement
+from runner_svc.core.transitions import (
+    Admit,
+    IllegalRowEvent,
+    RaiseFencingToken,
+    Release,
+    RowEvent,
+    Settle,
+    TakeOver,
+    Tombstone,
+)
+from runner_svc.executors import Executor
+from runner_svc.jobs import Job, JobRunner
+from runner_svc.storage.async_store import AsyncRunnerStore
+from runner_svc.storage.sqlite_store import StoreError
+from turnwire.common.v1 import turn_pb2
+from turnwire.crashpoints import crash_point
+from turnwire.ids import sha256_hex
+from turnwire.runner.v1 import runner_pb2
+
+log = logging.getLogger("runner_svc.service")
+
+VERSION = "0.1.0"
+_KINDS = {
+    turn_pb2.TURN_KIND_WRITABLE: SlotKind.WRITABLE,
+    turn_pb2.TURN_KIND_READ_ONLY: SlotKind.READ_ONLY,
+}
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    writable_slots: int = 4
+    read_only_slots: int = 4
+    # How long an executor asked to stop may take before it is killed (R10).
+    cancel_grace_seconds: float = 5.0
+    # How often an idle WatchOperations stream sends a heartbeat.
+    heartbeat_seconds: float = 2.0
+
+
+@dataclass(frozen=True)
+class DispatchCall:
+    operation_id: str
+    envelope: bytes
+    envelope_digest: str
+    expected_incarnation_id: str
+    fencing_token: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class OperationView:
+    """A row as replies show it (restart view applied) plus in-memory R7 state."""
+
+    row: OperationRow
+    result_not_saved: bool = False
+
+
+@dataclass(frozen=True)
+class DispatchOutcome:
+    view: OperationView
+    duplicate: bool
+
+
+@dataclass(frozen=True)
+class CancelOutcome:
+    view: OperationView
+    tombstoned: bool
+
+
+@dataclass(frozen=True)
+class PoolUse:
+    kind: SlotKind
+    size: int
+    in_use: int
+
+
+@dataclass(frozen=True)
+class RunnerInfo:
+    incarnation_id: str
+    store_id: str
+    durable: bool
+    pools: tuple[PoolUse, ...]
+    accepting: bool
+    started_at: float
+    held_result_not_saved: int
+    version: str
+
+
+class RunnerService:
+    def __init__(
+        self,
+        store: AsyncRunnerStore,
+        executor: Executor,
+        settings: ServiceSettings,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.incarnation_id = store.incarnation_id
+        self.settings = settings
+        self.accepting = True
+        self.started_at = clock()
+        self._clock = clock
+        self._pools = SlotPools(
+            {
+                SlotKind.WRITABLE: settings.writable_slots,
+                SlotKind.READ_ONLY: settings.read_only_slots,
+            }
+        )
+        self.jobs = JobRunner(
+            store,
+            executor,
+            self._pools,
+            cancel_grace_seconds=settings.cancel_grace_seconds,
+            on_change=self._publish,
+            clock=clock,
+        )
+        self._changed = asyncio.Event()
+        self._closing = False
+
+    # --- Dispatch (R2, R3, R4, §6) ----------------------------------------------
+
+    async def dispatch(self, call: DispatchCall) -> DispatchOutcome:
+        envelope = _verified_envelope(call)
+        facts = DispatchFacts(
+            call.operation_id,
+            call.envelope_digest,
+            call.expected_incarnation_id,
+            call.fencing_token,
+            _KINDS[envelope.kind],
+        )
+        async with self.jobs.lock(call.operation_id):
+            row = await self._read(call.operation_id)
+            admission = decide_admission(
+                facts,
+                row,
+                incarnation_id=self.incarnation_id,
+                accepting=self.accepting,
+                pools=self._pools,
+            )
+            if admission.action is AdmissionAction.DUPLICATE:
+                assert row is not None
+                return await self._duplicate(call, row, admission.raise_fencing_token)
+            row = await self._admit(call, facts, row, envelope)
+        log.info(
+            "dispatch %s accepted (incarnation %s, kind %s, attempt %d, %s)",
+            call.operation_id,
+            self.incarnation_id,
+            facts.kind,
+            call.attempt,
+            admission.action.value,
+        )
+        return DispatchOutcome(self._view(row), duplicate=False)
+
+    async def _duplicate(
+        self, call: DispatchCall, row: OperationRow, raise_token: bool
+    ) -> DispatchOutcome:
+        """R2: a known id never starts again; the reply is its current status."""
+        if raise_token:
+            row = await self._write(call.operation_id, RaiseFencingToken(call.fencing_token))
+        log.info(
+            "dispatch %s duplicate (incarnation %s): %s",
+            call.operation_id,
+            self.incarnation_id,
+            row.state,
+        )
+        return DispatchOutcome(self._view(row), duplicate=True)
+
+    async def _admit(
+        self,
+        call: DispatchCall,
+        facts: DispatchFacts,
+        row: OperationRow | None,
+        envelope: runner_pb2.TurnEnvelope,
+    ) -> OperationRow:
+        """R4: reserve (no await since the decision), write the row, launch in the background."""
+        self._pools.reserve(facts.kind)
+        try:
+            row = await self._write(call.operation_id, self._admission_change(call, facts, row))
+        except RunnerRefusal:
+            self._pools.free(facts.kind)
+            raise
+        crash_point("runner.after_dedupe_commit")
+        job = Job(call.operation_id, facts.kind, call.attempt, envelope, call.envelope)
+        if not self.accepting:  # shutdown began while the row was being written
+            job.stop_reason = StopReason.SHUTDOWN
+        self.jobs.start(job)
+        return row
+
+    def _admission_change(
+        self, call: DispatchCall, facts: DispatchFacts, row: OperationRow | None
+    ) -> RowEvent:
+        now = self._clock()
+        if row is None:
+            return Admit(
+                call.operation_id,
+                self.incarnation_id,
+                facts.kind,
+                call.envelope_digest,
+                call.attempt,
+                call.fencing_token,
+                now,
+            )
+        return TakeOver(self.incarnation_id, call.attempt, call.fencing_token, now)
+
+    # --- Cancel (R5, R6) ------------------------------------------------------------
+
+    async def cancel(
+        self, operation_id: str, expected_incarnation_id: str, token: int
+    ) -> CancelOutcome:
+        _require_id(operation_id)
+        check_incarnation(expected_incarnation_id, self.incarnation_id)
+        async with self.jobs.lock(operation_id):
+            row = await self._read(operation_id)
+            check_fencing_token(row, token)
+            if row is None:
+                row = await self._write(
+                    operation_id, Tombstone(operation_id, self.incarnation_id, token, self._clock())
+                )
+                log.info(
+                    "cancel %s: unknown id, tombstoned (incarnation %s)",
+                    operation_id,
+                    self.incarnation_id,
+                )
+                return CancelOutcome(self._view(row), tombstoned=True)
+            if token > row.fencing_token:
+                row = await self._write(operation_id, RaiseFencingToken(token))
+            if not row.settled:
+                await self._stop_for_cancel(row)
+                row = await self._read(operation_id) or row
+        log.info("cancel %s: now %s (incarnation %s)", operation_id, row.state, self.incarnation_id)
+        return CancelOutcome(self._view(row), tombstoned=row.state is RowState.TOMBSTONED)
+
+    async def _stop_for_cancel(self, row: OperationRow) -> None:
+        """Caller holds the lock. Never-launched rows settle now; running ones are asked."""
+        job = self.jobs.jobs.get(row.operation_id)
+        if row.state is RowState.ACCEPTED:
+            reason = first_stop_reason(
+                job.stop_reason if job else row.stop_reason, StopReason.CANCEL
+            )
+            if job is not None:
+                job.stop_reason = reason
+                await self.jobs.write_settlement(
+                    job, unlaunched_settlement(reason), Execution.NOT_STARTED
+                )
+            else:  # an earlier incarnation accepted it and nobody took it over
+                decision = unlaunched_settlement(reason)
+                await self._write(
+                    row.operation_id,
+                    Settle(
+                        self.incarnation_id,
+                        decision.state,
+                        Execution.NOT_STARTED,
+                        self._clock(),
+                        error=decision.error,
+                    ),
+                )
+            return
+        if job is not None and row.incarnation_id == self.incarnation_id:
+            await self.jobs.record_stop(job, StopReason.CANCEL)
+            await self.jobs.ask_to_stop(job)
+        # else: an earlier incarnation's launch; it can no longer run here.
+
+    # --- Release (R9) ------------------------------------------------------------
+
+    async def release(self, operation_id: str, expected_incarnation_id: str, token: int) -> bool:
+        _require_id(operation_id)
+        check_incarnation(expected_incarnation_id, self.incarnation_id)
+        async with self.jobs.lock(operation_id):
+            row = await self._read(operation_id)
+            check_fencing_token(row, token)
+            if row is None or not row.settled or row.state is RowState.TOMBSTONED:
+                return False
+            if not row.released:
+                await self._write(operation_id, Release())
+                log.info("release %s (incarnation %s)", operation_id, self.incarnation_id)
+        return True
+
+    # --- status, info, watch ---------------------------------------------------------
+
+    async def status(self, operation_id: str) -> OperationView | None:
+        _require_id(operation_id)
+        row = await self._read(operation_id)
+        return self._view(row) if row is not None else None
+
+    async def batch_status(
+        self, operation_ids: list[str]
+    ) -> list[tuple[str, OperationView | None]]:
+        for operation_id in operation_ids:
+            _require_id(operation_id)
+        try:
+            rows = await self.store.get_many(operation_ids)
+        except StoreError as exc:
+            raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, str(exc)) from exc
+        return [(op, self._view(rows[op]) if op in rows else None) for op in operation_ids]
+
+    def info(self) -> RunnerInfo:
+        pools = tuple(
+            PoolUse(kind, self._pools.sizes[kind], self._pools.in_use[kind]) for kind in SlotKind
+        )
+        return RunnerInfo(
+            self.incarnation_id,
+            self.store.store_id,
+            self.store.durable,
+            pools,
+            self.accepting,
+            self.started_at,
+            self.jobs.held_result_not_saved(),
+            VERSION,
+        )
+
+    async def watch(self, after_sequence: int) -> AsyncIterator[OperationView | None]:
+        """Every row change after the cursor, then live ones; None is a heartbeat."""
+        cursor = after_sequence
+        while not self._closing:
+            changed = self._changed  # taken before the read: no wake-up is missed
+            try:
+                rows = await self.store.changes_after(cursor)
+            except StoreError as exc:
+                raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, str(exc)) from exc
+            for row in rows:
+                cursor = max(cursor, row.sequence)
+                yield self._view(row)
+            if rows:
+                continue
+            try:
+                await asyncio.wait_for(changed.wait(), self.settings.heartbeat_seconds)
+            except TimeoutError:
+                yield None
+
+    def _publish(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    # --- shutdown (R8) -------------------------------------------------------------
+
+    def stop_admission(self) -> None:
+        if self.accepting:
+            self.accepting = False
+            log.info("incarnation %s: admission closed, draining", self.incarnation_id)
+
+    async def drain(self, drain_seconds: float) -> None:
+        self.stop_admission()
+        await self.jobs.drain(drain_seconds)
+
+    def end_watches(self) -> None:
+        self._closing = True
+        self._publish()
+
+    async def close(self) -> None:
+        self.end_watches()
+        await self.store.close()
+        log.info("incarnation %s: store closed", self.incarnation_id)
+
+    # --- store access with typed refusals ------------------------------------------
+
+    async def _read(self, operation_id: str) -> OperationRow | None:
+        try:
+            return await self.store.get(operation_id)
+        except StoreError as exc:
+            log.error("store read failed for %s: %s", operation_id, exc)
+            raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, str(exc)) from exc
+
+    async def _write(self, operation_id: str, change: RowEvent) -> OperationRow:
+        try:
+            row = await self.store.write(operation_id, change)
+        except (StoreError, IllegalRowEvent) as exc:
+            log.error(
+                "store write failed for %s (%s): %s", operation_id, type(change).__name__, exc
+            )
+            raise RunnerRefusal(Refusal.STORE_WRITE_FAILED, str(exc)) from exc
+        self._publish()
+        return row
+
+    def _view(self, row: OperationRow) -> OperationView:
+        job = self.jobs.jobs.get(row.operation_id)
+        return OperationView(
+            reported_row(row, self.incarnation_id),
+            result_not_saved=job is not None and job.result_not_saved,
+        )
+
+
+def _require_id(operation_id: str) -> None:
+    if not operation_id or len(operation_id) > 255:
+        raise RunnerRefusal(Refusal.ARGUMENT_INVALID, "operation_id must be 1..255 characters")
+
+
+def _verified_envelope(call: DispatchCall) -> runner_pb2.TurnEnvelope:
+    """The parsed envelope, or ENVELOPE_INVALID: bytes must hash to the digest and parse."""
+
+    def invalid(why: str) -> RunnerRefusal:
+        return RunnerRefusal(Refusal.ENVELOPE_INVALID, f"{call.operation_id or '(no id)'}: {why}")
+
+    if not call.operation_id or len(call.operation_id) > 255:
+        raise invalid("operation_id must be 1..255 characters")
+    if sha256_hex(call.envelope) != call.envelope_digest:
+        raise invalid("envelope bytes do not hash to envelope_digest")
+    envelope = runner_pb2.TurnEnvelope()
+    try:
+        envelope.ParseFromString(call.envelope)
+    except DecodeError as exc:
+        raise invalid(f"envelope does not parse: {exc}") from exc
+    if envelope.operation_id != call.operation_id:
+        raise invalid(f"envelope names operation {envelope.operation_id!r}")
+    if envelope.kind not in _KINDS:
+        raise invalid("envelope kind must be WRITABLE or READ_ONLY")
+    return envelope

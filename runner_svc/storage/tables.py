@@ -1,0 +1,53 @@
+"""The runner store's tables (SQLAlchemy Core). Alembic migrations/runner/ owns the DDL.
+
+One row per operation id, whatever incarnation wrote it (§6): the primary
+key is the operation id, so the database itself refuses a second row.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+# Exactly one row (id = 1): who owns the store now, and its change counter.
+store_meta = sa.Table(
+    "runner_store_meta",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    # Stable identity; a copied or restored file gets a new one (§6).
+    sa.Column("store_id", sa.String(64), nullable=False),
+    # (st_dev, st_ino) of the file that minted store_id: a copy has another.
+    sa.Column("file_identity", sa.String(64), nullable=False),
+    # The incarnation allowed to write; opening the store takes it (§6 fencing).
+    sa.Column("owner_incarnation_id", sa.String(32), nullable=False),
+    sa.Column("owner_since", sa.Float, nullable=False),
+    # Durable change counter for WatchOperations cursors.
+    sa.Column("last_sequence", sa.BigInteger, nullable=False),
+    sa.CheckConstraint("id = 1", name="ck_runner_store_meta_single_row"),
+)
+
+operations = sa.Table(
+    "runner_operations",
+    metadata,
+    sa.Column("operation_id", sa.String(255), primary_key=True),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("execution", sa.String(16), nullable=False),
+    sa.Column("incarnation_id", sa.String(32), nullable=False),
+    sa.Column("sequence", sa.BigInteger, nullable=False),
+    sa.Column("fencing_token", sa.BigInteger, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=True),  # NULL for a tombstone
+    sa.Column("envelope_digest", sa.String(64), nullable=False),
+    sa.Column("stop_reason", sa.String(16), nullable=True),
+    sa.Column("result_output", sa.LargeBinary, nullable=True),
+    sa.Column("result_content_type", sa.String(255), nullable=True),
+    sa.Column("result_metadata", sa.Text, nullable=True),  # JSON object of str -> str
+    sa.Column("error_reason", sa.String(64), nullable=True),
+    sa.Column("error_message", sa.Text, nullable=True),
+    sa.Column("released", sa.Boolean, nullable=False),
+    sa.Column("accepted_at", sa.Float, nullable=True),
+    sa.Column("started_at", sa.Float, nullable=True),
+    sa.Column("settled_at", sa.Float, nullable=True),
+    sa.Index("ix_runner_operations_sequence", "sequence", unique=True),
+)

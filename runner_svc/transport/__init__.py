@@ -1,0 +1,1 @@
+"""gRPC edge of the runner: the RunnerService servicer, conversions, the error table."""

@@ -1,0 +1,81 @@
+"""Core values -> runner.proto messages."""
+
+from __future__ import annotations
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from runner_svc.core.model import Execution, RowState, SlotKind, StopReason
+from runner_svc.service import OperationView, RunnerInfo
+from turnwire.common.v1 import turn_pb2
+from turnwire.runner.v1 import runner_pb2
+
+_STATES = {
+    state: runner_pb2.RunnerOperationState.Value(f"RUNNER_OPERATION_STATE_{state.value}")
+    for state in RowState
+}
+_EXECUTIONS = {e: turn_pb2.Execution.Value(f"EXECUTION_{e.value}") for e in Execution}
+_STOPS = {s: turn_pb2.StopReason.Value(f"STOP_REASON_{s.value}") for s in StopReason}
+KINDS = {k: turn_pb2.TurnKind.Value(f"TURN_KIND_{k.value}") for k in SlotKind}
+
+
+def timestamp(seconds: float | None) -> Timestamp | None:
+    if seconds is None:
+        return None
+    stamp = Timestamp()
+    stamp.FromNanoseconds(int(seconds * 1e9))
+    return stamp
+
+
+def operation(view: OperationView) -> runner_pb2.RunnerOperation:
+    row = view.row
+    message = runner_pb2.RunnerOperation(
+        operation_id=row.operation_id,
+        state=_STATES[row.state],
+        execution=_EXECUTIONS[row.execution],
+        incarnation_id=row.incarnation_id,
+        envelope_digest=row.envelope_digest,
+        attempt=row.attempt,
+        fencing_token=row.fencing_token,
+        released=row.released,
+        sequence=row.sequence,
+        result_not_saved=view.result_not_saved,
+    )
+    if row.stop_reason is not None:
+        message.stop_reason = _STOPS[row.stop_reason]
+    if row.result is not None:
+        message.result.CopyFrom(
+            turn_pb2.TurnResult(
+                output=row.result.output,
+                content_type=row.result.content_type,
+                metadata=dict(row.result.metadata),
+            )
+        )
+    if row.error is not None:
+        message.error.CopyFrom(
+            turn_pb2.TurnError(reason=row.error.reason, message=row.error.message)
+        )
+    for name, value in (
+        ("accepted_at", row.accepted_at),
+        ("started_at", row.started_at),
+        ("settled_at", row.settled_at),
+    ):
+        stamp = timestamp(value)
+        if stamp is not None:
+            getattr(message, name).CopyFrom(stamp)
+    return message
+
+
+def runner_info(info: RunnerInfo) -> runner_pb2.GetRunnerInfoResponse:
+    return runner_pb2.GetRunnerInfoResponse(
+        incarnation_id=info.incarnation_id,
+        store_id=info.store_id,
+        durable=info.durable,
+        pools=[
+            runner_pb2.SlotPool(kind=KINDS[pool.kind], size=pool.size, in_use=pool.in_use)
+            for pool in info.pools
+        ],
+        accepting=info.accepting,
+        started_at=timestamp(info.started_at),
+        held_result_not_saved=info.held_result_not_saved,
+        version=info.version,
+    )
