@@ -155,6 +155,12 @@ class RunnerService:
     # --- Dispatch (R2, R3, R4, §6) ----------------------------------------------
 
     async def dispatch(self, call: DispatchCall) -> DispatchOutcome:
+        # A caller that gives up (deadline, reset) cancels this handler. The
+        # admission must still finish as one unit: a row committed without its
+        # job would stay ACCEPTED on this incarnation forever and hold a slot.
+        return await asyncio.shield(self._dispatch(call))
+
+    async def _dispatch(self, call: DispatchCall) -> DispatchOutcome:
         envelope = _verified_envelope(call)
         facts = DispatchFacts(
             call.operation_id,
@@ -240,6 +246,13 @@ class RunnerService:
     # --- Cancel (R5, R6) ------------------------------------------------------------
 
     async def cancel(
+        self, operation_id: str, expected_incarnation_id: str, token: int
+    ) -> CancelOutcome:
+        # Like Dispatch: a stop reason written must also reach the job, even if
+        # the caller gave up meanwhile.
+        return await asyncio.shield(self._cancel(operation_id, expected_incarnation_id, token))
+
+    async def _cancel(
         self, operation_id: str, expected_incarnation_id: str, token: int
     ) -> CancelOutcome:
         _require_id(operation_id)
