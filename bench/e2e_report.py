@@ -1,0 +1,264 @@
+"""What bench/e2e.py found, as values, as text and as JSON (no I/O but print).
+
+Ratios are to the baseline with the same number of calls in flight, from
+the same run. Issue #3's happy-path target: at most 3 journal commits and at
+most 3 coordinator -> runner RPCs per operation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from baseline import Figures
+
+# Every coordinator -> runner method the dispatcher counts (DispatcherMetrics.rpc_calls).
+RPC_METHODS = (
+    "GetOperationStatus",
+    "BatchGetOperationStatus",
+    "Dispatch",
+    "Release",
+    "Cancel",
+    "WatchOperations",
+    "GetRunnerInfo",
+)
+PREFLIGHT_METHODS = ("GetOperationStatus", "BatchGetOperationStatus")
+JOURNAL_WRITES = ("submit", "commit", "claim")
+TARGET_COMMITS_PER_OP = 3.0
+TARGET_RPCS_PER_OP = 3.0
+
+
+def latency_figures(figures: Figures) -> dict[str, Any]:
+    return {
+        "operations": figures.operations,
+        "seconds": round(figures.seconds, 4),
+        "ops_per_second": round(figures.ops_per_second, 2),
+        "p50_ms": round(figures.p50_ms, 3),
+        "p99_ms": round(figures.p99_ms, 3),
+        "mean_ms": round(figures.mean_ms, 3),
+    }
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    in_flight: int
+    figures: Figures
+    cpu_ms_per_op_client: float
+    cpu_ms_per_op_server: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "in_flight": self.in_flight,
+            **latency_figures(self.figures),
+            "cpu_ms_per_op_client": round(self.cpu_ms_per_op_client, 3),
+            "cpu_ms_per_op_server": round(self.cpu_ms_per_op_server, 3),
+        }
+
+
+@dataclass(frozen=True)
+class SystemResult:
+    journal: str
+    in_flight: int
+    figures: Figures
+    journal_commits_per_op: float
+    dispatcher_commits_per_op: float
+    rpcs_per_op: Mapping[str, float]
+    journal_calls_per_op: Mapping[str, float]  # reads and writes, by Journal method
+    states: Mapping[str, int]
+    cpu_ms_per_op_here: float  # the bench process: in-process coordinator + client
+    cpu_ms_per_op_runners: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.journal} x{self.in_flight}"
+
+    @property
+    def total_rpcs_per_op(self) -> float:
+        return sum(self.rpcs_per_op.values())
+
+    @property
+    def preflight_rpcs_per_op(self) -> float:
+        return sum(self.rpcs_per_op.get(m, 0.0) for m in PREFLIGHT_METHODS)
+
+    @property
+    def journal_reads_per_op(self) -> float:
+        return sum(v for m, v in self.journal_calls_per_op.items() if m not in JOURNAL_WRITES)
+
+    @property
+    def meets_commit_target(self) -> bool:
+        return self.journal_commits_per_op <= TARGET_COMMITS_PER_OP
+
+    @property
+    def meets_rpc_target(self) -> bool:
+        return self.total_rpcs_per_op <= TARGET_RPCS_PER_OP
+
+    @property
+    def succeeded(self) -> bool:
+        return set(self.states) <= {"SUCCEEDED"} and sum(self.states.values()) == (
+            self.figures.operations
+        )
+
+    def ratios(self, base: BaselineResult | None) -> tuple[float | None, float | None]:
+        """(ops/s as a fraction of the baseline's, p50 as a multiple of the baseline's)."""
+        if base is None or not base.figures.ops_per_second or not base.figures.p50_ms:
+            return None, None
+        return (
+            self.figures.ops_per_second / base.figures.ops_per_second,
+            self.figures.p50_ms / base.figures.p50_ms,
+        )
+
+    def as_json(self, base: BaselineResult | None) -> dict[str, Any]:
+        ops_ratio, p50_ratio = self.ratios(base)
+        return {
+            "journal": self.journal,
+            "in_flight": self.in_flight,
+            **latency_figures(self.figures),
+            "ops_per_second_vs_baseline": _rounded(ops_ratio, 4),
+            "p50_vs_baseline": _rounded(p50_ratio, 2),
+            "journal_commits_per_op": round(self.journal_commits_per_op, 3),
+            "dispatcher_commits_per_op": round(self.dispatcher_commits_per_op, 3),
+            "runner_rpcs_per_op": round(self.total_rpcs_per_op, 3),
+            "preflight_rpcs_per_op": round(self.preflight_rpcs_per_op, 3),
+            "runner_rpcs_per_op_by_method": {
+                m: round(v, 3) for m, v in sorted(self.rpcs_per_op.items())
+            },
+            "journal_reads_per_op": round(self.journal_reads_per_op, 3),
+            "journal_calls_per_op_by_method": {
+                m: round(v, 3) for m, v in sorted(self.journal_calls_per_op.items())
+            },
+            "states": dict(sorted(self.states.items())),
+            "cpu_ms_per_op_coordinator_and_client": round(self.cpu_ms_per_op_here, 3),
+            "cpu_ms_per_op_runners": round(self.cpu_ms_per_op_runners, 3),
+            "meets_commit_target": self.meets_commit_target,
+            "meets_rpc_target": self.meets_rpc_target,
+        }
+
+
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+@dataclass(frozen=True)
+class Report:
+    sequential_turns: int
+    concurrent_turns: int
+    baseline: Sequence[BaselineResult]
+    systems: Sequence[SystemResult]
+    postgres_skipped: str | None
+    # The machine's 1-minute load average before and after, and its CPUs:
+    # figures from a busy machine are not comparable with a quiet one's.
+    load_before: float
+    load_after: float
+    cpus: int
+
+    def baseline_for(self, in_flight: int) -> BaselineResult | None:
+        return next((b for b in self.baseline if b.in_flight == in_flight), None)
+
+    @property
+    def all_succeeded(self) -> bool:
+        return all(s.succeeded for s in self.systems)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "turns": {"sequential": self.sequential_turns, "concurrent": self.concurrent_turns},
+            "baseline": [b.as_json() for b in self.baseline],
+            "systems": [s.as_json(self.baseline_for(s.in_flight)) for s in self.systems],
+            "postgresql": {
+                "ran": self.postgres_skipped is None,
+                "skipped": self.postgres_skipped,
+            },
+            "target": {
+                "journal_commits_per_op": TARGET_COMMITS_PER_OP,
+                "runner_rpcs_per_op": TARGET_RPCS_PER_OP,
+            },
+            "all_succeeded": self.all_succeeded,
+            "machine": {
+                "cpus": self.cpus,
+                "load_average_1m_before": round(self.load_before, 2),
+                "load_average_1m_after": round(self.load_after, 2),
+            },
+        }
+
+
+# --- text -------------------------------------------------------------------
+
+
+def _latency_line(label: str, figures: Figures) -> str:
+    return (
+        f"{label:<16} {figures.ops_per_second:>8.1f} ops/s   "
+        f"p50 {figures.p50_ms:8.2f} ms   p99 {figures.p99_ms:8.2f} ms   "
+        f"({figures.operations} ops)"
+    )
+
+
+def _ratio_text(system: SystemResult, base: BaselineResult | None) -> str:
+    ops_ratio, p50_ratio = system.ratios(base)
+    if ops_ratio is None or p50_ratio is None:
+        return "no baseline to compare with"
+    return f"{ops_ratio:.3f}x baseline ops/s, p50 {p50_ratio:.0f}x baseline"
+
+
+def _rpc_text(system: SystemResult) -> str:
+    shown = ", ".join(
+        f"{m} {v:.2f}" for m, v in sorted(system.rpcs_per_op.items()) if m not in PREFLIGHT_METHODS
+    )
+    return (
+        f"coordinator->runner RPCs/op {system.total_rpcs_per_op:.2f}: "
+        f"preflight {system.preflight_rpcs_per_op:.2f} "
+        f"(GetOperationStatus {system.rpcs_per_op.get('GetOperationStatus', 0.0):.2f}, "
+        f"BatchGetOperationStatus {system.rpcs_per_op.get('BatchGetOperationStatus', 0.0):.2f}), "
+        f"{shown}"
+    )
+
+
+def _target_text(system: SystemResult) -> str:
+    commits = "met" if system.meets_commit_target else "MISSED"
+    rpcs = "met" if system.meets_rpc_target else "MISSED"
+    return (
+        f"issue #3 target: commits {commits} ({system.journal_commits_per_op:.2f} <= 3?), "
+        f"runner RPCs {rpcs} ({system.total_rpcs_per_op:.2f} <= 3?)"
+    )
+
+
+def system_lines(system: SystemResult, base: BaselineResult | None) -> list[str]:
+    states = ", ".join(f"{k}={v}" for k, v in sorted(system.states.items()))
+    return [
+        _latency_line(system.label, system.figures),
+        f"    {_ratio_text(system, base)}",
+        f"    journal commits/op {system.journal_commits_per_op:.2f} "
+        f"(by the dispatcher {system.dispatcher_commits_per_op:.2f}; the rest are submits)",
+        f"    journal reads/op {system.journal_reads_per_op:.2f}; calls/op by method: "
+        + ", ".join(f"{m} {v:.2f}" for m, v in sorted(system.journal_calls_per_op.items())),
+        f"    {_rpc_text(system)}",
+        f"    {_target_text(system)}",
+        f"    CPU ms/op: coordinator+client (this process) {system.cpu_ms_per_op_here:.2f}, "
+        f"runners {system.cpu_ms_per_op_runners:.2f}",
+        f"    terminal states: {states}",
+    ]
+
+
+def print_report(report: Report) -> None:
+    print(
+        f"Turnwire end-to-end bench: {report.sequential_turns} sequential ops, "
+        f"{report.concurrent_turns} ops 16 in flight; no-op turns (echo executor)"
+    )
+    print(
+        f"machine: {report.cpus} CPUs, 1-minute load average {report.load_before:.2f} before, "
+        f"{report.load_after:.2f} after"
+    )
+    print("baseline: raw gRPC unary echo, 256 B, server in its own process")
+    for base in report.baseline:
+        print("  " + _latency_line(f"grpc echo x{base.in_flight}", base.figures))
+        print(
+            f"      CPU ms/op: client (this process) {base.cpu_ms_per_op_client:.2f}, "
+            f"echo server {base.cpu_ms_per_op_server:.2f}"
+        )
+    print("system: submit -> terminal (SubmitTurn + WatchOperation), runners as processes")
+    for system in report.systems:
+        for line in system_lines(system, report.baseline_for(system.in_flight)):
+            print("  " + line)
+    if report.postgres_skipped is not None:
+        print(f"postgresql: skipped ({report.postgres_skipped})")
+    if not report.all_succeeded:
+        print("SOME NO-OP TURNS DID NOT SUCCEED: the figures above are not the happy path")

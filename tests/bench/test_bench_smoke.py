@@ -1,0 +1,129 @@
+"""bench/e2e.py still runs end to end and reports every figure (issue #4).
+
+A smoke test so the bench cannot rot: it runs the real script (a baseline
+echo server and a runner as processes, the coordinator in the script) with a
+few turns on SQLite, and checks the JSON has every figure with a sane type.
+It never looks at how fast anything was.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BENCH = REPO_ROOT / "bench" / "e2e.py"
+RUN_TIMEOUT = 50.0
+STOP_TIMEOUT = 15.0
+TURNS = 20
+
+LATENCY_FIELDS = ("operations", "seconds", "ops_per_second", "p50_ms", "p99_ms", "mean_ms")
+SYSTEM_NUMBERS = (
+    "journal_commits_per_op",
+    "dispatcher_commits_per_op",
+    "journal_reads_per_op",
+    "runner_rpcs_per_op",
+    "preflight_rpcs_per_op",
+    "cpu_ms_per_op_coordinator_and_client",
+    "cpu_ms_per_op_runners",
+)
+RPC_METHODS = (
+    "GetOperationStatus",
+    "BatchGetOperationStatus",
+    "Dispatch",
+    "Release",
+    "Cancel",
+    "WatchOperations",
+    "GetRunnerInfo",
+)
+
+
+def run_bench(*args: str) -> tuple[int, str, str]:
+    """Run the script; on overrun SIGTERM it (it stops its children by PID), then SIGKILL."""
+    process = subprocess.Popen(
+        [sys.executable, str(BENCH), *args],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.communicate(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate(timeout=STOP_TIMEOUT)
+        pytest.fail(f"bench/e2e.py did not finish within {RUN_TIMEOUT:.0f}s")
+    return process.returncode, stdout, stderr
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_latency(entry: dict[str, Any], expected_operations: int) -> None:
+    for name in LATENCY_FIELDS:
+        assert is_number(entry[name]) and entry[name] >= 0, (name, entry[name])
+    assert entry["operations"] == expected_operations
+    assert entry["in_flight"] in (1, 16)
+
+
+def expected_ops(in_flight: int) -> int:
+    return TURNS if in_flight == 1 else 2 * TURNS
+
+
+def check_system(system: dict[str, Any]) -> None:
+    check_latency(system, expected_ops(system["in_flight"]))
+    assert system["journal"] == "sqlite"
+    for name in ("ops_per_second_vs_baseline", "p50_vs_baseline"):
+        assert is_number(system[name]) and system[name] > 0, (name, system[name])
+    for name in SYSTEM_NUMBERS:
+        assert is_number(system[name]) and system[name] >= 0, (name, system[name])
+    journal_calls = system["journal_calls_per_op_by_method"]
+    assert {"submit", "commit"} <= set(journal_calls)
+    assert all(is_number(v) and v >= 0 for v in journal_calls.values())
+    by_method = system["runner_rpcs_per_op_by_method"]
+    assert set(RPC_METHODS) <= set(by_method)
+    assert all(is_number(v) and v >= 0 for v in by_method.values())
+    assert math.isclose(sum(by_method.values()), system["runner_rpcs_per_op"], abs_tol=0.01)
+    assert isinstance(system["meets_commit_target"], bool)
+    assert isinstance(system["meets_rpc_target"], bool)
+    # Counts, not times: every op succeeded, and a succeeded op was accepted
+    # (C1), written ahead (C4), preflighted (C2), dispatched and recorded terminal (C10).
+    assert system["states"] == {"SUCCEEDED": system["operations"]}
+    assert system["journal_commits_per_op"] >= 3
+    assert system["preflight_rpcs_per_op"] > 0
+    assert by_method["Dispatch"] >= 1
+
+
+@pytest.mark.slow
+def test_bench_e2e_reports_every_figure_as_json() -> None:
+    """Issue #4: bench/e2e.py --json runs and reports baseline and SQLite figures (C1, C2, C4)."""
+    code, stdout, stderr = run_bench("--turns", str(TURNS), "--skip-postgres", "--json")
+    assert code == 0, stderr[-3000:]
+    report = json.loads(stdout)
+    assert report["turns"] == {"sequential": TURNS, "concurrent": 2 * TURNS}
+    assert sorted(b["in_flight"] for b in report["baseline"]) == [1, 16]
+    for base in report["baseline"]:
+        check_latency(base, expected_ops(base["in_flight"]))
+        assert is_number(base["cpu_ms_per_op_client"]) and is_number(base["cpu_ms_per_op_server"])
+    assert sorted(s["in_flight"] for s in report["systems"]) == [1, 16]
+    for system in report["systems"]:
+        check_system(system)
+    assert report["postgresql"] == {"ran": False, "skipped": "--skip-postgres"}
+    assert report["target"] == {"journal_commits_per_op": 3.0, "runner_rpcs_per_op": 3.0}
+    assert report["all_succeeded"] is True
+    machine = report["machine"]
+    assert isinstance(machine["cpus"], int) and machine["cpus"] >= 1
+    assert is_number(machine["load_average_1m_before"])
+    assert is_number(machine["load_average_1m_after"])
