@@ -118,7 +118,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
         instead of at its next poll.
         """
         self._closing.set()
-        self._feed.publish("")
+        self._feed.wake_all()
 
     async def _guard(self, context: Any, body: Callable[[str], Awaitable[_T]]) -> _T:
         """Authenticate, run ``body(principal)``, turn any failure into a typed status."""
@@ -236,25 +236,26 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
         self, operation_id: str, after_sequence: int
     ) -> AsyncIterator[coordinator_pb2.WatchOperationResponse]:
         cursor = after_sequence
-        while not self._closing.is_set():
-            seen = self._feed.version  # read before the journal: no lost wake-up
-            events = await self._journal.events(operation_id, cursor, self._watch_page)
-            record = await self._journal.get(operation_id)
-            if record is None:  # pragma: no cover - operations are never deleted
-                raise _not_found()
-            if events:
-                operation = operation_to_proto(record)
-                for event in events:
-                    yield coordinator_pb2.WatchOperationResponse(
-                        event=event_to_proto(event), operation=operation
-                    )
-                    cursor = event.sequence
-                    if event.to_state.terminal:
-                        return
-                continue
-            if record.state.terminal and cursor >= record.last_event_sequence:
-                return  # resumed after the end: nothing more will ever come
-            await self._feed.wait_past(seen, self._watch_poll)
+        with self._feed.watching(operation_id):
+            while not self._closing.is_set():
+                mark = self._feed.mark(operation_id)  # before the journal: no lost wake-up
+                events = await self._journal.events(operation_id, cursor, self._watch_page)
+                record = await self._journal.get(operation_id)
+                if record is None:  # pragma: no cover - operations are never deleted
+                    raise _not_found()
+                if events:
+                    operation = operation_to_proto(record)
+                    for event in events:
+                        yield coordinator_pb2.WatchOperationResponse(
+                            event=event_to_proto(event), operation=operation
+                        )
+                        cursor = event.sequence
+                        if event.to_state.terminal:
+                            return
+                    continue
+                if record.state.terminal and cursor >= record.last_event_sequence:
+                    return  # resumed after the end: nothing more will ever come
+                await self._feed.wait_past(operation_id, mark, self._watch_poll)
         raise ApiError(
             grpc.StatusCode.UNAVAILABLE,
             _R.ERROR_REASON_SHUTTING_DOWN,
