@@ -56,6 +56,9 @@ class RunnerCalls:
         self.trouble: collections.Counter[str] = collections.Counter()
         self._inflight: set[str] = set()
         self._changed: dict[str, asyncio.Event] = {}
+        # Operations whose settled row the watch stream has already delivered
+        # while their Dispatch reply was held: their terminal commit is queued.
+        self._settled_seen: set[str] = set()
 
     def configured(self, runner: str) -> bool:
         return runner in self.clients
@@ -63,6 +66,11 @@ class RunnerCalls:
     def dispatching(self, operation_id: str) -> bool:
         """A Dispatch reply for this operation is on the way (or being held)."""
         return operation_id in self._inflight
+
+    def settled_seen(self, operation_id: str) -> None:
+        """The watch delivered a settled row for an operation whose reply is held."""
+        if operation_id in self._changed:
+            self._settled_seen.add(operation_id)
 
     def committed(self, operation_id: str) -> None:
         """Someone committed a change of this operation (ends a settle grace)."""
@@ -119,8 +127,15 @@ class RunnerCalls:
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), self._settle_grace)
+            if not changed.is_set() and operation_id in self._settled_seen:
+                # The settled row already arrived and its terminal commit is
+                # only queued behind others (a loaded coordinator): wait for it
+                # rather than write a RUNNING the next commit overwrites.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), self._timings.dispatch_timeout)
         finally:
             self._changed.pop(operation_id, None)
+            self._settled_seen.discard(operation_id)
 
     async def cancel(
         self, record: OperationRecord, command: cmd.Cancel

@@ -380,6 +380,9 @@ class Dispatcher:
     def dispatching(self, operation_id: str) -> bool:
         return self._calls.dispatching(operation_id)
 
+    def settled_seen(self, operation_id: str) -> None:
+        self._calls.settled_seen(operation_id)
+
     # --- recovery and the due scan ---
 
     async def _recover(self) -> None:

@@ -116,7 +116,9 @@ class RunnerWatch:
         op_id = operation.operation_id
         if op.released:
             return  # released only after our terminal commit: nothing left to do
-        if not op.settled and self._dispatcher.dispatching(op_id):
-            return  # the Dispatch reply in flight says the same, and decides
+        if self._dispatcher.dispatching(op_id):
+            if not op.settled:
+                return  # the Dispatch reply in flight says the same, and decides
+            self._dispatcher.settled_seen(op_id)
         report = RunnerReported(self._client.name, incarnation, op)
         self._dispatcher.deliver(op_id, report)
