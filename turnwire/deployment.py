@@ -71,6 +71,9 @@ class LocalDeployment:
     # starts (e.g. TURNWIRE_CRASH_AT, turnwire.crashpoints); a restart may add more.
     coordinator_env: Mapping[str, str] = field(default_factory=dict)
     runner_env: Mapping[str, str] = field(default_factory=dict)
+    # Extra ``--runner`` spec options per runner name, e.g.
+    # {"runner-2": "kinds=read_only"} (coordinator_svc.config.parse_runner_spec).
+    runner_options: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ledger(self) -> Path:
@@ -166,7 +169,9 @@ class LocalDeployment:
     ) -> ManagedProcess:
         runner_flags: list[str] = []
         for slot in self.runners:
-            runner_flags += ["--runner", f"{slot.name}={slot.dispatch_address}"]
+            options = self.runner_options.get(slot.name)
+            spec = f"{slot.name}={slot.dispatch_address}" + (f";{options}" if options else "")
+            runner_flags += ["--runner", spec]
         argv = python_module(
             "coordinator_svc", "serve",
             "--listen", listen,
