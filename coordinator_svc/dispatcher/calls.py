@@ -84,6 +84,9 @@ class RunnerCalls:
         for client in self.clients.values():
             await client.close()
 
+    def note_answered(self, runner: str) -> None:
+        self._note(runner, answered=True)
+
     def _note(self, runner: str, *, answered: bool) -> None:
         if answered:
             self.trouble.pop(runner, None)

@@ -188,6 +188,17 @@ class Dispatcher:
         self._active.add(operation_id)
         self._spawn(self._drive(operation_id, Tick(), exclusive=True))
 
+    def _tick_when_due(self, operation_id: str) -> None:
+        not_before = self._not_before.get(operation_id)
+        if not_before is not None and not_before > self._clock():
+            return  # rescheduled meanwhile; that schedule has its own timer
+        self._not_before.pop(operation_id, None)
+        self._schedule_tick(operation_id)
+
+    def runner_answered(self, runner: str) -> None:
+        """Any answer from ``runner`` (a watch message too) ends its trouble streak."""
+        self._calls.note_answered(runner)
+
     def deliver(self, operation_id: str, event: Event) -> None:
         """An event from outside a drive (a watch report): handle it in its own task."""
         self._spawn(self._drive(operation_id, event))
@@ -356,6 +367,12 @@ class Dispatcher:
                 return [ReleaseDone()] if released and command.record else []
             case cmd.ScheduleAt(at=at):
                 self._not_before[op_id] = at
+                if record.next_action_at is None or at < record.next_action_at:
+                    # The due scan finds it only at the journal's next_action_at
+                    # (a lost Cancel would wait a whole status poll): tick it
+                    # from memory at `at`. A restart falls back to the journal.
+                    delay = max(0.0, (at - self._clock()).total_seconds())
+                    asyncio.get_running_loop().call_later(delay, self._tick_when_due, op_id)
                 return []
             case cmd.Alarm(reason=reason, detail=detail):
                 log.warning("%s: protocol alarm %s: %s", op_id, reason, detail)

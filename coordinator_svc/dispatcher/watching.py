@@ -98,6 +98,9 @@ class RunnerWatch:
         call = self._client.watch(self.cursor)
         try:
             async for message in call:
+                # A live stream (heartbeats included) means the runner answers:
+                # routing stops avoiding it even if no turn was routed there.
+                self._dispatcher.runner_answered(self._client.name)
                 if message.incarnation_id != self.incarnation:
                     await self._check_incarnation(message.incarnation_id)
                     return  # re-open from the reset cursor

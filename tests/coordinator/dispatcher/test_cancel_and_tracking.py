@@ -11,6 +11,7 @@ from coordinator_svc.core.model import Execution, OpState, StopReason
 from coordinator_svc.storage import FakeJournal
 from tests.coordinator.dispatcher.rig import Rig, sqlite_journal
 from tests.coordinator.dispatcher.scripted_runner import ScriptedRunner
+from tests.support.fault_interceptor import DROP_REQUEST, Fault, FaultInterceptor
 from turnwire.runner.v1 import runner_pb2
 
 
@@ -137,6 +138,33 @@ def test_cancel_racing_completion_gives_one_consistent_answer(tmp_path: Path) ->
                     assert starts == 0  # cancelled while QUEUED: nothing was sent
                     continue
                 assert row.operation.state in _AGREES[record.state]
+        finally:
+            await rig.close()
+
+    asyncio.run(scenario())
+
+
+def test_lost_cancel_is_resent_after_its_backoff_not_the_status_poll(tmp_path: Path) -> None:
+    """C11: regression: a lost Cancel waited a whole status poll (10 s) before it was resent."""
+
+    async def scenario() -> None:
+        faults = FaultInterceptor(Fault("Cancel", DROP_REQUEST, nth=1))
+        rig = Rig(tmp_path, FakeJournal(), interceptors=faults.all())
+        try:
+            await rig.start_runner()
+            dispatcher = rig.make_dispatcher(status_poll=30.0)
+            await dispatcher.start()
+            op_id = await rig.submit({"sleep_ms": "6000"})
+            running = await rig.wait_for(op_id, lambda r: r.state is OpState.RUNNING)
+            for _ in range(200):  # wait until the runner confirmed the start
+                if rig.starts()[op_id]:
+                    break
+                await asyncio.sleep(0.02)
+            await dispatcher.request_cancel(running)
+            # Well before the turn would finish (6 s) and the status poll (30 s).
+            record = await rig.terminal(op_id, within=4.0)
+            assert record.state is OpState.CANCELLED
+            assert faults.calls["Cancel"] >= 2
         finally:
             await rig.close()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from coordinator_svc.core.model import Execution, OpState
 from coordinator_svc.storage import FakeJournal
 from tests.coordinator.dispatcher.rig import TIMINGS, Rig
-from tests.support.fault_interceptor import DROP_RESPONSE, Fault, FaultInterceptor
+from tests.support.fault_interceptor import DROP_REQUEST, DROP_RESPONSE, Fault, FaultInterceptor
 
 
 def test_queued_operation_avoids_an_unreachable_runner(tmp_path: Path) -> None:
@@ -66,6 +66,35 @@ def test_bound_operation_is_never_moved_to_another_runner(tmp_path: Path) -> Non
             assert record.execution is Execution.UNKNOWN
             assert rig.starts_on(other.incarnation_id) == 0
             assert dispatcher.metrics.rpc_calls["Dispatch"] == 1
+        finally:
+            await rig.close()
+
+    asyncio.run(scenario())
+
+
+def test_runner_avoided_after_lost_preflights_is_used_again_once_it_answers(
+    tmp_path: Path,
+) -> None:
+    """C6 routing: regression: a runner avoided after 3 lost preflights stayed avoided
+    forever, since no new turn was routed there to clear it; its watch stream now does."""
+
+    async def scenario() -> None:
+        faults = FaultInterceptor(
+            *(Fault("GetOperationStatus", DROP_REQUEST, nth=n) for n in (1, 2, 3))
+        )
+        rig = Rig(tmp_path, FakeJournal(), interceptors=faults.all())
+        try:
+            first = await rig.start_runner("a")  # first by name: the router's first choice
+            await rig.start_runner("b")
+            dispatcher = rig.make_dispatcher()
+            await dispatcher.start()
+            op_id = await rig.submit()
+            record = await rig.terminal(op_id)
+            assert record.state is OpState.SUCCEEDED and record.runner == "b"
+            await asyncio.sleep(3.0)  # > the runner's 2 s watch heartbeat
+            later = await rig.terminal(await rig.submit())
+            assert later.runner == "a"
+            assert rig.starts_on(first.incarnation_id) == 1
         finally:
             await rig.close()
 
