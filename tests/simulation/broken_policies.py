@@ -1,0 +1,145 @@
+"""Deliberately broken dispatch policies: wrappers around the core's decide.
+
+Each one reintroduces a classic mistake the protocol exists to prevent. The
+teeth tests assert the invariant checker catches every one within the CI
+budget, so a simulator that checks nothing cannot pass. The core is never
+edited: each breakage rewrites the event going in or the decision coming out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from coordinator_svc.core.attempting import write_ahead
+from coordinator_svc.core.commands import Dispatch
+from coordinator_svc.core.decide import decide
+from coordinator_svc.core.decision import Context, Decision
+from coordinator_svc.core.events import (
+    DispatchRefused,
+    DispatchUnknown,
+    Event,
+    PreflightAnswer,
+    Tick,
+)
+from coordinator_svc.core.model import (
+    Change,
+    Execution,
+    OperationRecord,
+    OpState,
+    ReplayPolicy,
+)
+from tests.simulation.sim_coordinator import Policy
+from tests.simulation.simulator import Simulator
+
+
+def _restore_policy(decision: Decision, policy: ReplayPolicy) -> Decision:
+    """Put the operation's real replay policy back into the change."""
+    change = decision.change
+    if change is None:
+        return decision
+    fixed = Change(
+        dataclasses.replace(change.before, replay_policy=policy),
+        dataclasses.replace(change.after, replay_policy=policy),
+        change.event,
+        change.new_attempt,
+        change.attempt_updates,
+    )
+    return dataclasses.replace(decision, change=fixed)
+
+
+def replay_after_changed_incarnation(sim: Simulator) -> Policy:
+    """Breaks C8: a changed incarnation is taken as absence, and replayed to."""
+
+    def policy(record: OperationRecord, event: Event, ctx: Context) -> Decision:
+        changed = (
+            isinstance(event, PreflightAnswer)
+            and record.state is OpState.DISPATCH_UNKNOWN
+            and event.incarnation_id != record.incarnation_id
+        )
+        if not changed:
+            return decide(record, event, ctx)
+        pretend = dataclasses.replace(record, replay_policy=ReplayPolicy.SAFE)
+        return _restore_policy(decide(pretend, event, ctx), record.replay_policy)
+
+    return policy
+
+
+def timeout_is_refusal(sim: Simulator) -> Policy:
+    """Breaks C7: a Dispatch that got no answer is treated as refused."""
+
+    def policy(record: OperationRecord, event: Event, ctx: Context) -> Decision:
+        if isinstance(event, DispatchUnknown):
+            event = DispatchRefused(event.attempt, "NO_FREE_SLOT", message="(was a timeout)")
+        return decide(record, event, ctx)
+
+    return policy
+
+
+def skip_preflight(sim: Simulator) -> Policy:
+    """Breaks C2/C8: resolve DISPATCH_UNKNOWN by replaying at once to the
+    runner's current incarnation (from a cached runner view), with no status call."""
+
+    def policy(record: OperationRecord, event: Event, ctx: Context) -> Decision:
+        cached = sim.runners.get(record.runner or "")
+        if (
+            isinstance(event, Tick)
+            and record.state is OpState.DISPATCH_UNKNOWN
+            and not record.cancel_requested
+            and cached is not None
+        ):
+            return write_ahead(
+                record,
+                ctx,
+                runner=cached.name,
+                incarnation_id=cached.incarnation_id,
+                store_id=cached.store.store_id,
+                why="no preflight",
+            )
+        return decide(record, event, ctx)
+
+    return policy
+
+
+def unknown_is_not_started(sim: Simulator) -> Policy:
+    """Breaks C14: an ambiguous ending is billed as NOT_STARTED."""
+
+    def policy(record: OperationRecord, event: Event, ctx: Context) -> Decision:
+        decision = decide(record, event, ctx)
+        change = decision.change
+        if change is None or not change.after.state.terminal:
+            return decision
+        if change.after.execution is not Execution.UNKNOWN:
+            return decision
+        after = dataclasses.replace(change.after, execution=Execution.NOT_STARTED)
+        event_record = change.event
+        if event_record is not None:
+            event_record = dataclasses.replace(event_record, execution=Execution.NOT_STARTED)
+        return dataclasses.replace(
+            decision, change=dataclasses.replace(change, after=after, event=event_record)
+        )
+
+    return policy
+
+
+def dispatch_without_write_ahead(sim: Simulator) -> Policy:
+    """Breaks C4: the first Dispatch is sent without committing its attempt row."""
+
+    def policy(record: OperationRecord, event: Event, ctx: Context) -> Decision:
+        decision = decide(record, event, ctx)
+        change = decision.change
+        if change is None or change.new_attempt is None or change.new_attempt.number != 1:
+            return decision
+        sends = tuple(c for c in decision.commands if isinstance(c, Dispatch))
+        return Decision(commands=sends, note="sent without write-ahead")
+
+    return policy
+
+
+BROKEN: dict[str, Callable[[Simulator], Policy]] = {
+    "replay_after_changed_incarnation": replay_after_changed_incarnation,
+    "timeout_is_refusal": timeout_is_refusal,
+    "skip_preflight": skip_preflight,
+    "unknown_is_not_started": unknown_is_not_started,
+    "dispatch_without_write_ahead": dispatch_without_write_ahead,
+}

@@ -1,0 +1,88 @@
+"""Running many seeds: the CI budget and the bench share this loop."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tests.simulation.simulator import PolicyFactory, SimConfig, run_seed
+
+# The anti-vacuity counters: each must be > 0 across the CI budget, or the
+# budget did not exercise what it claims to.
+HARD_CASES = {
+    "replays (attempt after an unresolved one)": "tag:replay",
+    "reconciled without a resend": "tag:reconciled",
+    "changed-incarnation ambiguity": "reason:INCARNATION_CHANGED",
+    "tombstoned cancels": "cancel:tombstoned",
+    "runner restart, store kept": "runner_restart_kept",
+    "runner restart, store wiped": "runner_restart_wiped",
+    "runner restart, store restored from a copy": "runner_restart_restored",
+    "§6 re-admission by a new incarnation": "dispatch:take_over",
+    "dedupe of a delivered duplicate Dispatch": "dispatch:duplicate",
+    "coordinator crash right after a commit": "coordinator_crash_after_commit",
+    "crash between launch intent and start": "crash_after_intent",
+    "crash between start and confirmation": "crash_after_start",
+    "reconcile deadline": "reason:RECONCILE_DEADLINE",
+    "max_attempts reached": "reason:MAX_ATTEMPTS_EXCEEDED",
+    "SAFE operations": "policy:SAFE",
+    "NEVER_AUTOMATIC operations": "policy:NEVER_AUTOMATIC",
+    "definite refusals (no free slot)": "refused:NO_FREE_SLOT",
+    "definite refusals (incarnation mismatch)": "refused:INCARNATION_MISMATCH",
+    "runner drained (R8)": "refused:SHUTTING_DOWN",
+    "§5 lease taken over by another replica": "lease_taken_over",
+    "§5 commit refused after the lease was lost": "replica_lease_lost_commit_refused",
+    "§5 runner refused a stale fencing token": "refused:STALE_FENCING_TOKEN",
+}
+
+
+@dataclass
+class BudgetResult:
+    schedules: int = 0
+    steps: int = 0
+    seconds: float = 0.0
+    coverage: Counter[str] = field(default_factory=Counter)
+    # (seed, violation)
+    violations: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def schedules_per_second(self) -> float:
+        return self.schedules / self.seconds if self.seconds else 0.0
+
+    @property
+    def steps_per_second(self) -> float:
+        return self.steps / self.seconds if self.seconds else 0.0
+
+    def figures(self) -> str:
+        return (
+            f"{self.schedules} schedules, {self.steps} steps in {self.seconds:.1f}s: "
+            f"{self.schedules_per_second:.0f} schedules/s, {self.steps_per_second:.0f} steps/s, "
+            f"{len(self.violations)} violations"
+        )
+
+
+def run_budget(
+    seeds: range,
+    config: SimConfig,
+    policy: PolicyFactory | None = None,
+    *,
+    stop_on_violation: bool = False,
+    keep_going: Callable[[], bool] = lambda: True,
+) -> BudgetResult:
+    """Run every seed (until ``keep_going`` says stop); never raises on a violation."""
+    result = BudgetResult()
+    started = time.perf_counter()
+    for seed in seeds:
+        if not keep_going():
+            break
+        run = run_seed(seed, config, policy)
+        result.schedules += 1
+        result.steps += run.steps + run.heal_steps
+        result.coverage.update(run.coverage)
+        if run.violation:
+            result.violations.append((seed, run.violation))
+            if stop_on_violation:
+                break
+    result.seconds = time.perf_counter() - started
+    return result

@@ -1,0 +1,291 @@
+"""The §8 invariants, checked against the simulated world's ground truth.
+
+The checker does not trust the cores: it reads the execution ledger (every
+executor start, the billable event), what each runner actually did with
+each Dispatch copy it received, and the journal. It keeps its own copy of
+the §2 edge table, written from PROTOCOL.md.
+
+Raises :class:`Violation` with a one-line description; the simulator adds
+the seed, the trace and the operation's history.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from coordinator_svc.core.events import Event
+from coordinator_svc.core.model import (
+    AttemptOutcome,
+    Change,
+    Execution,
+    OperationRecord,
+    OpState,
+    ReplayPolicy,
+)
+from tests.simulation.sim_journal import SimJournal
+from tests.simulation.sim_runner import RefusedReply, SimRunner
+from tests.simulation.world import DispatchRequest, Ledger
+
+_S = OpState
+_TERMINAL = frozenset(
+    {_S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.TIMED_OUT, _S.PROTOCOL_ERROR, _S.REJECTED}
+)
+# PROTOCOL.md §2, transcribed independently of coordinator_svc.core.edges.
+PROTOCOL_EDGES: dict[OpState, frozenset[OpState]] = {
+    _S.QUEUED: frozenset({_S.DISPATCHING, _S.CANCELLED, _S.TIMED_OUT, _S.RUNNING, *_TERMINAL}),
+    _S.DISPATCHING: frozenset(
+        {_S.RUNNING, _S.QUEUED, _S.DISPATCH_UNKNOWN, _S.REJECTED, _S.PROTOCOL_ERROR, *_TERMINAL}
+    ),
+    _S.DISPATCH_UNKNOWN: frozenset(
+        {_S.DISPATCHING, _S.RUNNING, _S.CANCELLING, _S.TIMED_OUT, *_TERMINAL}
+    ),
+    _S.RUNNING: frozenset(
+        {
+            _S.CANCELLING,
+            _S.SUCCEEDED,
+            _S.FAILED,
+            _S.CANCELLED,
+            _S.TIMED_OUT,
+            _S.PROTOCOL_ERROR,
+            _S.DISPATCH_UNKNOWN,
+        }
+    ),
+    _S.CANCELLING: frozenset(
+        {_S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.TIMED_OUT, _S.PROTOCOL_ERROR}
+    ),
+    **{t: frozenset() for t in _TERMINAL},
+}
+_OUTCOME_FIELDS = ("state", "execution", "result", "error_reason", "stop_reason", "finished_at")
+_DEFINITE = frozenset(
+    {
+        "INCARNATION_MISMATCH",
+        "NO_FREE_SLOT",
+        "SHUTTING_DOWN",
+        "STORE_WRITE_FAILED",
+        "STALE_FENCING_TOKEN",
+        "ENVELOPE_MISMATCH",
+        "ENVELOPE_INVALID",
+        "CANCELLED_BEFORE_DISPATCH",
+    }
+)
+
+
+class Violation(Exception):
+    """An invariant of PROTOCOL.md §8 does not hold."""
+
+    def __init__(self, invariant: str, operation_id: str, message: str) -> None:
+        super().__init__(f"[{invariant}] {operation_id}: {message}")
+        self.invariant = invariant
+        self.operation_id = operation_id
+
+
+@dataclass
+class Checker:
+    journal: SimJournal
+    ledger: Ledger
+    runners: dict[str, SimRunner]
+    # The policy each operation was submitted with (a broken wrapper cannot lie about it).
+    policies: dict[str, tuple[ReplayPolicy, int]] = field(default_factory=dict)
+    check_proofs: bool = True
+    # What runners did with each (operation, attempt) Dispatch copy they received.
+    dispatch_results: dict[tuple[str, int], list[str]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    # Every store created durable (§6 proofs hold only within one of these).
+    durable_stores: set[str] = field(default_factory=set)
+    terminal_seen: dict[str, tuple[object, ...]] = field(default_factory=dict)
+    starts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    _ledger_seen: int = 0
+
+    # --- hooks from the coordinator -----------------------------------------------
+
+    def committed(self, change: Change, stored: OperationRecord, cause: Event) -> None:
+        before, op = change.before, change.before.operation_id
+        if before.state in _TERMINAL and (
+            stored.state != before.state or _outcome(stored) != _outcome(before)
+        ):
+            raise Violation("6 terminal once", op, f"terminal {before.state} changed")
+        if stored.state != before.state and stored.state not in PROTOCOL_EDGES[before.state]:
+            raise Violation("6 legal edges", op, f"{before.state} -> {stored.state}")
+        if not self.check_proofs:
+            return
+        for update in change.attempt_updates:
+            if update.outcome is AttemptOutcome.REFUSED:
+                self._check_refused(op, update.number)
+        if change.new_attempt is not None:
+            self._check_new_attempt(change, stored)
+        if stored.state is _S.PROTOCOL_ERROR and stored.error_reason == (
+            "ACKNOWLEDGED_OPERATION_DISAPPEARED"
+        ):
+            self._check_disappeared(stored)
+
+    def sending_dispatch(self, runner: str, request: DispatchRequest) -> None:
+        self._check_attempt_row(runner, request, "sent")
+
+    # --- hooks from the runners -----------------------------------------------------
+
+    def dispatch_delivered(self, runner: str, request: DispatchRequest, reply: object) -> None:
+        self._check_attempt_row(runner, request, "delivered")
+        outcome = type(reply).__name__
+        if isinstance(reply, RefusedReply):
+            outcome = f"refused:{reply.reason}"
+        elif getattr(reply, "duplicate", False):
+            outcome = "duplicate"
+        self.dispatch_results[(request.operation_id, request.attempt)].append(outcome)
+
+    @staticmethod
+    def fencing_before(runner: SimRunner, request: object) -> int:
+        """The highest token the runner's store has seen for the request's operation."""
+        row = runner.store.rows.get(getattr(request, "operation_id", ""))
+        return row.fencing_token if row is not None else 0
+
+    def runner_replied(
+        self, runner: SimRunner, request: object, highest: int, reply: object
+    ) -> None:
+        """§8.7: no runner accepts a token lower than the highest it has seen."""
+        token = getattr(request, "fencing_token", None)
+        if token is None or token >= highest or isinstance(reply, RefusedReply):
+            return
+        raise Violation(
+            "7 fencing",
+            getattr(request, "operation_id", "?"),
+            f"{runner.name} answered {type(request).__name__} with token {token} "
+            f"after seeing {highest}: {type(reply).__name__}",
+        )
+
+    # --- the rules --------------------------------------------------------------------
+
+    def _check_attempt_row(self, runner: str, request: DispatchRequest, when: str) -> None:
+        op = request.operation_id
+        row = self.journal.attempts.get(op, {}).get(request.attempt)
+        if (
+            row is None
+            or row.runner != runner
+            or (row.incarnation_id != request.expected_incarnation_id)
+        ):
+            raise Violation(
+                "5 write ahead",
+                op,
+                f"Dispatch attempt {request.attempt} {when} to {runner}/"
+                f"{request.expected_incarnation_id} without its committed attempt row ({row})",
+            )
+
+    def _check_refused(self, op: str, number: int) -> None:
+        seen = self.dispatch_results.get((op, number), [])
+        refused = [s for s in seen if s.startswith("refused:") and s[8:] in _DEFINITE]
+        if not refused or len(refused) != len(seen):
+            raise Violation(
+                "4 proof",
+                op,
+                f"attempt {number} closed REFUSED but the runner saw it as {seen or 'nothing'}",
+            )
+
+    def _check_new_attempt(self, change: Change, stored: OperationRecord) -> None:
+        new = change.new_attempt
+        assert new is not None
+        op = new.operation_id
+        policy, max_attempts = self.policies[op]
+        if new.number > max_attempts:
+            raise Violation("max_attempts", op, f"attempt {new.number} > {max_attempts}")
+        if policy is ReplayPolicy.SAFE:
+            return
+        earlier = [a for a in self.journal.attempts[op].values() if a.number < new.number]
+        for attempt in earlier:
+            if attempt.outcome is AttemptOutcome.REFUSED:
+                continue  # checked against the runner's side when it was closed
+            if policy is ReplayPolicy.NEVER_AUTOMATIC:
+                raise Violation(
+                    "4 proof",
+                    op,
+                    f"NEVER_AUTOMATIC replayed (attempt {new.number}) after attempt "
+                    f"{attempt.number} ({attempt.outcome}) may have been delivered",
+                )
+            same_incarnation = attempt.incarnation_id == new.incarnation_id
+            same_durable_store = (
+                attempt.store_id is not None
+                and attempt.store_id == new.store_id
+                and attempt.store_id in self.durable_stores
+            )
+            if attempt.runner != new.runner or not (same_incarnation or same_durable_store):
+                raise Violation(
+                    "4 proof",
+                    op,
+                    f"attempt {new.number} -> {new.runner}/{new.incarnation_id} (store "
+                    f"{new.store_id}) after unresolved attempt {attempt.number} -> "
+                    f"{attempt.runner}/{attempt.incarnation_id} (store {attempt.store_id}, "
+                    f"{attempt.outcome}) with no proof it cannot run",
+                )
+
+    def _check_disappeared(self, record: OperationRecord) -> None:
+        runner = self.runners.get(record.runner or "")
+        if runner is None:
+            return
+        if runner.incarnation_id == record.incarnation_id and (
+            record.operation_id in runner.store.rows
+        ):
+            raise Violation(
+                "3 true status",
+                record.operation_id,
+                f"PROTOCOL_ERROR ACKNOWLEDGED_OPERATION_DISAPPEARED but {record.runner}/"
+                f"{record.incarnation_id} still holds the row "
+                f"({runner.store.rows[record.operation_id].state})",
+            )
+
+    def after_step(self) -> None:
+        """Invariants 1, 3 and 6 over the whole world, after every step."""
+        for entry in self.ledger.entries[self._ledger_seen :]:
+            self.starts[entry.operation_id] += 1
+            policy, max_attempts = self.policies[entry.operation_id]
+            allowed = max_attempts if policy is ReplayPolicy.SAFE else 1
+            if self.starts[entry.operation_id] > allowed:
+                raise Violation(
+                    "1 at most once",
+                    entry.operation_id,
+                    f"executor start #{self.starts[entry.operation_id]} "
+                    f"(on {entry.runner}/{entry.incarnation_id}, attempt {entry.attempt}); "
+                    f"allowed {allowed}",
+                )
+        self._ledger_seen = len(self.ledger.entries)
+        for op, record in self.journal.operations.items():
+            self._check_execution_truth(op, record)
+
+    def _check_execution_truth(self, op: str, record: OperationRecord) -> None:
+        started = self.starts.get(op, 0)
+        if record.execution is Execution.NOT_STARTED and started:
+            raise Violation("3 execution", op, f"{record.state} says NOT_STARTED; {started} ran")
+        if record.execution is Execution.STARTED and not started:
+            raise Violation("3 execution", op, f"{record.state} says STARTED; no executor started")
+        if record.state is _S.SUCCEEDED:
+            wins = [
+                e
+                for e in self.ledger.starts(op)
+                if e.outcome == "succeeded" and e.output == record.result
+            ]
+            if not wins:
+                raise Violation(
+                    "3 succeeded", op, f"SUCCEEDED with result {record.result!r}, no such run"
+                )
+        if record.state in (_S.FAILED, _S.CANCELLED) and self.policies[op][0] is not (
+            ReplayPolicy.SAFE
+        ):
+            won = [e.index for e in self.ledger.starts(op) if e.outcome == "succeeded"]
+            if won:
+                raise Violation(
+                    "3 true status", op, f"{record.state} but execution #{won[0]} succeeded"
+                )
+        if record.state in _TERMINAL:
+            snapshot = _outcome(record)
+            first = self.terminal_seen.setdefault(op, snapshot)
+            if first != snapshot:
+                raise Violation("6 terminal once", op, f"terminal outcome {first} -> {snapshot}")
+
+    def healed(self) -> None:
+        """Invariant 2: once the network heals, every operation is terminal."""
+        for op, record in self.journal.operations.items():
+            if not record.state.terminal:
+                raise Violation("2 terminal after heal", op, f"still {record.state}")
+
+
+def _outcome(record: OperationRecord) -> tuple[object, ...]:
+    return tuple(getattr(record, name) for name in _OUTCOME_FIELDS)

@@ -1,0 +1,365 @@
+"""A simulated coordinator: an in-memory journal and a shell that applies the
+pure core's Decisions exactly as the real shell must (PROTOCOL.md §3).
+
+For every event: load the record and its attempt rows, ask the policy (the
+core's ``decide`` or a test's wrapper around it), commit the Change as a
+compare-and-set through ``coordinator_svc.storage.rules`` (legal edges, C13
+bookkeeping, terminal outcome fields frozen), and only then perform the
+commands as messages on the simulated network (C4: persist before you send).
+
+Calls have virtual deadlines; a call past its deadline is abandoned and its
+reply, if it ever comes, is discarded (C8a). A restart (C12) forgets every
+live call and timer, bumps the epoch (replies to the old process are
+discarded) and feeds ``Restarted`` to every operation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from coordinator_svc.core import commands as cmd
+from coordinator_svc.core.decide import decide
+from coordinator_svc.core.decision import Context, Decision
+from coordinator_svc.core.events import (
+    Event,
+    Restarted,
+    RunnerReported,
+    Tick,
+)
+from coordinator_svc.core.model import (
+    Change,
+    EventRecord,
+    Execution,
+    OperationRecord,
+    OpState,
+    ReplayPolicy,
+    TurnKind,
+)
+from coordinator_svc.ports import LeaseLost, StaleVersion
+from coordinator_svc.storage import rules
+from tests.simulation.sim_journal import SimJournal
+from tests.simulation.wire import (
+    Call,
+    WatchReport,
+    failure_event,
+    reply_event,
+    runner_op,
+    summary,
+)
+from tests.simulation.world import (
+    CancelRequest,
+    DispatchRequest,
+    Message,
+    Network,
+    ReleaseRequest,
+    StatusRequest,
+    at,
+)
+
+Policy = Callable[[OperationRecord, Event, Context], Decision]
+
+CALL_TIMEOUTS = {"status": 2.0, "dispatch": 5.0, "cancel": 2.0, "release": 2.0}
+LEASE_TTL = 15.0
+MAX_AGAIN = 6
+
+
+class CoordinatorCrashed(Exception):
+    """The coordinator process died right after a commit, before sending (C4, C12)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class CoordinatorPaused(CoordinatorCrashed):
+    """The replica froze (a long GC pause, a stopped VM) in the middle of a step (§5)."""
+
+
+class ShellError(Exception):
+    """The simulated shell could not apply a decision (a core or shell bug)."""
+
+
+class Observer(Protocol):
+    def committed(self, change: Change, stored: OperationRecord, cause: Event) -> None: ...
+
+    def sending_dispatch(self, runner: str, request: DispatchRequest) -> None: ...
+
+
+@dataclass
+class SimCoordinator:
+    network: Network
+    observer: Observer
+    policy: Policy = decide
+    journal: SimJournal = field(default_factory=SimJournal)
+    epoch: int = 1
+    calls: dict[int, Call] = field(default_factory=dict)
+    timers: dict[str, float] = field(default_factory=dict)
+    streaks: Counter[str] = field(default_factory=Counter)
+    alarms: list[tuple[str, str, str]] = field(default_factory=list)
+    tags: Counter[str] = field(default_factory=Counter)
+    counters: Counter[str] = field(default_factory=Counter)
+    log: list[str] = field(default_factory=list)
+    next_call: int = 1
+    now: float = 0.0
+    # Asked after every commit: True kills the process before it sends anything.
+    crash_after_commit: Callable[[], bool] | None = None
+    # The process's name (replies are routed to it).
+    name: str = "c1"
+    # §5: "" is single-replica mode (no leases); else the lease owner name.
+    replica_id: str = ""
+    # Asked before every commit: "before" / "after" freezes the replica there.
+    pause_at_commit: Callable[[], str] | None = None
+    paused: bool = False
+    # What a frozen replica will still do when it wakes up: (operation, event,
+    # decision, committed) in order.
+    pending: list[tuple[str, Event, Decision, bool]] = field(default_factory=list)
+    # The fix proposed for the stale-status bug, applied in the shell: a status
+    # answer asked before the operation's latest transition is discarded.
+    stale_status_guard: bool = False
+
+    # --- client calls -------------------------------------------------------------
+
+    def submit(
+        self, operation_id: str, policy: ReplayPolicy, max_attempts: int, kind: TurnKind
+    ) -> None:
+        envelope = f"envelope:{operation_id}".encode()
+        when = at(self.now)
+        record = OperationRecord(
+            operation_id=operation_id,
+            principal="sim",
+            idempotency_key_digest=hashlib.sha256(operation_id.encode()).hexdigest(),
+            request_digest=hashlib.sha256(envelope).hexdigest(),
+            envelope=envelope,
+            envelope_digest=hashlib.sha256(envelope).hexdigest(),
+            pool="default",
+            kind=kind,
+            replay_policy=policy,
+            max_attempts=max_attempts,
+            state=OpState.QUEUED,
+            execution=Execution.NOT_STARTED,
+            created_at=when,
+            updated_at=when,
+            next_action_at=when,
+        )
+        first = EventRecord(operation_id, 1, None, OpState.QUEUED, Execution.NOT_STARTED, when)
+        self.journal.submit(record, first)
+
+    def record(self, operation_id: str) -> OperationRecord:
+        return self.journal.operations[operation_id]
+
+    # --- the decide loop ------------------------------------------------------------
+
+    def handle(self, operation_id: str, event: Event, depth: int = 0) -> None:
+        if depth > MAX_AGAIN:
+            raise ShellError(f"{operation_id}: decide-again did not settle")
+        record = self.record(operation_id)
+        if self.replica_id:
+            claimed = self._claim(record)
+            if claimed is None:
+                return
+            if claimed.fencing_token != record.fencing_token and not isinstance(event, Restarted):
+                # §5: taking over an expired lease treats DISPATCHING as C12 does.
+                self.handle(operation_id, Restarted(), depth + 1)
+                claimed = self.record(operation_id)
+            record = claimed
+        ctx = Context(
+            now=at(self.now),
+            attempts=self.journal.attempt_rows(operation_id),
+            replica_id=self.replica_id,
+            lease_ttl=LEASE_TTL,
+        )
+        decision = self.policy(record, event, ctx)
+        self.log.append(
+            f"    {self.replica_id or 'decide'} {type(event).__name__} on {record.state}: "
+            f"{summary(decision)}"
+        )
+        self._apply(operation_id, event, decision, depth, committed=False)
+
+    def _claim(self, record: OperationRecord) -> OperationRecord | None:
+        """§5: take or renew the lease (a write) before deciding; None if another holds it."""
+        claimed = rules.claimed(record, self.replica_id, at(self.now), LEASE_TTL)
+        if claimed is None:
+            self.log.append(f"    {self.replica_id}: lease held by {record.lease_owner}")
+            return None
+        self.journal.operations[record.operation_id] = claimed
+        if claimed.fencing_token != record.fencing_token:
+            self.log.append(
+                f"    {self.replica_id}: took over from {record.lease_owner}, "
+                f"token {claimed.fencing_token}"
+            )
+        return claimed
+
+    def _apply(
+        self, operation_id: str, event: Event, decision: Decision, depth: int, *, committed: bool
+    ) -> None:
+        """Commit (compare-and-set), then send; a lost lease sends nothing (§5)."""
+        change = decision.change
+        stored = self.record(operation_id)
+        if change is not None and not committed:
+            pause = self.pause_at_commit() if self.pause_at_commit is not None else ""
+            if pause == "before":
+                self._freeze(operation_id, event, decision, committed=False)
+            try:
+                stored = self.journal.commit(change)
+            except LeaseLost:
+                self.counters["replica_lease_lost_commit_refused"] += 1
+                self.log.append(f"    {operation_id}: lease lost; nothing sent (§5)")
+                return
+            except StaleVersion:
+                self.counters["replica_stale_version_redecided"] += 1
+                self.log.append(f"    {operation_id}: stale version; decide again")
+                self.handle(operation_id, event, depth + 1)
+                return
+            self.timers.pop(operation_id, None)
+            self.tags.update(decision.tags)
+            self.observer.committed(change, stored, event)
+            if self.crash_after_commit is not None and self.crash_after_commit():
+                raise CoordinatorCrashed(self.name, f"{operation_id}: crashed after the commit")
+            if pause == "after":
+                self._freeze(operation_id, event, decision, committed=True)
+        for command in decision.commands:
+            self.perform(change.after if change is not None else stored, command)
+        if decision.again:
+            self.handle(operation_id, Tick(), depth + 1)
+
+    def _freeze(
+        self, operation_id: str, event: Event, decision: Decision, *, committed: bool
+    ) -> None:
+        self.paused = True
+        self.pending.append((operation_id, event, decision, committed))
+        where = "after" if committed else "before"
+        raise CoordinatorPaused(self.name, f"{self.name} froze {where} a commit on {operation_id}")
+
+    def resume(self) -> None:
+        """The frozen replica wakes up and carries on where it stopped."""
+        self.paused = False
+        pending, self.pending = self.pending, []
+        for operation_id, event, decision, committed in pending:
+            self._apply(operation_id, event, decision, 0, committed=committed)
+
+    def perform(self, record: OperationRecord, command: cmd.Command) -> None:
+        op = record.operation_id
+        match command:
+            case cmd.Preflight():
+                self._call(op, "status", command.runner, record, command, StatusRequest(op))
+            case cmd.Dispatch():
+                request = DispatchRequest(
+                    op,
+                    record.envelope_digest,
+                    record.kind.value,
+                    command.incarnation_id,
+                    command.fencing_token,
+                    command.attempt,
+                )
+                self.observer.sending_dispatch(command.runner, request)
+                self._call(op, "dispatch", command.runner, record, command, request)
+            case cmd.Cancel():
+                request_c = CancelRequest(op, command.incarnation_id, command.fencing_token)
+                self._call(op, "cancel", command.runner, record, command, request_c)
+            case cmd.Release():
+                request_r = ReleaseRequest(op, command.incarnation_id, command.fencing_token)
+                self._call(op, "release", command.runner, record, command, request_r)
+            case cmd.ScheduleAt():
+                self.timers[op] = (command.at - at(0)).total_seconds()
+            case cmd.Alarm():
+                self.alarms.append((op, command.reason, command.detail))
+
+    def _call(
+        self, op: str, kind: str, runner: str, record: OperationRecord, command: Any, body: Any
+    ) -> None:
+        call = Call(
+            self.next_call,
+            op,
+            kind,
+            runner,
+            record.attempt_count,
+            self.now + CALL_TIMEOUTS[kind],
+            command,
+            record.last_event_sequence,
+            record.fencing_token,
+        )
+        self.next_call += 1
+        self.calls[call.id] = call
+        self.network.send(runner, call.id, self.epoch, body, replica=self.name)
+        self.log.append(f"    send {kind} #{call.id} -> {runner}")
+
+    # --- time, replies, restarts ----------------------------------------------------
+
+    def busy(self, operation_id: str) -> bool:
+        return any(c.operation_id == operation_id for c in self.calls.values())
+
+    def due(self, *, include_busy: bool = False) -> list[str]:
+        """Operations the dispatcher would pick up now (Journal.due + timers).
+
+        A well-behaved dispatcher skips operations with a call in flight;
+        ``include_busy`` also lists those (a dispatcher that lost track of one).
+        """
+        found = []
+        for op, record in self.journal.operations.items():
+            if not include_busy and self.busy(op):
+                continue
+            if record.state.terminal:
+                if not record.released:
+                    found.append(op)
+                continue
+            when = self.timers.get(op)
+            if when is None and record.next_action_at is not None:
+                when = (record.next_action_at - at(0)).total_seconds()
+            if when is None or when <= self.now:
+                found.append(op)
+        return found
+
+    def tick(self, operation_id: str, route: str | None) -> None:
+        self.handle(operation_id, Tick(route=route, retry_streak=self.streaks[operation_id]))
+
+    def expire_calls(self) -> None:
+        """Abandon every call past its deadline (C7, C8a)."""
+        for call in sorted(self.calls.values(), key=lambda c: c.id):
+            if call.deadline <= self.now and call.id in self.calls:
+                del self.calls[call.id]
+                self.log.append(f"    call #{call.id} ({call.kind}) abandoned at its deadline")
+                failure = failure_event(call, "DEADLINE_EXCEEDED", self.streaks)
+                if failure is not None:
+                    self.handle(call.operation_id, failure)
+
+    def receive(self, message: Message) -> str:
+        """A reply or watch report arrives; returns what became of it."""
+        if message.epoch != self.epoch:
+            return "discarded: sent to an earlier coordinator process (C8a)"
+        if isinstance(message.body, WatchReport):
+            body = message.body
+            if body.row.operation_id not in self.journal.operations:
+                return "watch report for an unknown operation"
+            event = RunnerReported(body.runner, body.incarnation_id, runner_op(body.row))
+            self.handle(body.row.operation_id, event)
+            return "watch report"
+        call = self.calls.pop(message.call_id, None)
+        if call is None:
+            return "discarded: the call was abandoned or already answered (C8a)"
+        if self.replica_id and self.record(call.operation_id).fencing_token != call.asked_token:
+            return f"reply to #{call.id} discarded: asked under a lease since lost (§5, C8a)"
+        if (
+            self.stale_status_guard
+            and call.kind == "status"
+            and self.record(call.operation_id).last_event_sequence != call.asked_sequence
+        ):
+            return f"reply to #{call.id} discarded: asked before the latest transition"
+        event = reply_event(call, message.body, self.streaks)
+        if event is not None:
+            self.handle(call.operation_id, event)
+        return f"reply to #{call.id} ({call.kind})"
+
+    def restart(self) -> None:
+        """C12: a new process: no live call, no timer; DISPATCHING -> DISPATCH_UNKNOWN."""
+        self.epoch += 1
+        self.calls.clear()
+        self.timers.clear()
+        self.streaks.clear()
+        self.paused = False
+        self.pending = []
+        for op in sorted(self.journal.operations):
+            self.handle(op, Restarted())

@@ -1,0 +1,435 @@
+"""A simulated runner built around runner_svc's pure core (R1-R7, R9, §6).
+
+It follows ``runner_svc.service`` and ``runner_svc.jobs`` step for step, but
+synchronously: one call is one atomic step (the real shell holds the
+operation's lock for the same span). The launch is split into the steps a
+crash can fall between (R3): launch intent, executor start (the billable
+event, recorded in the ledger), start confirmation.
+
+The store is an in-memory dict of rows. A restart makes a new incarnation;
+the store is kept (same ``store_id``: a durable store, §6) or wiped (a new,
+empty store with a new ``store_id``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from runner_svc.core.admission import (
+    AdmissionAction,
+    DispatchFacts,
+    SlotPools,
+    check_fencing_token,
+    check_incarnation,
+    decide_admission,
+)
+from runner_svc.core.model import (
+    Execution,
+    OperationRow,
+    Refusal,
+    RowState,
+    RunnerRefusal,
+    SlotKind,
+    StopReason,
+    TurnFailure,
+)
+from runner_svc.core.settlement import (
+    ReportedOutcome,
+    SettlementDecision,
+    decide_settlement,
+    first_stop_reason,
+    launch_block,
+    reported_row,
+    unlaunched_settlement,
+)
+from runner_svc.core.transitions import (
+    Admit,
+    ConfirmStart,
+    IllegalRowEvent,
+    LaunchIntent,
+    RaiseFencingToken,
+    RecordStopReason,
+    Release,
+    RowEvent,
+    Settle,
+    TakeOver,
+    Tombstone,
+    apply,
+)
+from tests.simulation.world import (
+    CancelRequest,
+    DispatchRequest,
+    ExecutionEntry,
+    Ledger,
+    ReleaseRequest,
+    Request,
+    StatusRequest,
+)
+from turnwire.errors import REASONS
+
+# --- replies ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StatusReply:
+    incarnation_id: str
+    store_id: str
+    durable: bool
+    present: bool
+    row: OperationRow | None
+
+
+@dataclass(frozen=True)
+class DispatchReply:
+    incarnation_id: str
+    row: OperationRow
+    duplicate: bool
+
+
+@dataclass(frozen=True)
+class RefusedReply:
+    reason: str
+    incarnation_id: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class CancelReply:
+    incarnation_id: str
+    row: OperationRow | None
+    tombstoned: bool
+
+
+@dataclass(frozen=True)
+class ReleaseReply:
+    released: bool
+
+
+Reply = StatusReply | DispatchReply | RefusedReply | CancelReply | ReleaseReply
+
+
+class StoreWriteFailed(Exception):
+    """The schedule made this store write fail (R4, R7: fail closed)."""
+
+
+@dataclass
+class SimStore:
+    """The runner's dedupe store: one row per operation across incarnations."""
+
+    store_id: str
+    durable: bool
+    rows: dict[str, OperationRow] = field(default_factory=dict)
+    sequence: int = 0
+
+    def write(self, operation_id: str, change: RowEvent) -> OperationRow:
+        row = apply(self.rows.get(operation_id), change, operation_id)
+        self.sequence += 1
+        row = replace(row, sequence=self.sequence)
+        self.rows[operation_id] = row
+        return row
+
+
+@dataclass
+class SimJob:
+    """An admitted operation holding a slot (``runner_svc.jobs.Job``)."""
+
+    operation_id: str
+    kind: SlotKind
+    attempt: int
+    stop_reason: StopReason | None = None
+    # "admitted": waiting for its launch; "running": the executor started.
+    phase: str = "admitted"
+    execution: ExecutionEntry | None = None
+    result_not_saved: bool = False
+
+
+@dataclass
+class SimRunner:
+    name: str
+    durable: bool
+    slots: int
+    ledger: Ledger
+    incarnation_id: str
+    store: SimStore
+    pools: SlotPools = field(init=False)
+    jobs: dict[str, SimJob] = field(default_factory=dict)
+    accepting: bool = True
+    counters: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self.pools = _pools(self.slots)
+
+    # --- process life -----------------------------------------------------------
+
+    def drain(self) -> None:
+        """R8: stop admission and record SHUTDOWN as every job's stop reason."""
+        self.accepting = False
+        for job in list(self.jobs.values()):
+            self.record_stop(job, StopReason.SHUTDOWN, write_fails=False)
+
+    def restart(self, incarnation_id: str, new_store: SimStore | None) -> None:
+        """Crash and start again: every job dies with the process (R1)."""
+        for job in self.jobs.values():
+            if job.execution is not None and job.execution.outcome is None:
+                job.execution.outcome = "killed"
+        self.jobs = {}
+        self.incarnation_id = incarnation_id
+        if new_store is not None:
+            self.store = new_store
+        self.pools = _pools(self.slots)
+        self.accepting = True
+
+    # --- requests ---------------------------------------------------------------
+
+    def handle(self, request: Request, now: float, write_fails: bool) -> Reply:
+        try:
+            match request:
+                case StatusRequest():
+                    return self.status(request.operation_id)
+                case DispatchRequest():
+                    return self.dispatch(request, now, write_fails)
+                case CancelRequest():
+                    return self.cancel(request, now, write_fails)
+                case ReleaseRequest():
+                    return self.release(request, write_fails)
+        except RunnerRefusal as refusal:
+            self.counters[f"refused:{refusal.refusal.value}"] += 1
+            return RefusedReply(refusal.refusal.value, self.incarnation_id, refusal.message)
+        raise TypeError(f"unknown request {request!r}")
+
+    def status(self, operation_id: str) -> StatusReply:
+        row = self.store.rows.get(operation_id)
+        view = reported_row(row, self.incarnation_id) if row is not None else None
+        return StatusReply(
+            self.incarnation_id, self.store.store_id, self.store.durable, row is not None, view
+        )
+
+    def view(self, row: OperationRow) -> OperationRow:
+        return reported_row(row, self.incarnation_id)
+
+    def dispatch(self, request: DispatchRequest, now: float, write_fails: bool) -> Reply:
+        facts = DispatchFacts(
+            request.operation_id,
+            request.envelope_digest,
+            request.expected_incarnation_id,
+            request.fencing_token,
+            SlotKind(request.kind),
+        )
+        row = self.store.rows.get(request.operation_id)
+        admission = decide_admission(
+            facts,
+            row,
+            incarnation_id=self.incarnation_id,
+            accepting=self.accepting,
+            pools=self.pools,
+        )
+        if admission.action is AdmissionAction.DUPLICATE:
+            assert row is not None
+            self.counters["dispatch:duplicate"] += 1
+            if admission.raise_fencing_token:
+                row = self._write(
+                    request.operation_id, RaiseFencingToken(request.fencing_token), write_fails
+                )
+            return DispatchReply(self.incarnation_id, self.view(row), duplicate=True)
+        self.pools.reserve(facts.kind)
+        change: RowEvent
+        if row is None:
+            change = Admit(
+                request.operation_id,
+                self.incarnation_id,
+                facts.kind,
+                request.envelope_digest,
+                request.attempt,
+                request.fencing_token,
+                now,
+            )
+        else:
+            change = TakeOver(self.incarnation_id, request.attempt, request.fencing_token, now)
+            self.counters["dispatch:take_over"] += 1
+        try:
+            row = self._write(request.operation_id, change, write_fails)
+        except RunnerRefusal:
+            self.pools.free(facts.kind)
+            raise
+        self.counters["dispatch:admitted"] += 1
+        self.jobs[request.operation_id] = SimJob(request.operation_id, facts.kind, request.attempt)
+        return DispatchReply(self.incarnation_id, self.view(row), duplicate=False)
+
+    def cancel(self, request: CancelRequest, now: float, write_fails: bool) -> Reply:
+        check_incarnation(request.expected_incarnation_id, self.incarnation_id)
+        op = request.operation_id
+        row = self.store.rows.get(op)
+        check_fencing_token(row, request.fencing_token)
+        if row is None:
+            row = self._write(
+                op, Tombstone(op, self.incarnation_id, request.fencing_token, now), write_fails
+            )
+            self.counters["cancel:tombstoned"] += 1
+            return CancelReply(self.incarnation_id, self.view(row), tombstoned=True)
+        if request.fencing_token > row.fencing_token:
+            row = self._write(op, RaiseFencingToken(request.fencing_token), write_fails)
+        if not row.settled:
+            self._stop_for_cancel(row, now, write_fails)
+            row = self.store.rows[op]
+        return CancelReply(
+            self.incarnation_id, self.view(row), tombstoned=row.state is RowState.TOMBSTONED
+        )
+
+    def _stop_for_cancel(self, row: OperationRow, now: float, write_fails: bool) -> None:
+        job = self.jobs.get(row.operation_id)
+        if row.state is RowState.ACCEPTED:
+            reason = first_stop_reason(
+                job.stop_reason if job else row.stop_reason, StopReason.CANCEL
+            )
+            if job is not None:
+                job.stop_reason = reason
+                self.write_settlement(
+                    job, unlaunched_settlement(reason), Execution.NOT_STARTED, now, write_fails
+                )
+            else:
+                decision = unlaunched_settlement(reason)
+                self._write(
+                    row.operation_id,
+                    Settle(
+                        self.incarnation_id,
+                        decision.state,
+                        Execution.NOT_STARTED,
+                        now,
+                        error=decision.error,
+                    ),
+                    write_fails,
+                )
+            self.counters["cancel:settled_unlaunched"] += 1
+            return
+        if job is not None and row.incarnation_id == self.incarnation_id:
+            self.record_stop(job, StopReason.CANCEL, write_fails)
+            self.counters["cancel:asked_to_stop"] += 1
+
+    def release(self, request: ReleaseRequest, write_fails: bool) -> Reply:
+        check_incarnation(request.expected_incarnation_id, self.incarnation_id)
+        row = self.store.rows.get(request.operation_id)
+        check_fencing_token(row, request.fencing_token)
+        if row is None or not row.settled or row.state is RowState.TOMBSTONED:
+            return ReleaseReply(False)
+        if not row.released:
+            self._write(request.operation_id, Release(), write_fails)
+        return ReleaseReply(True)
+
+    # --- the job's life (runner_svc.jobs) ---------------------------------------------
+
+    def launch(self, operation_id: str, now: float, *, until: str) -> str:
+        """Launch check, launch intent, executor start, start confirmation (R3).
+
+        The real shell does all four under the operation's lock, so no other
+        call interleaves; only a crash can fall between them. ``until`` says
+        how far to go: "intent" (crash after the intent), "start" (crash after
+        the executor started, before the confirmation), "refused" (the
+        executor refused to start) or "confirm" (all of it).
+        """
+        job = self.jobs[operation_id]
+        row = self.store.rows.get(operation_id)
+        block = launch_block(row, self.incarnation_id, job.stop_reason)
+        if block:
+            reason = job.stop_reason or (row.stop_reason if row is not None else None)
+            if row is not None and row.state is RowState.ACCEPTED and reason is not None:
+                self.write_settlement(
+                    job, unlaunched_settlement(reason), Execution.NOT_STARTED, now, False
+                )
+            else:
+                self.free_slot(job)
+            return f"not launched: {block}"
+        self.store.write(operation_id, LaunchIntent(self.incarnation_id))
+        if until == "intent":
+            return "launch intent written"
+        if until == "refused":
+            self.ledger.start_refusals.append((operation_id, self.incarnation_id))
+            failed = SettlementDecision(
+                RowState.FAILED, error=TurnFailure("EXECUTOR_UNAVAILABLE", "start refused")
+            )
+            self.write_settlement(job, failed, Execution.NOT_STARTED, now, False)
+            return "executor refused to start"
+        job.execution = self.ledger.start(
+            operation_id, self.name, self.incarnation_id, self.store.store_id, job.attempt, now
+        )
+        if until == "start":
+            return f"executor started (execution #{job.execution.index}), not confirmed"
+        self.store.write(operation_id, ConfirmStart(self.incarnation_id, now))
+        job.phase = "running"
+        if job.stop_reason is not None:
+            self.counters["launch:stop_came_first"] += 1
+        return f"executor started (execution #{job.execution.index}), confirmed"
+
+    def finish(self, operation_id: str, succeeded: bool, now: float, write_fails: bool) -> str:
+        """The executor ended; settle from the first stop reason and the outcome (R7)."""
+        job = self.jobs[operation_id]
+        assert job.execution is not None
+        output = f"result:{operation_id}:#{job.execution.index}".encode()
+        job.execution.outcome = "succeeded" if succeeded else "failed"
+        job.execution.output = output if succeeded else b""
+        outcome = ReportedOutcome(
+            succeeded=succeeded,
+            output=output if succeeded else b"",
+            error_reason="" if succeeded else "EXECUTOR_FAILED",
+            error_message="" if succeeded else "the executor failed",
+        )
+        decision = decide_settlement(job.stop_reason, outcome, REASONS)
+        saved = self.write_settlement(job, decision, Execution.STARTED, now, write_fails)
+        return f"executor ended {job.execution.outcome}; settled {decision.state}" + (
+            "" if saved else " NOT SAVED (slot held)"
+        )
+
+    def record_stop(self, job: SimJob, reason: StopReason, write_fails: bool) -> None:
+        if job.stop_reason is not None:
+            return
+        job.stop_reason = reason
+        if write_fails:
+            return  # kept in memory only (R6)
+        try:
+            self.store.write(job.operation_id, RecordStopReason(reason))
+        except IllegalRowEvent:
+            return
+
+    def write_settlement(
+        self,
+        job: SimJob,
+        decision: SettlementDecision,
+        execution: Execution,
+        now: float,
+        write_fails: bool,
+    ) -> bool:
+        change = Settle(
+            self.incarnation_id,
+            decision.state,
+            execution,
+            now,
+            result=decision.result,
+            error=decision.error,
+        )
+        try:
+            if write_fails:
+                raise StoreWriteFailed("the schedule failed this settlement write")
+            self.store.write(job.operation_id, change)
+        except (StoreWriteFailed, IllegalRowEvent):
+            job.result_not_saved = True
+            job.phase = "result_not_saved"
+            return False
+        self.free_slot(job)
+        return True
+
+    def free_slot(self, job: SimJob) -> None:
+        self.pools.free(job.kind)
+        if self.jobs.get(job.operation_id) is job:
+            del self.jobs[job.operation_id]
+
+    def _write(self, operation_id: str, change: RowEvent, write_fails: bool) -> OperationRow:
+        if write_fails:
+            raise RunnerRefusal(Refusal.STORE_WRITE_FAILED, "the schedule failed this write")
+        try:
+            return self.store.write(operation_id, change)
+        except IllegalRowEvent as exc:
+            raise RunnerRefusal(Refusal.STORE_WRITE_FAILED, str(exc)) from exc
+
+
+def _pools(slots: int) -> SlotPools:
+    return SlotPools({SlotKind.WRITABLE: slots, SlotKind.READ_ONLY: slots})

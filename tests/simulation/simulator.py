@@ -1,0 +1,486 @@
+"""The seeded schedule explorer: one seed, one schedule, every step checked.
+
+A schedule is a list of steps, each an enabled action picked by
+:mod:`tests.simulation.menu` from a seeded ``random.Random``. Every random
+sub-choice is written into the step's label, so a label list replays exactly
+without the generator (:meth:`Simulator.replay`, used by the shrinker and
+the regression tests). Labels (``@cN``: which coordinator process; c1 when
+absent):
+
+    submit <policy> <max_attempts> <kind>   a new operation (C1)
+    tick <op> <runner|-> @cN   the dispatcher picks up a due operation; the
+                               runner is the route (used only while QUEUED)
+    deliver m<id> [fail]       a request reaches its runner (``fail``: the
+                               runner's store write fails) / a reply or watch
+                               report reaches the coordinator that asked
+    drop m<id>                 the network loses it (its call times out later)
+    dup m<id>                  a copy is put in flight (replies and reports;
+                               requests only with ``duplicate_requests``)
+    launch <op>@<runner> <until>   the launch (R3); ``intent`` / ``start``:
+                               the runner crashes after that step and restarts
+    finish <op>@<runner> ok|failed [unsaved]   the executor ends (R7)
+    restart <runner> kept|wiped|restored:<k>   crash + restart (§6)
+    drain <runner>             graceful shutdown begins (R8)
+    crash @cN                  the coordinator process restarts (C12)
+    resume @cN                 a frozen replica wakes up (§5)
+    cancel <op> @cN            the client cancels (C11)
+    watch <op>@<runner> [@cN]  the runner's watch stream reports the row (C9)
+    advance <seconds>          virtual time; calls past their deadline fail
+
+A step may end in `` !crash@<n>`` (the coordinator dies right after the n-th
+commit of the step, before sending what it licensed) or, with two replicas,
+`` !pause-before@<n>`` / `` !pause-after@<n>`` (the replica freezes there and
+finishes the step only when resumed, possibly after losing its lease).
+
+Not choosing a message is how it is delayed, so any reordering can happen.
+After the schedule, HEAL: nothing is lost any more, every message is
+delivered, jobs run to the end, the clock moves to the next deadline when
+nothing else is enabled, for a bounded number of steps; then every
+operation must be terminal (§8.2).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator_svc.core.edges import IllegalTransition
+from coordinator_svc.core.events import CancelRequested
+from coordinator_svc.core.model import ReplayPolicy, TurnKind
+from coordinator_svc.ports import InvalidWrite, WriteConflict
+from tests.simulation import menu, reporting
+from tests.simulation.invariants import Checker, Violation
+from tests.simulation.sim_coordinator import (
+    CoordinatorCrashed,
+    CoordinatorPaused,
+    Policy,
+    ShellError,
+    SimCoordinator,
+)
+from tests.simulation.sim_journal import SimJournal
+from tests.simulation.sim_runner import SimRunner, SimStore
+from tests.simulation.wire import WatchReport
+from tests.simulation.world import EPOCH, DispatchRequest, Ledger, Network, describe
+
+# A policy factory gets the simulator (so a broken wrapper may cheat, as a
+# buggy shell with a cached view of the runners would) and returns a policy.
+PolicyFactory = Callable[["Simulator"], Policy]
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    steps: int = 60
+    heal_steps: int = 4000
+    max_operations: int = 4
+    max_runners: int = 3
+    # Two coordinator replicas sharing the journal (§5) in this share of schedules.
+    max_replicas: int = 2
+    replica_share: float = 0.25
+    duplicate_requests: bool = False
+    # Chance per step that the coordinator dies right after a commit.
+    crash_after_commit: float = 0.02
+    # Chance per step (two replicas only) that a replica freezes at a commit.
+    pause_at_commit: float = 0.08
+    # Check §8.4's proofs structurally (off: only actual double starts count).
+    check_proofs: bool = True
+    swarm: bool = True
+    trace: bool = True
+    # Apply the proposed fix for the stale status answer in the shell.
+    stale_status_guard: bool = False
+    # A deliberately broken deployment (teeth for §6): a store restored from
+    # an older copy keeps its store_id, so its absence passes for proof.
+    restore_keeps_store_id: bool = False
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    name: str
+    durable: bool
+    slots: int
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The world a schedule starts from (drawn from the seed, or given)."""
+
+    runners: tuple[RunnerSpec, ...]
+    operations: int
+    replicas: int = 1
+    # Clock skew of replica c2 against c1, in seconds (leases are timed, §5).
+    skew: float = 0.0
+
+
+@dataclass
+class RunResult:
+    seed: int
+    setup: Setup
+    steps: int
+    heal_steps: int
+    violation: str | None
+    coverage: Counter[str]
+    labels: list[str] = field(default_factory=list)
+    trace: list[str] = field(default_factory=list)
+    history: list[str] = field(default_factory=list)
+
+    def report(self) -> str:
+        lines = [f"seed {self.seed}: {self.violation or 'ok'}", f"setup: {self.setup}"]
+        if self.violation:
+            lines += ["--- trace ---", *self.trace, "--- history ---", *self.history]
+        return "\n".join(lines)
+
+
+class Simulator:
+    def __init__(
+        self,
+        seed: int,
+        config: SimConfig | None = None,
+        policy: PolicyFactory | None = None,
+        setup: Setup | None = None,
+    ) -> None:
+        self.seed = seed
+        self.config = config = config or SimConfig()
+        self.rng = random.Random(seed)
+        # The heal phase draws from its own generator, so a replayed schedule
+        # heals exactly as the generated one did.
+        self.heal_rng = random.Random(0)
+        self.network = Network()
+        self.ledger = Ledger()
+        self.runners: dict[str, SimRunner] = {}
+        self.coverage: Counter[str] = Counter()
+        self.trace: list[str] = []
+        self.labels: list[str] = []
+        self.snapshots: dict[str, list[dict[str, Any]]] = {}
+        self._ids = 0
+        self.journal = SimJournal()
+        self.checker = Checker(
+            journal=self.journal,
+            ledger=self.ledger,
+            runners=self.runners,
+            check_proofs=config.check_proofs,
+        )
+        self.setup = setup or self._draw_setup()
+        self.coordinators = {
+            f"c{n}": SimCoordinator(
+                self.network,
+                self.checker,
+                journal=self.journal,
+                name=f"c{n}",
+                replica_id=f"c{n}" if self.setup.replicas > 1 else "",
+                stale_status_guard=config.stale_status_guard,
+            )
+            for n in range(1, self.setup.replicas + 1)
+        }
+        if policy is not None:
+            made = policy(self)
+            for coordinator in self.coordinators.values():
+                coordinator.policy = made
+        for spec in self.setup.runners:
+            self.runners[spec.name] = SimRunner(
+                spec.name,
+                spec.durable,
+                spec.slots,
+                self.ledger,
+                self._new_id("inc"),
+                self._new_store(spec.durable),
+            )
+        self.weights = menu.draw_weights(self.rng, config.swarm)
+        self.now = 0.0
+        self._advance(0.0)
+
+    def _draw_setup(self) -> Setup:
+        runners, operations, replicas = menu.draw_setup_counts(self.rng, self.config)
+        specs = tuple(
+            RunnerSpec(f"r{n}", self.rng.random() < 0.75, self.rng.choice((1, 1, 2)))
+            for n in range(1, runners + 1)
+        )
+        skew = self.rng.choice((0.0, 0.0, 4.0, -4.0, 20.0, -20.0)) if replicas > 1 else 0.0
+        return Setup(specs, operations, replicas, skew)
+
+    @property
+    def coordinator(self) -> SimCoordinator:
+        return self.coordinators["c1"]
+
+    def _new_id(self, prefix: str) -> str:
+        self._ids += 1
+        return f"{prefix}{self._ids}"
+
+    def _new_store(self, durable: bool) -> SimStore:
+        store = SimStore(self._new_id("store"), durable)
+        if durable:
+            self.checker.durable_stores.add(store.store_id)
+        return store
+
+    # --- running ---------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        """Generate and run a schedule from the seed, then heal."""
+        return self._guarded(self._generated)
+
+    def replay(self, labels: list[str]) -> RunResult:
+        """Run exactly these steps (skipping any no longer enabled), then heal."""
+        return self._guarded(lambda: self._scripted(labels))
+
+    def _generated(self) -> tuple[int, int]:
+        step = 0
+        for step in range(1, self.config.steps + 1):
+            self._step(step, menu.choose(self), healing=False)
+        return step, self._heal()
+
+    def _scripted(self, labels: list[str]) -> tuple[int, int]:
+        done = 0
+        for label in labels:
+            if menu.enabled(self, label.split(" !")[0]):
+                done += 1
+                self._step(done, label, healing=False)
+        return done, self._heal()
+
+    def _guarded(self, body: Callable[[], tuple[int, int]]) -> RunResult:
+        steps = heal = 0
+        violation = None
+        try:
+            steps, heal = body()
+        except Violation as found:
+            violation = str(found)
+        except (ShellError, IllegalTransition, InvalidWrite, WriteConflict) as broken:
+            violation = f"[shell] ?: {type(broken).__name__}: {broken}"
+        if violation:
+            self.coverage["violations"] += 1
+        reporting.count_coverage(self)
+        history = reporting.history(self, reporting.operation_of(violation)) if violation else []
+        return RunResult(
+            self.seed,
+            self.setup,
+            steps or len(self.labels),
+            heal,
+            violation,
+            self.coverage,
+            self.labels,
+            self.trace,
+            history,
+        )
+
+    def _step(self, number: int, label: str, *, healing: bool) -> None:
+        for coordinator in self.coordinators.values():
+            coordinator.log = []
+        if not healing:
+            self.labels.append(label)
+        base, _, modifier = label.partition(" !")
+        self._arm(modifier)
+        result = "(stopped by a violation)"
+        try:
+            try:
+                result = self.execute(base) or ""
+            except CoordinatorPaused as paused:
+                self.coverage["replica_paused_at_commit"] += 1
+                result = str(paused)
+            except CoordinatorCrashed as crashed:
+                self.coverage["coordinator_crash_after_commit"] += 1
+                result = f"{crashed}; " + self._crash(crashed.name)
+        finally:
+            self._arm("")
+            if self.config.trace:
+                phase = "heal" if healing else "step"
+                self.trace.append(f"{phase} {number} t={self.now:.2f} {label}: {result}")
+                for coordinator in self.coordinators.values():
+                    self.trace.extend(coordinator.log)
+        self.checker.after_step()
+
+    def _arm(self, modifier: str) -> None:
+        """Install this step's crash/pause point (the n-th commit of the step)."""
+        kind, _, n = modifier.partition("@")
+        counter = [0]
+
+        def reached() -> bool:
+            counter[0] += 1
+            return counter[0] == int(n)
+
+        for coordinator in self.coordinators.values():
+            coordinator.crash_after_commit = reached if kind == "crash" else None
+            multi = len(self.coordinators) > 1
+            if kind.startswith("pause-") and multi:
+                where = kind.removeprefix("pause-")
+                coordinator.pause_at_commit = lambda where=where: where if reached() else ""
+            else:
+                coordinator.pause_at_commit = None
+
+    def _heal(self) -> int:
+        for number in range(1, self.config.heal_steps + 1):
+            if self._settled():
+                self.checker.healed()
+                return number
+            label = menu.heal_action(self)
+            if label is None:
+                label = f"advance {self._next_wakeup() - self.now:.3f}"
+            self._step(number, label, healing=True)
+        self.checker.healed()
+        return self.config.heal_steps
+
+    def _settled(self) -> bool:
+        ops = self.journal.operations.values()
+        return (
+            len(ops) >= self.setup.operations
+            and all(r.state.terminal for r in ops)
+            and not self.network.in_flight
+            and not any(r.jobs for r in self.runners.values())
+            and not any(c.paused for c in self.coordinators.values())
+        )
+
+    def _next_wakeup(self) -> float:
+        """The next moment anything is due (a call deadline, a timer, a backoff, a lease),
+        in global time (each replica's clock may be skewed)."""
+        offsets = {c.name: c.now - self.now for c in self.coordinators.values()}
+        times: list[float] = []
+        for coordinator in self.coordinators.values():
+            offset = offsets[coordinator.name]
+            times += [c.deadline - offset for c in coordinator.calls.values()]
+            times += [t - offset for t in coordinator.timers.values()]
+        for record in self.journal.operations.values():
+            for moment in (record.next_action_at, record.lease_expires_at):
+                if moment is not None:
+                    local = (moment - EPOCH).total_seconds()
+                    times += [local - offset for offset in offsets.values()]
+        future = [t for t in times if t > self.now]
+        return min(future) + 0.001 if future else self.now + 5.0
+
+    # --- performing a step --------------------------------------------------------------
+
+    @staticmethod
+    def _split(label: str) -> tuple[list[str], str]:
+        return menu.split(label)
+
+    def execute(self, label: str) -> str:
+        words, replica = self._split(label)
+        kind = words[0]
+        coordinator = self.coordinators[replica]
+        if kind == "submit":
+            return self._submit(ReplayPolicy(words[1]), int(words[2]), TurnKind(words[3]))
+        if kind == "tick":
+            state = self.journal.operations[words[1]].state
+            coordinator.tick(words[1], None if words[2] == "-" else words[2])
+            return str(state)
+        if kind == "deliver":
+            return self._deliver(int(words[1][1:]), write_fails=len(words) > 2)
+        if kind == "drop":
+            self.coverage["dropped"] += 1
+            return describe(self.network.take(int(words[1][1:])).body)
+        if kind == "dup":
+            self.coverage["duplicated"] += 1
+            return f"copy m{self.network.duplicate(int(words[1][1:])).id}"
+        if kind in ("launch", "finish", "watch"):
+            return self._runner_step(kind, words, replica)
+        if kind == "restart":
+            return self._restart(self.runners[words[1]], words[2])
+        if kind == "drain":
+            self.runners[words[1]].drain()
+            self.coverage["runner_drain"] += 1
+            return f"{words[1]} draining"
+        if kind == "crash":
+            return self._crash(replica)
+        if kind == "resume":
+            self.coverage["replica_resumed"] += 1
+            coordinator.resume()
+            return f"{replica} resumed"
+        if kind == "cancel":
+            coordinator.handle(words[1], CancelRequested())
+            self.coverage["cancel_requested"] += 1
+            return str(self.journal.operations[words[1]].state)
+        if kind == "advance":
+            return self._advance(float(words[1]))
+        raise ValueError(f"unknown step {label!r}")
+
+    def _runner_step(self, kind: str, words: list[str], replica: str) -> str:
+        op, _, name = words[1].partition("@")
+        runner = self.runners[name]
+        if kind == "launch":
+            result = runner.launch(op, self.now, until=words[2])
+            if words[2] in ("intent", "start") and result.startswith(("launch", "executor st")):
+                self.coverage[f"crash_after_{words[2]}"] += 1
+                result += "; " + self._restart(runner, "kept" if runner.durable else "wiped")
+            return result
+        if kind == "finish":
+            return runner.finish(op, words[2] == "ok", self.now, "unsaved" in words)
+        row = runner.view(runner.store.rows[op])
+        report = WatchReport(runner.name, runner.incarnation_id, row)
+        epoch = self.coordinators[replica].epoch
+        self.network.send(None, 0, epoch, report, runner.incarnation_id, replica)
+        return describe(row)
+
+    def _submit(self, policy: ReplayPolicy, max_attempts: int, kind: TurnKind) -> str:
+        op = self._new_id("op")
+        self.checker.policies[op] = (policy, max_attempts)
+        self.coordinator.submit(op, policy, max_attempts, kind)
+        self.coverage[f"policy:{policy.value}"] += 1
+        return op
+
+    def _deliver(self, message_id: int, *, write_fails: bool) -> str:
+        message = self.network.take(message_id)
+        if not message.is_request:
+            coordinator = self.coordinators[message.replica or "c1"]
+            return f"{describe(message.body)} -> {coordinator.name}: {coordinator.receive(message)}"
+        runner = self.runners[message.to_runner or ""]
+        before = self.checker.fencing_before(runner, message.body)
+        reply = runner.handle(message.body, self.now, write_fails)
+        self.checker.runner_replied(runner, message.body, before, reply)
+        if isinstance(message.body, DispatchRequest):
+            self.checker.dispatch_delivered(runner.name, message.body, reply)
+        self.network.send(
+            None, message.call_id, message.epoch, reply, runner.incarnation_id, message.replica
+        )
+        return f"{describe(message.body)} -> {runner.name}/{runner.incarnation_id}: " + (
+            describe(reply)
+        )
+
+    def _restart(self, runner: SimRunner, how: str) -> str:
+        """Crash and restart: the store is kept, wiped, or restored from an
+        older copy under a new store_id (§6: a copy never passes for the original)."""
+        snapshots = self.snapshots.setdefault(runner.name, [])
+        store: SimStore | None = None
+        if how.startswith("restored:"):
+            store = self._new_store(True)
+            if self.config.restore_keeps_store_id:
+                store.store_id = runner.store.store_id
+            store.rows = dict(snapshots[int(how[9:])])
+            store.sequence = max((r.sequence for r in store.rows.values()), default=0)
+        elif how == "wiped" or not runner.durable:
+            store = self._new_store(runner.durable)
+        if runner.durable:
+            snapshots.append(dict(runner.store.rows))
+        runner.restart(self._new_id("inc"), store)
+        self.coverage[f"runner_restart_{how.split(':')[0]}"] += 1
+        return f"{runner.name} restarted as {runner.incarnation_id}, store {runner.store.store_id}"
+
+    def _crash(self, name: str) -> str:
+        coordinator = self.coordinators[name]
+        self._arm("")
+        coordinator.restart()
+        self.coverage["coordinator_restart"] += 1
+        return f"{name} restarted, epoch {coordinator.epoch}"
+
+    def _advance(self, seconds: float) -> str:
+        self.now += max(seconds, 0.0)
+        for coordinator in self.coordinators.values():
+            coordinator.now = self.now + (self.setup.skew if coordinator.name == "c2" else 0.0)
+        for coordinator in self.coordinators.values():
+            if not coordinator.paused:
+                coordinator.expire_calls()
+        return f"now {self.now:.3f}"
+
+
+def run_seed(
+    seed: int, config: SimConfig | None = None, policy: PolicyFactory | None = None
+) -> RunResult:
+    """Run one generated schedule; the result carries any violation with its trace."""
+    return Simulator(seed, config, policy).run()
+
+
+def replay(
+    setup: Setup,
+    labels: list[str],
+    config: SimConfig | None = None,
+    policy: PolicyFactory | None = None,
+) -> RunResult:
+    """Run a scripted schedule (labels from a RunResult) in a fresh world."""
+    return Simulator(0, config, policy, setup).replay(labels)

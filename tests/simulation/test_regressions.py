@@ -1,0 +1,126 @@
+"""Failing schedules found by the simulator, kept as scripted regressions.
+
+Each is the shrunk label script of the seed that found it (replayed without
+the generator, so later generator changes do not move it).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.simulation.simulator import RunnerSpec, Setup, SimConfig, replay
+
+# Seed 9904 (generator of 2026-11-29), shrunk from 27 steps to 8. The status
+# call asked while the Dispatch was still on the wire answers "absent"; the
+# Dispatch lands, the watch stream reports the row, the coordinator moves to
+# RUNNING (acknowledged); then the older "absent" answer arrives, still for
+# attempt 1, and is read as ACKNOWLEDGED_OPERATION_DISAPPEARED.
+SEED_9904_SETUP = Setup(
+    runners=(RunnerSpec("r1", durable=False, slots=2), RunnerSpec("r2", durable=True, slots=2)),
+    operations=4,
+)
+SEED_9904_STEPS = [
+    "submit PROBE_FIRST 3 WRITABLE",
+    "tick op5 r1",  # QUEUED: preflight #1 -> r1
+    "deliver m1",  # r1/inc1: absent
+    "deliver m2",  # -> attempt 1 written ahead, Dispatch #2 sent (m3)
+    "advance 6.0",  # the Dispatch call is abandoned: DISPATCH_UNKNOWN, preflight #3 (m4)
+    "deliver m4 fail",  # r1/inc1 reads the status: absent (reply m5 in flight)
+    "deliver m3",  # the abandoned Dispatch lands: accepted (row ACCEPTED)
+    "watch op5@r1",  # the watch stream reports the row; the heal delivers it before m5
+]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core bug: PreflightAnswer is matched to the call only by asked_attempt; an answer "
+    "older than a watch-driven transition is taken as a disappearance (fix: carry the record's "
+    "event sequence at call time and discard older answers)",
+)
+def test_seed_9904_stale_status_answer_after_watch_ack() -> None:
+    """C8a/C9: an absence read before the watch acknowledged the op is not a disappearance."""
+    result = replay(SEED_9904_SETUP, SEED_9904_STEPS, SimConfig())
+    assert result.violation is None, result.report()
+
+
+def test_seed_9904_fixed_by_discarding_answers_older_than_the_last_transition() -> None:
+    """C8a: discarding a status answer asked before the operation's latest transition fixes 9904."""
+    result = replay(SEED_9904_SETUP, SEED_9904_STEPS, SimConfig(stale_status_guard=True))
+    assert result.violation is None, result.report()
+    assert result.coverage["final:SUCCEEDED"] + result.coverage["final:FAILED"] >= 1
+
+
+# Seed 1213 with --duplicate-requests, shrunk from 22 steps to 15. The network
+# delivers one Dispatch twice: the first copy is accepted by r3/inc5 and its
+# executor starts; r3 restarts; the second copy is refused by inc9
+# (INCARNATION_MISMATCH), and that refusal answers the call. The coordinator
+# closes attempt 1 as REFUSED and goes back to QUEUED, NOT_STARTED, while an
+# executor ran. The protocol assumes each Dispatch call is delivered at most
+# once (no gRPC retry policy, no retrying proxy on the Dispatch path).
+SEED_1213_SETUP = Setup(
+    runners=(
+        RunnerSpec("r1", durable=False, slots=2),
+        RunnerSpec("r2", durable=True, slots=2),
+        RunnerSpec("r3", durable=True, slots=1),
+    ),
+    operations=2,
+)
+SEED_1213_STEPS = [
+    "submit PROBE_FIRST 3 WRITABLE",
+    "tick op7 r1",
+    "tick op7 r3",
+    "submit PROBE_FIRST 8 WRITABLE",
+    "advance 12.0",
+    "tick op8 r3",
+    "deliver m1",
+    "advance 6.0",
+    "tick op7 r3",
+    "deliver m5",
+    "deliver m6",
+    "dup m7",
+    "deliver m7",
+    "launch op7@r3 start",
+    "drop m9",
+]
+
+
+def test_seed_1213_c6_needs_each_dispatch_delivered_at_most_once() -> None:
+    """C6: a refusal proves only that its own copy was not accepted; a duplicated Dispatch request
+    defeats it, so Dispatch must never be retried by the transport (the assumption, pinned)."""
+    result = replay(SEED_1213_SETUP, SEED_1213_STEPS, SimConfig(duplicate_requests=True))
+    assert result.violation is not None
+    assert result.violation.startswith(("[4 proof]", "[3 execution]", "[1 at most once]"))
+
+
+# Scripted (not found by a seed): r1 accepts the Dispatch, begins a drain (R8
+# records SHUTDOWN on the unlaunched row) and is killed before the launch task
+# settles the row. The new incarnation keeps the durable store: the row stays
+# ACCEPTED by the dead incarnation with a stop reason, so it is never taken
+# over (§6) and never launched, yet nothing settles it. Every replay is
+# answered "duplicate, ACCEPTED" and the operation burns all its attempts.
+DRAIN_CRASH_SETUP = Setup((RunnerSpec("r1", durable=True, slots=1),), operations=1)
+DRAIN_CRASH_STEPS = [
+    "submit PROBE_FIRST 3 WRITABLE",
+    "tick op3 r1",
+    "deliver m1",
+    "deliver m2",  # attempt 1 written ahead, Dispatch sent
+    "deliver m3",  # accepted by r1/inc1: row ACCEPTED
+    "drain r1",  # R8: SHUTDOWN recorded on the unlaunched row
+    "restart r1 kept",  # killed mid-drain; inc4 on the same durable store
+    "deliver m4",  # the Dispatch reply: RUNNING
+]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a never-launched row left with a stop reason by a dead incarnation is never settled "
+    "nor taken over: the coordinator replays until MAX_ATTEMPTS_EXCEEDED, execution UNKNOWN, "
+    "though the store proves the turn never ran (fix: settle such rows NOT_STARTED at runner "
+    "start, or let a new incarnation take over a row whose only stop reason was SHUTDOWN)",
+)
+def test_drained_row_of_a_dead_incarnation_is_settled_not_replayed_to_exhaustion() -> None:
+    """R8/§6/C14: a row that can never launch ends the operation truthfully, not by max_attempts."""
+    result = replay(DRAIN_CRASH_SETUP, DRAIN_CRASH_STEPS, SimConfig())
+    assert result.violation is None, result.report()
+    assert result.coverage["reason:MAX_ATTEMPTS_EXCEEDED"] == 0
+    assert result.coverage["final:TIMED_OUT"] == 0

@@ -1,0 +1,71 @@
+"""Teeth: deliberately broken policies (wrappers around the core's decide) are caught."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.simulation.broken_policies import (
+    BROKEN,
+    replay_after_changed_incarnation,
+    skip_preflight,
+    timeout_is_refusal,
+)
+from tests.simulation.budget import run_budget
+from tests.simulation.simulator import PolicyFactory, RunnerSpec, Setup, SimConfig, replay
+
+SEEDS = range(2000)
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_the_checker_catches_a_broken_policy(name: str) -> None:
+    """§8: each classic mistake (C2, C4, C7, C8, C14) breaks an invariant within the CI budget."""
+    result = run_budget(
+        SEEDS, SimConfig(steps=70, trace=False), BROKEN[name], stop_on_violation=True
+    )
+    assert result.violations, f"{name} survived {result.schedules} schedules"
+    seed, violation = result.violations[0]
+    print(f"{name}: caught at seed {seed}: {violation}")
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [replay_after_changed_incarnation, skip_preflight, timeout_is_refusal],
+    ids=lambda f: f.__name__,
+)
+def test_a_broken_policy_really_bills_a_turn_twice_or_lies(broken: PolicyFactory) -> None:
+    """§8.1/§8.3: with the structural proof checks off, the ledger itself shows the harm."""
+    config = SimConfig(steps=70, trace=False, check_proofs=False)
+    result = run_budget(SEEDS, config, broken, stop_on_violation=True)
+    assert result.violations, f"{broken.__name__} caused no harm in {result.schedules} schedules"
+    seed, violation = result.violations[0]
+    assert violation.startswith(("[1 at most once]", "[3 execution]")), violation
+    print(f"{broken.__name__}: seed {seed}: {violation}")
+
+
+# A Dispatch runs on r1 but its reply is lost; the coordinator's status call
+# is lost too; r1 restarts on a copy of its store taken before the Dispatch.
+RESTORED_COPY_SETUP = Setup((RunnerSpec("r1", durable=True, slots=1),), operations=1)
+RESTORED_COPY_STEPS = [
+    "restart r1 kept",  # snapshot 0: an empty store
+    "submit PROBE_FIRST 3 WRITABLE",
+    "tick op4 r1",
+    "deliver m1",
+    "deliver m2",  # attempt 1 written ahead and sent
+    "deliver m3",  # accepted by r1/inc3
+    "launch op4@r1 confirm",  # the executor starts (billed once)
+    "drop m4",  # the Dispatch reply is lost: DISPATCH_UNKNOWN after the deadline
+    "advance 6.0",
+    "drop m5",  # the status call is lost too
+    "restart r1 restored:0",  # r1 comes back on the empty copy
+]
+
+
+def test_a_restored_copy_keeping_its_store_id_is_caught() -> None:
+    """§6: a copy restored under the original store_id makes absence lie: the ledger shows
+    a second start; with a new store_id (the rule) the same schedule ends INCARNATION_CHANGED."""
+    broken = SimConfig(check_proofs=False, restore_keeps_store_id=True)
+    result = replay(RESTORED_COPY_SETUP, RESTORED_COPY_STEPS, broken)
+    assert result.violation is not None and result.violation.startswith("[1 at most once]")
+    correct = replay(RESTORED_COPY_SETUP, RESTORED_COPY_STEPS, SimConfig())
+    assert correct.violation is None, correct.report()
+    assert correct.coverage["reason:INCARNATION_CHANGED"] == 1

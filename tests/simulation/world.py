@@ -1,0 +1,177 @@
+"""The simulated world's shared parts: virtual time, the execution ledger and
+the network (PROTOCOL.md §8 is checked against these, not against the cores).
+
+Nothing here reads a real clock or does I/O. Time is a float of virtual
+seconds; :func:`at` turns it into the aware datetime the coordinator core wants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    """The aware datetime ``seconds`` of virtual time after the simulation epoch."""
+    return EPOCH + timedelta(seconds=seconds)
+
+
+@dataclass
+class ExecutionEntry:
+    """One executor start: the billable event (§8 invariant 1)."""
+
+    index: int
+    operation_id: str
+    runner: str
+    incarnation_id: str
+    store_id: str
+    attempt: int
+    started_at: float
+    # None while running; "succeeded" / "failed" / "killed" once over.
+    outcome: str | None = None
+    output: bytes = b""
+
+
+@dataclass
+class Ledger:
+    """Every executor start and how it ended, across all runners."""
+
+    entries: list[ExecutionEntry] = field(default_factory=list)
+    # Executor starts the executor itself refused (nothing ran, nothing billed).
+    start_refusals: list[tuple[str, str]] = field(default_factory=list)
+
+    def start(
+        self,
+        operation_id: str,
+        runner: str,
+        incarnation_id: str,
+        store_id: str,
+        attempt: int,
+        now: float,
+    ) -> ExecutionEntry:
+        entry = ExecutionEntry(
+            len(self.entries), operation_id, runner, incarnation_id, store_id, attempt, now
+        )
+        self.entries.append(entry)
+        return entry
+
+    def starts(self, operation_id: str) -> list[ExecutionEntry]:
+        return [e for e in self.entries if e.operation_id == operation_id]
+
+
+# --- the network -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StatusRequest:
+    operation_id: str
+
+
+@dataclass(frozen=True)
+class DispatchRequest:
+    operation_id: str
+    envelope_digest: str
+    kind: str
+    expected_incarnation_id: str
+    fencing_token: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    operation_id: str
+    expected_incarnation_id: str
+    fencing_token: int
+
+
+@dataclass(frozen=True)
+class ReleaseRequest:
+    operation_id: str
+    expected_incarnation_id: str
+    fencing_token: int
+
+
+Request = StatusRequest | DispatchRequest | CancelRequest | ReleaseRequest
+
+
+@dataclass(frozen=True)
+class Message:
+    """One packet in flight. ``to_runner`` is set for requests; replies and
+    watch reports go to the coordinator and carry the call they answer
+    (``call_id``; 0 for a watch report) and the coordinator epoch that asked."""
+
+    id: int
+    to_runner: str | None
+    call_id: int
+    epoch: int
+    body: Any
+    # Which runner incarnation sent a reply (for the trace only).
+    sender: str = ""
+    # The coordinator replica that made the call (replies go back to it).
+    replica: str = ""
+
+    @property
+    def is_request(self) -> bool:
+        return self.to_runner is not None
+
+
+@dataclass
+class Network:
+    """Packets in flight; the schedule picks which to deliver, drop or copy."""
+
+    in_flight: dict[int, Message] = field(default_factory=dict)
+    next_id: int = 1
+
+    def send(
+        self,
+        to_runner: str | None,
+        call_id: int,
+        epoch: int,
+        body: Any,
+        sender: str = "",
+        replica: str = "",
+    ) -> Message:
+        message = Message(self.next_id, to_runner, call_id, epoch, body, sender, replica)
+        self.next_id += 1
+        self.in_flight[message.id] = message
+        return message
+
+    def take(self, message_id: int) -> Message:
+        return self.in_flight.pop(message_id)
+
+    def duplicate(self, message_id: int) -> Message:
+        original = self.in_flight[message_id]
+        return self.send(
+            original.to_runner,
+            original.call_id,
+            original.epoch,
+            original.body,
+            original.sender,
+            original.replica,
+        )
+
+
+def describe(body: Any) -> str:
+    """A short, stable rendering of a message body for traces."""
+    name = type(body).__name__
+    if name == "OperationRow":
+        return (
+            f"row({body.state.value} {body.execution.value} by {body.incarnation_id}"
+            f"{' stop=' + body.stop_reason.value if body.stop_reason else ''}"
+            f"{' released' if body.released else ''})"
+        )
+    fields = getattr(body, "__dataclass_fields__", {})
+    shown = []
+    for key in fields:
+        value = getattr(body, key)
+        if key in ("envelope_digest", "fencing_token"):
+            continue
+        if isinstance(value, bytes):
+            value = value[:16]
+        elif getattr(value, "__dataclass_fields__", None):
+            value = describe(value)
+        shown.append(f"{key}={value}")
+    return f"{name}({', '.join(shown)})"
