@@ -35,9 +35,17 @@ DISAPPEARED = "ACKNOWLEDGED_OPERATION_DISAPPEARED"
 INCARNATION_CHANGED = "INCARNATION_CHANGED"
 
 
+def _asked_before_a_transition(record: OperationRecord, asked_sequence: int | None) -> bool:
+    """C8a: a status read taken before the operation's latest transition (say, a
+    watch report that acknowledged it meanwhile) says nothing about it now."""
+    return asked_sequence is not None and asked_sequence != record.last_event_sequence
+
+
 def on_answer(record: OperationRecord, ev: PreflightAnswer, ctx: Context) -> Decision:
     if ev.asked_attempt != record.attempt_count:
         return nothing("stale status answer (asked before a later attempt)")
+    if _asked_before_a_transition(record, ev.asked_sequence):
+        return nothing("stale status answer (asked before the latest transition)")
     if record.state.terminal:
         if ev.op is None or ev.incarnation_id != record.incarnation_id:
             return nothing("terminal")
@@ -246,7 +254,11 @@ def _incarnation_changed(record: OperationRecord, ev: PreflightAnswer, ctx: Cont
 
 def on_failed(record: OperationRecord, ev: PreflightFailed, ctx: Context) -> Decision:
     """C8: an unreachable runner: stay and back off until the reconcile deadline."""
-    if ev.asked_attempt != record.attempt_count or record.state.terminal:
+    if (
+        ev.asked_attempt != record.attempt_count
+        or record.state.terminal
+        or _asked_before_a_transition(record, ev.asked_sequence)
+    ):
         return nothing("stale status failure")
     if past_reconcile_deadline(record, ctx):
         return end(

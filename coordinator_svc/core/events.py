@@ -40,6 +40,9 @@ class PreflightAnswer:
     present: bool
     op: RunnerOp | None
     asked_attempt: int
+    # The operation's last event sequence when the call was made (None: not
+    # tracked). An answer asked before a later transition is stale (C8a).
+    asked_sequence: int | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class PreflightFailed:
     detail: str
     asked_attempt: int
     retry_streak: int = 0
+    asked_sequence: int | None = None
 
 
 @dataclass(frozen=True)

@@ -352,6 +352,8 @@ class Dispatcher:
         match command:
             case cmd.Preflight(runner=runner):
                 answer = await self._calls.preflight(runner, op_id, record.attempt_count)
+                # Tie the answer to the transition it was asked after (C8a).
+                answer = replace(answer, asked_sequence=record.last_event_sequence)
                 if isinstance(answer, PreflightFailed):
                     answer = replace(answer, retry_streak=self._bump(op_id))
                 return [answer]

@@ -11,13 +11,6 @@ SEEDS = range(3000)
 CONFIG = SimConfig(steps=70, trace=False)
 
 
-def is_known_stale_status_bug(violation: str) -> bool:
-    """The core bug pinned by test_regressions.test_seed_9904_*: a status
-    answer read before a watch report acknowledged the operation arrives
-    after it, and the absence it carries is taken as a disappearance."""
-    return violation.startswith("[3 true status]") and "DISAPPEARED" in violation
-
-
 @functools.cache
 def budget() -> BudgetResult:
     result = run_budget(SEEDS, CONFIG)
@@ -26,16 +19,13 @@ def budget() -> BudgetResult:
 
 
 def test_every_invariant_holds_across_the_ci_budget() -> None:
-    """§8.1-8.6: no seed in the CI budget breaks an invariant (known core bugs named below)."""
+    """§8.1-8.6: no seed in the CI budget breaks an invariant."""
     result = budget()
     assert result.schedules == len(SEEDS)
-    unknown = [(s, v) for s, v in result.violations if not is_known_stale_status_bug(v)]
-    if unknown:
-        seed = unknown[0][0]
+    if result.violations:
+        seed = result.violations[0][0]
         detail = run_seed(seed, SimConfig(steps=CONFIG.steps)).report()
-        raise AssertionError(f"{len(unknown)} violations, first: seed {seed}\n{detail}")
-    known = [s for s, _ in result.violations]
-    print(f"known stale-status bug hit by seeds {known}")
+        raise AssertionError(f"{len(result.violations)} violations, first: seed {seed}\n{detail}")
 
 
 def test_the_budget_exercises_the_hard_cases() -> None:

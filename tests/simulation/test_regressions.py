@@ -31,12 +31,6 @@ SEED_9904_STEPS = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: PreflightAnswer is matched to the call only by asked_attempt; an answer "
-    "older than a watch-driven transition is taken as a disappearance (fix: carry the record's "
-    "event sequence at call time and discard older answers)",
-)
 def test_seed_9904_stale_status_answer_after_watch_ack() -> None:
     """C8a/C9: an absence read before the watch acknowledged the op is not a disappearance."""
     result = replay(SEED_9904_SETUP, SEED_9904_STEPS, SimConfig())

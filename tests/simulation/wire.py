@@ -88,7 +88,9 @@ def failure_event(call: Call, detail: str, streaks: Counter[str]) -> Event | Non
     op = call.operation_id
     if call.kind == "status":
         streaks[op] += 1
-        return PreflightFailed(call.runner, detail, call.asked_attempt, streaks[op])
+        return PreflightFailed(
+            call.runner, detail, call.asked_attempt, streaks[op], asked_sequence=call.asked_sequence
+        )
     if call.kind == "dispatch":
         return DispatchUnknown(call.command.attempt, detail)
     if call.kind == "cancel":
@@ -112,6 +114,7 @@ def reply_event(call: Call, body: Any, streaks: Counter[str]) -> Event | None:
             body.present,
             runner_op(body.row) if body.row is not None else None,
             call.asked_attempt,
+            asked_sequence=call.asked_sequence,
         )
     if isinstance(body, DispatchReply):
         return DispatchAccepted(
@@ -145,7 +148,11 @@ def _refusal_event(call: Call, body: RefusedReply, streaks: Counter[str]) -> Eve
     if call.kind == "status":
         streaks[call.operation_id] += 1
         return PreflightFailed(
-            call.runner, body.reason, call.asked_attempt, streaks[call.operation_id]
+            call.runner,
+            body.reason,
+            call.asked_attempt,
+            streaks[call.operation_id],
+            asked_sequence=call.asked_sequence,
         )
     return None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -32,6 +33,18 @@ ACCEPTED_1 = attempt(1, AttemptOutcome.ACCEPTED)
 
 def running(**fields: Any) -> OperationRecord:
     return bound(OpState.RUNNING, **fields)
+
+
+def test_absence_read_before_the_acknowledgement_is_stale_not_a_disappearance() -> None:
+    """C8a/C9: regression (simulation seed 9904): "absent" asked while DISPATCH_UNKNOWN,
+    answered after a watch report made it RUNNING, changes nothing."""
+    acknowledged = running(last_event_sequence=5)
+    stale = dataclasses.replace(answer(None), asked_sequence=4)
+    decision = decide(acknowledged, stale, ctx(ACCEPTED_1))
+    assert decision.change is None and decision.commands == ()
+    fresh = dataclasses.replace(answer(None), asked_sequence=5)
+    record, _ = step(acknowledged, fresh, ctx(ACCEPTED_1))
+    assert record.state is OpState.PROTOCOL_ERROR
 
 
 def test_tick_on_running_polls_status() -> None:
