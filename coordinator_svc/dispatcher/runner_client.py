@@ -74,7 +74,11 @@ class RunnerClient:
         self._timings = timings
         self._metrics = metrics
         self._channel = grpc.aio.insecure_channel(
-            endpoint.address, interceptors=list(interceptors) or None
+            endpoint.address,
+            interceptors=list(interceptors) or None,
+            # C6 needs every Dispatch delivered at most once: no retries of any
+            # kind on this channel (PROTOCOL.md, "Transport assumption").
+            options=(("grpc.enable_retries", 0),),
         )
         self._stub = runner_pb2_grpc.RunnerServiceStub(self._channel)
 

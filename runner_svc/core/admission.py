@@ -12,7 +12,14 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from runner_svc.core.model import OperationRow, Refusal, RowState, RunnerRefusal, SlotKind
+from runner_svc.core.model import (
+    OperationRow,
+    Refusal,
+    RowState,
+    RunnerRefusal,
+    SlotKind,
+    StopReason,
+)
 
 
 class AdmissionAction(enum.Enum):
@@ -87,11 +94,13 @@ def decide_admission(
 
 
 def _needs_take_over(row: OperationRow, incarnation_id: str) -> bool:
-    """§6: an earlier incarnation's accepted, never-launched, unstopped row."""
+    """§6: an earlier incarnation's accepted, never-launched row that nobody
+    asked to stop. A `shutdown` stop reason stopped that process, not the turn
+    (a runner killed mid-drain leaves it): such a row is re-admitted too."""
     return (
         row.state is RowState.ACCEPTED
         and row.incarnation_id != incarnation_id
-        and row.stop_reason is None
+        and row.stop_reason in (None, StopReason.SHUTDOWN)
     )
 
 

@@ -191,7 +191,7 @@ def _take_over(row: OperationRow | None, event: TakeOver, name: str) -> Operatio
     assert row is not None
     if row.incarnation_id == event.incarnation_id:
         raise _refuse(row, event, "only an earlier incarnation's row can be taken over")
-    if row.stop_reason is not None:
+    if row.stop_reason not in (None, StopReason.SHUTDOWN):
         raise _refuse(row, event, "a row with a stop reason is never launched")
     return replace(
         row,
@@ -199,6 +199,9 @@ def _take_over(row: OperationRow | None, event: TakeOver, name: str) -> Operatio
         attempt=event.attempt,
         fencing_token=max(row.fencing_token, event.fencing_token),
         accepted_at=event.at,
+        # The earlier process's shutdown does not follow the turn (R6 still
+        # holds within an incarnation: the new one records its own reasons).
+        stop_reason=None,
     )
 
 

@@ -143,12 +143,22 @@ CASES = [
         Refusal.SHUTTING_DOWN,
     ),
     (
-        "old stopped accepted row is not taken over",
+        "old cancelled accepted row is not taken over",
+        FACTS,
+        stored(RowState.ACCEPTED, OLD, stop_reason=StopReason.CANCEL),
+        True,
+        pools(),
+        AdmissionAction.DUPLICATE,
+    ),
+    (
+        # Regression (simulation): a runner killed mid-drain left the row
+        # stopped by its own shutdown; it was replayed to MAX_ATTEMPTS_EXCEEDED.
+        "old row stopped only by its process's shutdown is taken over",
         FACTS,
         stored(RowState.ACCEPTED, OLD, stop_reason=StopReason.SHUTDOWN),
         True,
         pools(),
-        AdmissionAction.DUPLICATE,
+        AdmissionAction.TAKE_OVER,
     ),
     (
         "own accepted row is a duplicate",
