@@ -30,7 +30,13 @@ ambiguity, 1 at least one violation (each printed with its operation's full hist
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seconds", type=float, default=60.0, help="chaos time (default 60)")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=60.0,
+        help="chaos time (default 60): the schedule has seconds/cycle fault cycles, so "
+        "the same seed always replays the same schedule; restarts add wall time",
+    )
     parser.add_argument("--seed", type=int, default=0, help="the schedule's seed (default 0)")
     parser.add_argument("--cycle", type=float, default=3.0, help="seconds per fault cycle")
     parser.add_argument("--rate", type=float, default=10.0, help="turns per second")
