@@ -338,6 +338,7 @@ def write_tokens(area: Scratch) -> tuple[str, str]:
     token = secrets.token_urlsafe(24)
     path = area.root / "tokens"
     path.write_text(f"bench {hashlib.sha256(token.encode()).hexdigest()}\n")
+    path.chmod(0o600)  # the coordinator refuses a tokens file others may read
     return str(path), token
 
 

@@ -33,6 +33,7 @@ from coordinator_svc.config import (
     RunnerEndpoint,
     parse_runner_spec,
 )
+from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, MessageLimits, parse_byte_count
 
 PROG = "python -m coordinator_svc"
 DEFAULT_LISTEN = "127.0.0.1:50051"
@@ -175,6 +176,15 @@ def _serve_behaviour_flags(serve: argparse.ArgumentParser) -> None:
         help="attempts for a turn that sets max_attempts 0 (env TURNWIRE_DEFAULT_MAX_ATTEMPTS)",
     )
     serve.add_argument(
+        "--runner-max-receive-bytes",
+        type=parse_byte_count,
+        default=_env("TURNWIRE_RUNNER_MAX_RECEIVE_BYTES", str(DEFAULT_RUNNER_MAX_RECEIVE_BYTES)),
+        help="the runners' receive limit (e.g. 4194304, 4M), the same value each runner gets as "
+        "--max-receive-bytes; the largest envelope SubmitTurn accepts and every Dispatch "
+        "are sized from it (README, message limits) (env TURNWIRE_RUNNER_MAX_RECEIVE_BYTES; "
+        f"default {DEFAULT_RUNNER_MAX_RECEIVE_BYTES})",
+    )
+    serve.add_argument(
         "--shutdown-grace",
         type=_positive_float,
         default=_env("TURNWIRE_SHUTDOWN_GRACE", "5"),
@@ -235,6 +245,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         runners=tuple(runners),
         tokens_file=args.tokens_file,
         default_max_attempts=args.default_max_attempts,
+        limits=MessageLimits(args.runner_max_receive_bytes),
         replica_id=args.replica_id,
         timings=timings,
         address_file=args.address_file,

@@ -38,10 +38,6 @@ from turnwire.serving import RunningServer, ensure_port_free, start_server
 
 log = logging.getLogger("coordinator_svc")
 
-# SubmitTurn accepts requests up to 4 MiB (acceptance.MAX_REQUEST_BYTES) and
-# answers larger ones with a typed TURN_INVALID; gRPC's own limit sits a
-# little above so that answer can be given instead of a bare RESOURCE_EXHAUSTED.
-MAX_RECEIVE_BYTES = 4 * 1024 * 1024 + 64 * 1024
 DEFAULT_GRACE_SECONDS = 5.0
 
 
@@ -137,6 +133,7 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
         clock=wiring.clock,
         default_max_attempts=config.default_max_attempts,
         interceptors=wiring.interceptors,
+        limits=config.limits,
     )
     await dispatcher.start()
     servicer = TurnServicer(
@@ -146,6 +143,7 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
         authenticator=wiring.authenticator,
         clock=wiring.clock,
         default_max_attempts=config.default_max_attempts,
+        limits=config.limits,
     )
     try:
         server = await start_server(
@@ -153,7 +151,12 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
             lambda s: add_to_server(servicer, s),
             [SERVICE_NAME],
             interceptors=wiring.server_interceptors,
-            options=(("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),),
+            # SubmitTurn answers a turn too big for a runner's Dispatch with a typed
+            # TURN_INVALID (acceptance); gRPC's own limit sits a little above so that
+            # answer can be given instead of a bare RESOURCE_EXHAUSTED (turnwire.limits).
+            options=(
+                ("grpc.max_receive_message_length", config.limits.coordinator_max_receive_bytes),
+            ),
         )
     except BaseException:
         await dispatcher.stop()

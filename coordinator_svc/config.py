@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from coordinator_svc.core.model import TurnKind
+from turnwire.limits import MessageLimits
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,11 @@ class DispatchTimings:
     # stream to report a result, so a fast turn goes DISPATCHING -> terminal in
     # one commit instead of two (the happy path's 3-commit shape).
     settle_grace: float = 0.05
+    # After that, how long an accepted reply whose start the runner has not
+    # confirmed yet waits for the watch stream to report the confirmed start,
+    # so the RUNNING commit records execution STARTED (R3) instead of a later
+    # commit of its own. Ends at once when the start or a result is reported.
+    start_grace: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -74,3 +80,5 @@ class CoordinatorConfig:
     replica_id: str = field(default="")
     timings: DispatchTimings = field(default_factory=DispatchTimings)
     address_file: str | None = None
+    # The message-size chain, from the runners' receive limit (turnwire.limits).
+    limits: MessageLimits = field(default_factory=MessageLimits)

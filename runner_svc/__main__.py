@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runner_svc.app import RunnerConfig, start_runner
+from runner_svc.executor_sweep import ExecutorSweepError
 from runner_svc.storage.sqlite_store import StoreError
+from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, parse_byte_count
 from turnwire.serving import AddressInUseError, announce
 
 log = logging.getLogger("runner_svc")
@@ -92,6 +94,22 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         "[TURNWIRE_RUNNER_DRAIN_SECONDS]",
     )
     serve.add_argument(
+        "--max-receive-bytes",
+        type=parse_byte_count,
+        default=_env("MAX_RECEIVE_BYTES", str(DEFAULT_RUNNER_MAX_RECEIVE_BYTES)),
+        help="the largest Dispatch this runner receives (e.g. 4194304, 4M); the coordinator "
+        "must be given the same value (README, message limits) [TURNWIRE_RUNNER_MAX_RECEIVE_BYTES]",
+    )
+    serve.add_argument(
+        "--admission-window",
+        type=float,
+        default=float(_env("ADMISSION_WINDOW", "7") or 7),
+        help="seconds: a Dispatch stamped longer ago than this (coordinator clock) is refused "
+        "DISPATCH_STALE; keep it above the coordinator's dispatch timeout plus clock skew. "
+        "After a SIGKILL, turns sent within this window of the crash end UNKNOWN rather than "
+        "being proven absent (PROTOCOL.md §6.1) [TURNWIRE_RUNNER_ADMISSION_WINDOW]",
+    )
+    serve.add_argument(
         "--address-file", default=None, help="write the bound HOST:PORT to this file once listening"
     )
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
@@ -107,6 +125,8 @@ async def _serve(args: argparse.Namespace) -> int:
         ledger_path=Path(args.ledger) if args.ledger else None,
         drain_seconds=args.drain_seconds,
         address_file=Path(args.address_file) if args.address_file else None,
+        max_receive_bytes=args.max_receive_bytes,
+        admission_window_seconds=args.admission_window,
     )
     runner = await start_runner(config)
     announce(runner.address, None)
@@ -151,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "migrate":
             return _migrate(args)
         return asyncio.run(_serve(args))
-    except (StoreError, AddressInUseError, ValueError) as exc:
+    except (StoreError, ExecutorSweepError, AddressInUseError, ValueError) as exc:
         print(f"runner: {exc}", file=sys.stderr, flush=True)
         return 2
 

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
+from runner_svc.executor_sweep import end_earlier_executors
 from runner_svc.executors import Executor, load_executor
 from runner_svc.service import RunnerService, ServiceSettings
 from runner_svc.storage.async_store import AsyncRunnerStore
 from runner_svc.storage.sqlite_store import SqliteRunnerStore
+from runner_svc.transport import edge
 from runner_svc.transport.servicer import SERVICE_NAME, RunnerServicer
 from turnwire.ids import new_incarnation_id
-from turnwire.runner.v1 import runner_pb2_grpc
+from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, MessageLimits
 from turnwire.serving import RunningServer, start_server
 
 log = logging.getLogger("runner_svc.app")
@@ -30,6 +33,11 @@ class RunnerConfig:
     ledger_path: Path | None = None
     drain_seconds: float = 10.0
     address_file: Path | None = None
+    # gRPC's max receive message length: the largest Dispatch this runner takes
+    # (turnwire.limits; reported by GetRunnerInfo).
+    max_receive_bytes: int = DEFAULT_RUNNER_MAX_RECEIVE_BYTES
+    # §6.1 witness: how far the admission floor trails this runner's clock.
+    admission_window_seconds: float = 7.0
 
 
 @dataclass
@@ -75,23 +83,37 @@ async def start_runner(
     """
     if config.writable_slots < 0 or config.read_only_slots < 0:
         raise ValueError("slot counts cannot be negative")
+    MessageLimits(config.max_receive_bytes)  # raises ValueError if too small to be useful
     chosen = executor or load_executor(config.executor, ledger_path=config.ledger_path)
     incarnation_id = new_incarnation_id()
     store = SqliteRunnerStore.open(Path(config.store_path), incarnation_id)
+    try:  # R10: nothing an earlier incarnation launched runs on when this one serves
+        await asyncio.to_thread(end_earlier_executors, store)
+    except BaseException:
+        store.close()
+        raise
     settings = settings or ServiceSettings(
-        writable_slots=config.writable_slots, read_only_slots=config.read_only_slots
+        writable_slots=config.writable_slots,
+        read_only_slots=config.read_only_slots,
+        admission_window_seconds=config.admission_window_seconds,
     )
     service = RunnerService(AsyncRunnerStore(store), chosen, settings)
-    servicer = RunnerServicer(service)
+    servicer = RunnerServicer(service, max_receive_bytes=config.max_receive_bytes)
 
     def register(server: grpc.aio.Server) -> None:
-        runner_pb2_grpc.add_RunnerServiceServicer_to_server(servicer, server)
+        edge.add_to_server(servicer, server)
 
     try:
-        server = await start_server(config.listen, register, [SERVICE_NAME])
+        server = await start_server(
+            config.listen,
+            register,
+            [SERVICE_NAME],
+            options=(("grpc.max_receive_message_length", config.max_receive_bytes),),
+        )
     except BaseException:
         await service.close()
         raise
+    service.start_floor_keeper()
     if config.address_file is not None:
         _write_address(Path(config.address_file), server.address)
     log.info(

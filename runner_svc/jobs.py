@@ -37,6 +37,7 @@ from runner_svc.executors import (
     ExecutionOutcome,
     ExecutionRequest,
     Executor,
+    ExecutorProcess,
     ExecutorStartError,
 )
 from runner_svc.storage.async_store import AsyncRunnerStore
@@ -188,10 +189,34 @@ class JobRunner:
             return None
         job.handle = handle
         job.started_at = self._clock()
+        await self._record_process(job, handle)
         await self._confirm_start(job)
         if job.stop_reason is not None:  # a stop came while the executor was starting
             await handle.cancel(self._grace)
         return handle
+
+    async def _record_process(self, job: Job, handle: ExecutionHandle) -> None:
+        """R10: write down the executor's process group, so the next incarnation
+        can end it if this one dies first (runner_svc/executor_sweep.py)."""
+        process = getattr(handle, "process", None)
+        if not isinstance(process, ExecutorProcess):
+            return
+        try:
+            await self.store.record_executor_process(
+                job.operation_id,
+                process.pgid,
+                process.start_time,
+                process.boot_id,
+                job.started_at or self._clock(),
+            )
+        except StoreError as exc:
+            # The death signal and the watchdog still end it with this runner.
+            log.error(
+                "process group %d of %s not recorded: a restart cannot end it: %s",
+                process.pgid,
+                job.operation_id,
+                exc,
+            )
 
     async def _confirm_start(self, job: Job) -> None:
         assert job.started_at is not None

@@ -43,7 +43,9 @@ from runner_svc.core.transitions import (
     TakeOver,
     Tombstone,
 )
+from runner_svc.core.witness import StoreOpening
 from runner_svc.executors import Executor
+from runner_svc.floor_keeper import FloorKeeper
 from runner_svc.jobs import Job, JobRunner
 from runner_svc.storage.async_store import AsyncRunnerStore
 from runner_svc.storage.sqlite_store import StoreError
@@ -55,6 +57,10 @@ from turnwire.runner.v1 import runner_pb2
 log = logging.getLogger("runner_svc.service")
 
 VERSION = "0.1.0"
+# Refusal messages go on the wire: the store's own text (paths, SQL, driver
+# exception names) stays in the log.
+_STORE_UNREADABLE = "the runner store could not be read; nothing was decided"
+_STORE_UNWRITTEN = "the runner store could not be written; nothing changed"
 _KINDS = {
     turn_pb2.TURN_KIND_WRITABLE: SlotKind.WRITABLE,
     turn_pb2.TURN_KIND_READ_ONLY: SlotKind.READ_ONLY,
@@ -69,6 +75,16 @@ class ServiceSettings:
     cancel_grace_seconds: float = 5.0
     # How often an idle WatchOperations stream sends a heartbeat.
     heartbeat_seconds: float = 2.0
+    # §6 witness (runner_svc.core.witness): the admission floor trails this
+    # runner's clock by this much, so a Dispatch stamped up to this long ago
+    # (its deadline plus any clock skew between coordinator and runner) is
+    # still admitted; an older one is refused DISPATCH_STALE. Keep it above the
+    # coordinator's dispatch_timeout (5 s by default) plus the clock skew.
+    admission_window_seconds: float = 7.0
+    # How often the floor is raised. After a SIGKILL, a later incarnation can
+    # vouch for the dead one's Dispatches stamped before its last raise minus
+    # the window (a clean stop seals the floor and vouches for all of them).
+    floor_interval_seconds: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -79,6 +95,8 @@ class DispatchCall:
     expected_incarnation_id: str
     fencing_token: int
     attempt: int
+    # §6 witness: microseconds on the coordinator's clock, recorded with the attempt.
+    dispatch_stamp: int = 0
 
 
 @dataclass(frozen=True)
@@ -118,6 +136,7 @@ class RunnerInfo:
     started_at: float
     held_result_not_saved: int
     version: str
+    openings: tuple[StoreOpening, ...] = ()
 
 
 class RunnerService:
@@ -151,6 +170,13 @@ class RunnerService:
         )
         self._changed = asyncio.Event()
         self._closing = False
+        self.floor = FloorKeeper(
+            store,
+            window_seconds=settings.admission_window_seconds,
+            interval_seconds=settings.floor_interval_seconds,
+            accepting=lambda: self.accepting,
+            clock=clock,
+        )
 
     # --- Dispatch (R2, R3, R4, §6) ----------------------------------------------
 
@@ -177,6 +203,7 @@ class RunnerService:
                 incarnation_id=self.incarnation_id,
                 accepting=self.accepting,
                 pools=self._pools,
+                openings=self.store.openings,
             )
             if admission.action is AdmissionAction.DUPLICATE:
                 assert row is not None
@@ -217,7 +244,9 @@ class RunnerService:
         self._pools.reserve(facts.kind)
         try:
             row = await self._write(call.operation_id, self._admission_change(call, facts, row))
-        except RunnerRefusal:
+        except BaseException:
+            # ANY failure, typed or not: no job was started, so nothing holds
+            # the slot (an unexpected one used to leak it until restart).
             self._pools.free(facts.kind)
             raise
         crash_point("runner.after_dedupe_commit")
@@ -240,8 +269,11 @@ class RunnerService:
                 call.attempt,
                 call.fencing_token,
                 now,
+                call.dispatch_stamp,
             )
-        return TakeOver(self.incarnation_id, call.attempt, call.fencing_token, now)
+        return TakeOver(
+            self.incarnation_id, call.attempt, call.fencing_token, now, call.dispatch_stamp
+        )
 
     # --- Cancel (R5, R6) ------------------------------------------------------------
 
@@ -338,7 +370,8 @@ class RunnerService:
         try:
             rows = await self.store.get_many(operation_ids)
         except StoreError as exc:
-            raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, str(exc)) from exc
+            log.error("store read failed for a batch of %d: %s", len(operation_ids), exc)
+            raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, _STORE_UNREADABLE) from exc
         return [(op, self._view(rows[op]) if op in rows else None) for op in operation_ids]
 
     def info(self) -> RunnerInfo:
@@ -354,6 +387,7 @@ class RunnerService:
             self.started_at,
             self.jobs.held_result_not_saved(),
             VERSION,
+            self.store.openings,
         )
 
     async def watch(self, after_sequence: int) -> AsyncIterator[OperationView | None]:
@@ -364,14 +398,17 @@ class RunnerService:
             try:
                 rows = await self.store.changes_after(cursor)
             except StoreError as exc:
-                raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, str(exc)) from exc
+                log.error("store read failed for a watch after %d: %s", cursor, exc)
+                raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, _STORE_UNREADABLE) from exc
             for row in rows:
                 cursor = max(cursor, row.sequence)
                 yield self._view(row)
             if rows:
                 continue
             try:
-                await asyncio.wait_for(changed.wait(), self.settings.heartbeat_seconds)
+                # Not wait_for: on 3.11 it can swallow the cancel of a closed stream.
+                async with asyncio.timeout(self.settings.heartbeat_seconds):
+                    await changed.wait()
             except TimeoutError:
                 yield None
 
@@ -394,8 +431,13 @@ class RunnerService:
         self._closing = True
         self._publish()
 
+    def start_floor_keeper(self) -> None:
+        """Start raising the admission floor (§6.1; the serving runner does)."""
+        self.floor.start()
+
     async def close(self) -> None:
         self.end_watches()
+        await self.floor.stop_and_seal()
         await self.store.close()
         log.info("incarnation %s: store closed", self.incarnation_id)
 
@@ -406,7 +448,7 @@ class RunnerService:
             return await self.store.get(operation_id)
         except StoreError as exc:
             log.error("store read failed for %s: %s", operation_id, exc)
-            raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, str(exc)) from exc
+            raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, _STORE_UNREADABLE) from exc
 
     async def _write(self, operation_id: str, change: RowEvent) -> OperationRow:
         try:
@@ -415,7 +457,7 @@ class RunnerService:
             log.error(
                 "store write failed for %s (%s): %s", operation_id, type(change).__name__, exc
             )
-            raise RunnerRefusal(Refusal.STORE_WRITE_FAILED, str(exc)) from exc
+            raise RunnerRefusal(Refusal.STORE_WRITE_FAILED, _STORE_UNWRITTEN) from exc
         self._publish()
         return row
 
@@ -446,7 +488,7 @@ def _verified_envelope(call: DispatchCall) -> runner_pb2.TurnEnvelope:
     try:
         envelope.ParseFromString(call.envelope)
     except DecodeError as exc:
-        raise invalid(f"envelope does not parse: {exc}") from exc
+        raise invalid("envelope bytes do not parse as a TurnEnvelope") from exc
     if envelope.operation_id != call.operation_id:
         raise invalid(f"envelope names operation {envelope.operation_id!r}")
     if envelope.kind not in _KINDS:

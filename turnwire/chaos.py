@@ -33,6 +33,7 @@ from turnwire.client import AsyncTurnwireClient, RetryLater, TurnwireError
 from turnwire.deployment import LocalDeployment
 from turnwire.faults import FaultControlClient, parse_rule
 from turnwire.harness import Verdict, check_run
+from turnwire.harness import oracle_schema as names
 
 # Coordinator timings for chaos: short, so ambiguity resolves within a cycle.
 CHAOS_COORDINATOR_ARGS = (
@@ -115,6 +116,19 @@ def plan_schedule(plan: ChaosPlan) -> list[CycleEvents]:
             )
         )
     return schedule
+
+
+def unknown_never_executed(verdict: Verdict) -> int:
+    """Terminal operations left with execution UNKNOWN although the metered ledger
+    shows no executor start for them: ambiguity nobody could settle, or one a
+    tombstone could have (C14, R5)."""
+    return sum(
+        1
+        for h in verdict.run.histories.values()
+        if h.operation.state in names.TERMINAL_STATES
+        and h.operation.execution == names.UNKNOWN
+        and not h.ledger
+    )
 
 
 @dataclass

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -214,12 +214,15 @@ class LocalDeployment:
         wipe_store: bool = False,
         timeout: float = 60.0,
         env: Mapping[str, str] | None = None,
+        replace_store: Callable[[Path], Path] | None = None,
     ) -> None:
         """Stop a runner (SIGKILL if ``hard``, else SIGTERM) and start it again
         on the same port: same address, new incarnation. ``wipe_store`` deletes
         its dedupe store first (a new store, a new store_id: what a lost disk
         looks like). ``env`` is added to ``runner_env`` for the new process
-        only. A runner that already exited (a crash point fired) is just reaped."""
+        only. ``replace_store`` runs while the runner is down and returns the
+        store path to start on (what restoring a backup looks like). A runner
+        that already exited (a crash point fired) is just reaped."""
         slot = next(s for s in self.runners if s.name == name)
         if hard:
             slot.process.kill()
@@ -228,6 +231,8 @@ class LocalDeployment:
         if wipe_store:
             for path in slot.store.parent.glob(slot.store.name + "*"):
                 path.unlink()
+        if replace_store is not None:
+            slot.store = replace_store(slot.store)
         slot.process = self._runner_process(name, slot.store, f"127.0.0.1:{slot.port}", env)
         slot.process.start(timeout)
         slot.process.wait_healthy(timeout)

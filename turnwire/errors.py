@@ -31,6 +31,12 @@ REASONS: frozenset[str] = frozenset(
     if value.number != 0
 )
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
+# A status travels in headers, which gRPC caps (16 KiB hard by default; the
+# message is sent twice, once percent-encoded): an error that echoes hostile
+# input (a 70 kB id) must still arrive, typed. Longer messages are cut (UTF-8
+# bytes); longer metadata values are left out (never half a value).
+MAX_MESSAGE_BYTES = 1024
+MAX_METADATA_VALUE_BYTES = 256
 
 
 def reason(value: errors_pb2.ErrorReason.ValueType) -> str:
@@ -54,10 +60,14 @@ def rich_status(
     message: str,
     **metadata: str,
 ) -> grpc.Status:
-    """A grpc.Status carrying an ErrorInfo with our domain and reason."""
+    """A grpc.Status carrying an ErrorInfo with our domain and reason (bounded in size)."""
     info = error_details_pb2.ErrorInfo(reason=reason(reason_value), domain=DOMAIN)
     for key, value in metadata.items():
-        info.metadata[key] = value
+        if len(value.encode("utf-8")) <= MAX_METADATA_VALUE_BYTES:
+            info.metadata[key] = value
+    encoded = message.encode("utf-8")
+    if len(encoded) > MAX_MESSAGE_BYTES:
+        message = encoded[: MAX_MESSAGE_BYTES - 3].decode("utf-8", "ignore") + "…"
     detail = any_pb2.Any()
     detail.Pack(info)
     status = status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=[detail])

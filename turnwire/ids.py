@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
 _INCARNATION_RE = re.compile(r"\A[0-9a-f]{32}\Z")
 
@@ -31,3 +33,18 @@ def new_store_id() -> str:
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def dispatch_stamp(at: datetime) -> int:
+    """A Dispatch's witness stamp (§6): microseconds since the Unix epoch of the
+    attempt's ``sent_at``, exact (no float rounding), so the journal's copy of
+    the time and the stamp the runner saw are the same number."""
+    return (at - _EPOCH) // timedelta(microseconds=1)
+
+
+def stamp_now() -> int:
+    """Now as a dispatch stamp (microseconds since the Unix epoch)."""
+    return time.time_ns() // 1000

@@ -17,8 +17,13 @@ Decisions recorded here:
   sense of ``str.isprintable`` (no control characters, tabs or line breaks;
   spaces and non-ASCII letters are fine). The raw key is never stored: only
   sha256(principal NUL key).
-- Size bounds: the whole request at most 4 MiB; at most 1000 input items,
-  1000 files and 1000 item_metadata entries.
+- Size bounds (turnwire.limits, README "Message limits"): the envelope at
+  most ``max_envelope_bytes`` (the runners' receive limit minus the Dispatch
+  framing), so every attempt's Dispatch can reach a runner; a request that
+  cannot make such an envelope is refused before it is built. At most 1000
+  input items, 1000 files and 1000 item_metadata entries. Too big is
+  INVALID_ARGUMENT / TURN_INVALID (field ``turn``): the same bytes never fit,
+  so retrying later cannot help (not RESOURCE_EXHAUSTED), and nothing is stored.
 
 Everything up to :func:`accept` is pure; ``accept`` is the I/O edge.
 """
@@ -51,9 +56,10 @@ from coordinator_svc.ports import Journal
 from turnwire.common.v1 import errors_pb2
 from turnwire.coordinator.v1 import coordinator_pb2
 from turnwire.ids import new_operation_id, sha256_hex
+from turnwire.limits import MessageLimits
 from turnwire.runner.v1 import runner_pb2
 
-MAX_REQUEST_BYTES = 4 * 1024 * 1024
+DEFAULT_LIMITS = MessageLimits()
 MAX_ITEMS = 1000
 MAX_KEY_CHARS = 255
 MAX_POOL_CHARS = 128
@@ -95,10 +101,15 @@ def check_idempotency_key(key: str) -> None:
         )
 
 
-def _check_sizes(request: coordinator_pb2.SubmitTurnRequest) -> None:
+def _check_sizes(request: coordinator_pb2.SubmitTurnRequest, limits: MessageLimits) -> None:
     size = request.ByteSize()
-    if size > MAX_REQUEST_BYTES:
-        raise _turn_invalid("turn", f"request is {size} bytes; at most {MAX_REQUEST_BYTES}")
+    if size > limits.max_submit_request_bytes:
+        raise _turn_invalid(
+            "turn",
+            f"request is {size} bytes; its envelope could not fit a runner's "
+            f"{limits.runner_max_receive_bytes}-byte Dispatch (envelope at most "
+            f"{limits.max_envelope_bytes} bytes)",
+        )
     turn = request.turn
     for field, count in (
         ("turn.input_items", len(turn.input_items)),
@@ -150,12 +161,16 @@ def _max_attempts(turn: coordinator_pb2.Turn, default: int) -> int:
     return turn.max_attempts or default
 
 
-def validate(request: coordinator_pb2.SubmitTurnRequest, default_max_attempts: int) -> ValidTurn:
+def validate(
+    request: coordinator_pb2.SubmitTurnRequest,
+    default_max_attempts: int,
+    limits: MessageLimits = DEFAULT_LIMITS,
+) -> ValidTurn:
     """Check a SubmitTurnRequest; raise ApiError (INVALID_ARGUMENT) naming the field."""
     check_idempotency_key(request.idempotency_key)
     if not request.HasField("turn"):
         raise _turn_invalid("turn", "turn is required")
-    _check_sizes(request)
+    _check_sizes(request, limits)
     _check_limits(request.turn)
     return ValidTurn(
         turn=request.turn,
@@ -242,9 +257,10 @@ async def accept(
     feed: ChangeFeed,
     clock: Callable[[], datetime],
     default_max_attempts: int,
+    limits: MessageLimits = DEFAULT_LIMITS,
 ) -> Accepted:
     """C1: validate, persist in one transaction, then wake the dispatcher."""
-    valid = validate(request, default_max_attempts)
+    valid = validate(request, default_max_attempts, limits)
     if not dispatch.has_runner_for(valid.pool, valid.kind):
         raise ApiError(
             grpc.StatusCode.FAILED_PRECONDITION,
@@ -254,6 +270,15 @@ async def accept(
             kind=valid.kind.value,
         )
     record, event = new_operation(request, valid, principal, new_operation_id(), clock())
+    if len(record.envelope) > limits.max_envelope_bytes:
+        # Its Dispatch could never reach a runner (turnwire.limits): refuse it now
+        # rather than accept a turn that can only end unsent.
+        raise _turn_invalid(
+            "turn",
+            f"the turn's envelope is {len(record.envelope)} bytes; at most "
+            f"{limits.max_envelope_bytes} fit a runner's {limits.runner_max_receive_bytes}-byte "
+            "Dispatch",
+        )
     stored, replayed = await journal.submit(record, event)
     if not replayed:
         dispatch.wake(stored.operation_id)

@@ -13,6 +13,12 @@ several lines (token rotation). Only digests are stored, never raw tokens:
 random token, prints it once and appends its digest. The file is read at
 start; restart the coordinator after changing it.
 
+File mode: the coordinator refuses to start on a tokens file that group or
+others may write (anyone who can write it can mint a principal) or that others
+may read (who holds which principal is nobody else's business). Owner-only
+(``chmod 600``, what ``tokens add`` writes) is the default; group-readable
+(``chmod 640``) is accepted so a service group can be given read access.
+
 Lookup compares the presented token's digest with every stored digest using
 ``hmac.compare_digest`` and never stops early, so timing does not reveal how
 close a guess came.
@@ -25,6 +31,7 @@ import hmac
 import os
 import re
 import secrets
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +80,38 @@ def parse_tokens(text: str, source: str = "tokens file") -> tuple[TokenEntry, ..
     return tuple(entries)
 
 
-def load_tokens(path: str | os.PathLike[str]) -> tuple[TokenEntry, ...]:
+# Group or others may write, or others may read: refused (see the module docstring).
+_UNSAFE_MODE_BITS = stat.S_IWGRP | stat.S_IWOTH | stat.S_IROTH
+
+
+def check_tokens_file_mode(path: str | os.PathLike[str]) -> None:
+    """Raise TokensFileError, naming the file and the fix, if its mode is unsafe."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError as exc:
+        raise TokensFileError(f"cannot read tokens file {path}: {exc.strerror}") from exc
+    if not mode & _UNSAFE_MODE_BITS:
+        return
+    problems = []
+    writers = [
+        who for bit, who in ((stat.S_IWGRP, "group"), (stat.S_IWOTH, "others")) if mode & bit
+    ]
+    if writers:
+        problems.append("writable by " + " and ".join(writers))
+    if mode & stat.S_IROTH:
+        problems.append("readable by others")
+    raise TokensFileError(
+        f"tokens file {path} has mode {mode:03o} ({', '.join(problems)}); "
+        f"refusing to use it: run `chmod 600 {path}` (or `chmod 640 {path}` "
+        "to let its group read it)"
+    )
+
+
+def load_tokens(path: str | os.PathLike[str], *, check_mode: bool = True) -> tuple[TokenEntry, ...]:
+    """The entries of the tokens file; TokensFileError if unreadable, malformed or (with
+    ``check_mode``) writable by group or others, or readable by others."""
+    if check_mode:
+        check_tokens_file_mode(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -86,7 +124,8 @@ def add_token(path: str | os.PathLike[str], principal: str) -> str:
     if not _PRINCIPAL_RE.match(principal):
         raise TokensFileError(f"invalid principal {principal!r}: use 1..128 of A-Za-z0-9._@:-")
     target = Path(path)
-    existing = load_tokens(target) if target.exists() else ()
+    # The mode is not checked here: the rewrite below is owner-only, which fixes it.
+    existing = load_tokens(target, check_mode=False) if target.exists() else ()
     token = "tw_" + secrets.token_urlsafe(32)
     lines = [f"{e.principal} {e.digest}" for e in existing]
     lines.append(f"{principal} {token_digest(token)}")

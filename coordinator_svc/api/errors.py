@@ -23,6 +23,11 @@ Every failure of a TurnService call leaves as a gRPC status code plus a
 
 Nothing here decides *whether* to fail; it only names the failure the same
 way every time, so clients can switch on (code, reason).
+
+Before any handler runs, the edge guard (``turnwire.guard``, registered by
+``servicer.add_to_server``) answers undecodable requests REQUEST_MALFORMED,
+applies :func:`edge_refusal`, and turns anything that still escapes a handler
+into the same bare INTERNAL.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from google.protobuf.message import Message
 
 from coordinator_svc.core.edges import IllegalTransition
 from coordinator_svc.ports import (
@@ -43,6 +49,7 @@ from coordinator_svc.ports import (
 )
 from turnwire.common.v1 import errors_pb2
 from turnwire.errors import rich_status
+from turnwire.guard import EdgeRefusal, uint64_overflow
 
 _log = logging.getLogger(__name__)
 _R = errors_pb2.ErrorReason
@@ -140,3 +147,24 @@ async def abort_with(context: Any, exc: Exception) -> None:
         return
     status = rich_status(mapped.code, mapped.reason, mapped.message, **mapped.metadata)
     await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+def edge_refusal(method: str, request: Message) -> EdgeRefusal | None:
+    """TurnService's one edge check, before any handler (``turnwire.guard``).
+
+    A uint64 >= 2^63 anywhere in a request (``after_sequence``,
+    ``turn.limits.budget_ms``, ``turn.files[i].size_bytes``) has no stored form
+    in the journal: TURN_INVALID inside the turn, ARGUMENT_INVALID elsewhere,
+    with the field named.
+    """
+    del method
+    path = uint64_overflow(request)
+    if path is None:
+        return None
+    in_turn = path.startswith("turn.")
+    return EdgeRefusal(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        _R.ERROR_REASON_TURN_INVALID if in_turn else _R.ERROR_REASON_ARGUMENT_INVALID,
+        f"{path} must be below 2^63",
+        {"field": path},
+    )

@@ -28,17 +28,19 @@ from typing import Any, TypeVar
 
 import grpc
 
-from coordinator_svc.api.acceptance import accept
+from coordinator_svc.api.acceptance import DEFAULT_LIMITS, accept
 from coordinator_svc.api.auth import Authenticator
 from coordinator_svc.api.control import DispatchControl
 from coordinator_svc.api.convert import event_to_proto, op_state_from_proto, operation_to_proto
-from coordinator_svc.api.errors import ApiError, abort_with
+from coordinator_svc.api.errors import ApiError, abort_with, edge_refusal
 from coordinator_svc.api.paging import decode_page_token, encode_page_token
 from coordinator_svc.core.model import OperationRecord, OpState
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import Journal, PageCursor, StaleVersion
 from turnwire.common.v1 import errors_pb2
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+from turnwire.guard import add_guarded_service
+from turnwire.limits import MessageLimits
 
 _log = logging.getLogger(__name__)
 _R = errors_pb2.ErrorReason
@@ -100,7 +102,9 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
         default_max_attempts: int = 5,
         watch_poll_seconds: float = 1.0,
         watch_page_size: int = 100,
+        limits: MessageLimits = DEFAULT_LIMITS,
     ) -> None:
+        self._limits = limits
         self._journal = journal
         self._dispatch = dispatch
         self._feed = feed
@@ -151,6 +155,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
                 feed=self._feed,
                 clock=self._clock,
                 default_max_attempts=self._default_max_attempts,
+                limits=self._limits,
             )
             return coordinator_pb2.SubmitTurnResponse(
                 operation=operation_to_proto(accepted.operation), replayed=accepted.replayed
@@ -175,7 +180,11 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
         async def body(principal: str) -> coordinator_pb2.ListOperationsResponse:
             states = _states(request.states)
             size = _page_size(request.page_size)
-            after = decode_page_token(principal, request.page_token) if request.page_token else None
+            after = (
+                decode_page_token(principal, request.page_token, states=states)
+                if request.page_token
+                else None
+            )
             # One extra row tells whether another page exists.
             records = await self._journal.list_for_principal(principal, states, size + 1, after)
             page = records[:size]
@@ -185,7 +194,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
             if len(records) > size:
                 last = page[-1]
                 response.next_page_token = encode_page_token(
-                    principal, PageCursor(last.created_at, last.operation_id)
+                    principal, PageCursor(last.created_at, last.operation_id), states=states
                 )
             return response
 
@@ -264,7 +273,14 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
 
 
 def add_to_server(servicer: TurnServicer, server: grpc.aio.Server) -> None:
-    coordinator_pb2_grpc.add_TurnServiceServicer_to_server(servicer, server)
+    """Register TurnService behind the edge guard: undecodable requests, out-of-range
+    uint64 fields (``api.errors.edge_refusal``) and handler bugs all get typed answers."""
+    add_guarded_service(
+        server,
+        coordinator_pb2_grpc.add_TurnServiceServicer_to_server,
+        servicer,
+        check=edge_refusal,
+    )
 
 
 SERVICE_NAME: str = coordinator_pb2.DESCRIPTOR.services_by_name["TurnService"].full_name

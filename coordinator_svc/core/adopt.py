@@ -19,6 +19,7 @@ from coordinator_svc.core.decision import (
     bookkeeping,
     close_current,
     nothing,
+    settled_stop_reason,
     transition,
     with_updates,
 )
@@ -37,6 +38,19 @@ _BEFORE_ACK = (OpState.QUEUED, OpState.DISPATCHING, OpState.DISPATCH_UNKNOWN)
 
 def next_poll(ctx: Context) -> ScheduleAt:
     return ScheduleAt(ctx.now + timedelta(seconds=ctx.status_poll))
+
+
+def newly_started(record: OperationRecord, execution: Execution) -> dict[str, Any]:
+    """The field to write when a row on the bound incarnation shows a start the
+    record does not have yet (R3, C14); empty when there is nothing new."""
+    if execution is Execution.STARTED and record.execution is not Execution.STARTED:
+        return {"execution": Execution.STARTED}
+    return {}
+
+
+def started_fields(record: OperationRecord, op: RunnerOp) -> dict[str, Any]:
+    """``newly_started`` for an unsettled row read on the bound incarnation."""
+    return newly_started(record, observe(op).execution)
 
 
 def terminal_repeat(record: OperationRecord, observed: Observed, op: RunnerOp) -> Decision:
@@ -134,7 +148,7 @@ def adopt(
         result=observed.result,
         error_reason=observed.reason or None,
         error_message=observed.message or None,
-        stop_reason=record.stop_reason or observed.stop_reason,
+        stop_reason=settled_stop_reason(observed.state, observed.stop_reason, record.stop_reason),
         released=True,
         **binding,
     )
@@ -153,9 +167,14 @@ def _adopt_unsettled(
     if record.state not in _BEFORE_ACK:
         # RUNNING / CANCELLING: already acknowledged; keep waiting. After a
         # fallback status poll, push the durable schedule so the due scan
-        # does not return this operation again until the next poll.
+        # does not return this operation again until the next poll. A start
+        # the runner confirmed is recorded (R3): on the poll's own write, or
+        # on one of its own if nothing else is written (once per operation).
+        started = newly_started(record, execution)
         if via == "status":
-            return Decision(bookkeeping(record, ctx, next_action_at=next_poll(ctx).at))
+            return Decision(bookkeeping(record, ctx, next_action_at=next_poll(ctx).at, **started))
+        if started:
+            return Decision(bookkeeping(record, ctx, **started), note="confirmed start recorded")
         return nothing("still running")
     tags = frozenset({"reconciled"}) if record.state is OpState.DISPATCH_UNKNOWN else frozenset()
     change = transition(

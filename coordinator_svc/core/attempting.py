@@ -11,11 +11,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from coordinator_svc.core.commands import Dispatch
+from coordinator_svc.core.commands import Cancel, Dispatch, GiveUp
 from coordinator_svc.core.decision import (
     Context,
     Decision,
     all_refused,
+    nothing,
+    settled_stop_reason,
     transition,
     with_updates,
 )
@@ -28,6 +30,7 @@ from coordinator_svc.core.model import (
     ReplayPolicy,
 )
 from coordinator_svc.core.truth import Evidence, joined_execution
+from turnwire.ids import dispatch_stamp
 
 
 def may_send_again(record: OperationRecord, ctx: Context) -> bool:
@@ -49,20 +52,22 @@ def write_ahead(
     """C4: record attempt n+1 bound to (runner, incarnation), then send it (C5)."""
     number = record.attempt_count + 1
     if number > record.max_attempts:
-        return end(
+        return give_up(
             record,
             ctx,
-            OpState.TIMED_OUT,
             "MAX_ATTEMPTS_EXCEEDED",
             f"attempt {number} would exceed max_attempts={record.max_attempts}",
+            runner=runner,
+            incarnation_id=incarnation_id,
         )
     if not may_send_again(record, ctx):
-        return end(
+        return give_up(
             record,
             ctx,
-            OpState.TIMED_OUT,
             "MAX_ATTEMPTS_EXCEEDED",
             "replay policy NEVER_AUTOMATIC: no replay after the first send",
+            runner=runner,
+            incarnation_id=incarnation_id,
         )
     attempt = AttemptRecord(
         operation_id=record.operation_id,
@@ -88,7 +93,9 @@ def write_ahead(
         # If the send is abandoned without a reply, look again after this.
         next_action_at=ctx.now + timedelta(seconds=2 * ctx.dispatch_timeout),
     )
-    command = Dispatch(runner, number, incarnation_id, record.fencing_token)
+    command = Dispatch(
+        runner, number, incarnation_id, record.fencing_token, dispatch_stamp(attempt.sent_at)
+    )
     # A replay re-sends what may already have been delivered; a send after
     # only definite refusals is a fresh first attempt.
     tags = frozenset() if all_refused(ctx.attempts) else frozenset({"replay"})
@@ -107,9 +114,13 @@ def end(
     **fields: Any,
 ) -> Decision:
     """A terminal outcome the coordinator concludes itself (no runner row to
-    adopt): its execution is the C14 join, nothing to release."""
+    adopt): its execution is the C14 join, nothing to release; its stop reason
+    only if a stop ended it (R6: a CANCELLED; nothing else was stopped)."""
     attempts = with_updates(ctx.attempts, updates)
     execution = joined_execution(record, attempts, evidence)
+    fields["stop_reason"] = settled_stop_reason(
+        to, None, fields.pop("stop_reason", record.stop_reason)
+    )
     change = transition(
         record,
         to,
@@ -124,3 +135,40 @@ def end(
         **fields,
     )
     return Decision(change)
+
+
+def give_up(
+    record: OperationRecord,
+    ctx: Context,
+    reason: str,
+    detail: str,
+    *,
+    runner: str,
+    incarnation_id: str,
+) -> Decision:
+    """End TIMED_OUT ``reason`` (max_attempts, the reconcile deadline), but first,
+    where it can settle the execution, ask for a tombstone (C14, R5).
+
+    If every attempt not definitely refused went to the bound incarnation and
+    ``runner`` answers as that incarnation now, a Cancel there either leaves a
+    tombstone (no Dispatch for it ever runs there: NOT_STARTED), or finds the
+    row, whose state is then the truth (C8). Nothing is written before the
+    reply (``core.give_up`` reads it); without one the end is as before.
+    """
+    if not _tombstone_would_prove(record, ctx, runner, incarnation_id):
+        return end(record, ctx, OpState.TIMED_OUT, reason, detail)
+    cancel = Cancel(runner, incarnation_id, record.fencing_token, GiveUp(reason, detail))
+    return nothing(f"giving up ({reason}): Cancel first; a tombstone proves NOT_STARTED", cancel)
+
+
+def _tombstone_would_prove(
+    record: OperationRecord, ctx: Context, runner: str, incarnation_id: str
+) -> bool:
+    if record.state not in (OpState.DISPATCH_UNKNOWN, OpState.CANCELLING) or record.acknowledged:
+        return False
+    if runner != record.runner or not incarnation_id or incarnation_id != record.incarnation_id:
+        return False
+    if joined_execution(record, ctx.attempts, None) is not Execution.UNKNOWN:
+        return False
+    tombstone = Evidence(Execution.NOT_STARTED, incarnation_id)
+    return joined_execution(record, ctx.attempts, tombstone) is Execution.NOT_STARTED

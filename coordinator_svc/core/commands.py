@@ -25,15 +25,30 @@ class Dispatch:
     attempt: int
     incarnation_id: str
     fencing_token: int
+    # The attempt's sent_at in microseconds (§6 witness; turnwire.ids.dispatch_stamp).
+    dispatch_stamp: int = 0
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """Why a Cancel is sent before giving up (C14): a tombstone in reply proves
+    NOT_STARTED; without one the operation ends ``reason`` with ``detail``."""
+
+    reason: str
+    detail: str
 
 
 @dataclass(frozen=True)
 class Cancel:
-    """Ask ``runner`` to stop the operation on ``incarnation_id`` (C11)."""
+    """Ask ``runner`` to stop the operation on ``incarnation_id`` (C11).
+
+    ``give_up`` set: the coordinator is ending the operation and asks for a
+    tombstone first (R5); the reply comes back carrying it."""
 
     runner: str
     incarnation_id: str
     fencing_token: int
+    give_up: GiveUp | None = None
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator_svc.core.adopt import adopt, next_poll, terminal_report
+from coordinator_svc.core import give_up
+from coordinator_svc.core.adopt import adopt, next_poll, started_fields, terminal_report
 from coordinator_svc.core.attempting import end
 from coordinator_svc.core.commands import Cancel, Preflight, ScheduleAt
 from coordinator_svc.core.decision import (
@@ -66,6 +67,8 @@ def start_cancelling(record: OperationRecord, ctx: Context, **fields: Any) -> De
 
 
 def on_answered(record: OperationRecord, ev: CancelAnswered, ctx: Context) -> Decision:
+    if ev.give_up is not None and not record.state.terminal:
+        return give_up.on_answered(record, ev, ctx)
     if record.state.terminal:
         if ev.op is None or ev.incarnation_id != record.incarnation_id:
             return nothing("terminal")
@@ -80,12 +83,22 @@ def on_answered(record: OperationRecord, ev: CancelAnswered, ctx: Context) -> De
     if op is None:
         return nothing("Cancel reply without a row", next_poll(ctx))
     if not op.settled:
+        # The bound incarnation has it: acknowledged (no longer ambiguous), and
+        # a start it confirmed is recorded (R3).
+        fields = started_fields(record, op)
+        if not record.acknowledged:
+            fields.update(acknowledged=True, unknown_since=None)
+        if fields:
+            later = bookkeeping(record, ctx, next_action_at=next_poll(ctx).at, **fields)
+            return Decision(later)
         return nothing("stop requested; waiting for the runner to settle", next_poll(ctx))
     # A tombstone or a settled row on the bound incarnation decides (C11, C14).
     return adopt(record, op, ctx, runner=ev.runner, incarnation_id=ev.incarnation_id, via="cancel")
 
 
 def on_failed(record: OperationRecord, ev: CancelFailed, ctx: Context) -> Decision:
+    if ev.give_up is not None:
+        return give_up.on_failed(record, ev, ctx)
     if record.state is not OpState.CANCELLING:
         return nothing(f"Cancel failure while {record.state}")
     assert record.runner is not None

@@ -39,12 +39,19 @@ DEFINITE_REFUSALS = frozenset(
         "SHUTTING_DOWN",
         "STORE_WRITE_FAILED",
         "STALE_FENCING_TOKEN",
+        # §6.1: below the runner's admission floor, never admitted.
+        "DISPATCH_STALE",
     }
 )
 # Refusals that end the operation.
 ENVELOPE_MISMATCH = "ENVELOPE_MISMATCH"
 ENVELOPE_INVALID = "ENVELOPE_INVALID"
 CANCELLED_BEFORE_DISPATCH = "CANCELLED_BEFORE_DISPATCH"
+# Not a runner ErrorReason: the shell's name for a Dispatch over the runner's
+# receive limit, refused before any runner code saw it (the coordinator's own
+# size check before the send, or gRPC's check on the runner before the
+# handler). The same bytes can never be delivered: refused for good.
+MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
 
 
 def _current(record: OperationRecord, attempt: int) -> bool:
@@ -76,7 +83,7 @@ def on_refused(record: OperationRecord, event: DispatchRefused, ctx: Context) ->
     updates = close_current(record, AttemptOutcome.REFUSED, detail)
     if reason == ENVELOPE_MISMATCH:
         return end(record, ctx, OpState.PROTOCOL_ERROR, reason, detail, updates=updates)
-    if reason == ENVELOPE_INVALID:
+    if reason in (ENVELOPE_INVALID, MESSAGE_TOO_LARGE):
         return end(record, ctx, OpState.REJECTED, "DISPATCH_REJECTED", detail, updates=updates)
     if reason == CANCELLED_BEFORE_DISPATCH:
         # R5: a tombstone on this incarnation: no Dispatch to it ever runs.

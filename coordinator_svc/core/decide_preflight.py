@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
-from coordinator_svc.core.adopt import adopt, next_poll, terminal_report
-from coordinator_svc.core.attempting import end, may_send_again, write_ahead
+from coordinator_svc.core.adopt import adopt, next_poll, started_fields, terminal_report
+from coordinator_svc.core.attempting import end, give_up, may_send_again, write_ahead
 from coordinator_svc.core.commands import Cancel, ScheduleAt
 from coordinator_svc.core.decision import (
     Context,
@@ -30,6 +30,7 @@ from coordinator_svc.core.decision import (
 from coordinator_svc.core.events import PreflightAnswer, PreflightFailed
 from coordinator_svc.core.model import OperationRecord, OpState, ReplayPolicy
 from coordinator_svc.core.runner_view import RunnerOp, RunnerOpState
+from coordinator_svc.core.witness import store_vouches
 
 DISAPPEARED = "ACKNOWLEDGED_OPERATION_DISAPPEARED"
 INCARNATION_CHANGED = "INCARNATION_CHANGED"
@@ -46,6 +47,7 @@ def on_answer(record: OperationRecord, ev: PreflightAnswer, ctx: Context) -> Dec
         return nothing("stale status answer (asked before a later attempt)")
     if _asked_before_a_transition(record, ev.asked_sequence):
         return nothing("stale status answer (asked before the latest transition)")
+    ev = _witnessed(ev, ctx)
     if record.state.terminal:
         if ev.op is None or ev.incarnation_id != record.incarnation_id:
             return nothing("terminal")
@@ -61,6 +63,22 @@ def on_answer(record: OperationRecord, ev: PreflightAnswer, ctx: Context) -> Dec
     if ev.durable and ev.store_id and ev.store_id == record.store_id:
         return _same_durable_store(record, ev, ctx)
     return _incarnation_changed(record, ev, ctx)
+
+
+def _witnessed(ev: PreflightAnswer, ctx: Context) -> PreflightAnswer:
+    """§6 witness: a durable store speaks for earlier incarnations' attempts only
+    if its chain of openings vouches for every one of them; otherwise its answer
+    is read as a non-durable runner's (C8/C9), whatever it says of the past."""
+    if not ev.durable:
+        return ev
+    if store_vouches(
+        ctx.attempts,
+        incarnation_id=ev.incarnation_id,
+        store_id=ev.store_id,
+        openings=ev.store_opens,
+    ):
+        return ev
+    return dataclasses.replace(ev, durable=False)
 
 
 def _live(op: RunnerOp, incarnation_id: str) -> bool:
@@ -106,8 +124,13 @@ def _same_incarnation(record: OperationRecord, ev: PreflightAnswer, ctx: Context
         if not _live(op, ev.incarnation_id):
             return _readmit(record, ev, ctx)
         if record.state is OpState.CANCELLING and not op.settled:
-            # Still stopping: ask again (idempotent) and poll again later.
-            later = bookkeeping(record, ctx, next_action_at=next_poll(ctx).at)
+            # Still stopping: ask again (idempotent) and poll again later; the
+            # bound incarnation has it (acknowledged) and a confirmed start is
+            # recorded on the same write (R3).
+            fields = started_fields(record, op)
+            if not record.acknowledged:
+                fields.update(acknowledged=True, unknown_since=None)
+            later = bookkeeping(record, ctx, next_action_at=next_poll(ctx).at, **fields)
             return Decision(later, (_cancel(record, ev.incarnation_id),))
         return _adopt(record, ev, op, ctx)
     return _absent(record, ev, ctx)
@@ -160,6 +183,9 @@ def _readmit(record: OperationRecord, ev: PreflightAnswer, ctx: Context) -> Deci
     """§6: the durable store holds an older incarnation's row."""
     op = ev.op
     assert op is not None
+    if not ev.durable:
+        # The store cannot vouch that the older row is its writer's last word.
+        return _incarnation_changed(record, ev, ctx)
     if op.state is not RunnerOpState.ACCEPTED:
         return _adopt(record, ev, _interrupted(op), ctx)
     # Accepted, never launched: it may be dispatched again to this incarnation.
@@ -231,6 +257,17 @@ def _rebound_absent(record: OperationRecord, ev: PreflightAnswer, ctx: Context) 
 
 def _incarnation_changed(record: OperationRecord, ev: PreflightAnswer, ctx: Context) -> Decision:
     """C8/C9: the bound incarnation is gone and took its knowledge with it."""
+    op = ev.op
+    if ev.present and op is not None and ev.store_id and ev.store_id == record.store_id:
+        # The same store, which cannot vouch for the past (§6 witness), still
+        # shows what happened: a settlement, or a launch that can no longer
+        # settle, stays true in every history of the store (a restore loses
+        # later writes, never invents earlier ones). Only what the row does
+        # *not* show (absence, "never launched") needs the witness.
+        if op.settled:
+            return _adopt(record, ev, op, ctx)
+        if op.state is not RunnerOpState.ACCEPTED and op.incarnation_id != ev.incarnation_id:
+            return _adopt(record, ev, _interrupted(op), ctx)
     safe = record.replay_policy is ReplayPolicy.SAFE
     if safe and record.state is OpState.DISPATCH_UNKNOWN and not record.cancel_requested:
         # SAFE: the submitter allowed running more than once (counted).
@@ -261,12 +298,13 @@ def on_failed(record: OperationRecord, ev: PreflightFailed, ctx: Context) -> Dec
     ):
         return nothing("stale status failure")
     if past_reconcile_deadline(record, ctx):
-        return end(
+        return give_up(  # one Cancel first: a tombstone would prove NOT_STARTED (C14)
             record,
             ctx,
-            OpState.TIMED_OUT,
             "RECONCILE_DEADLINE",
             f"{ev.runner} unreachable past the reconcile deadline: {ev.detail}",
+            runner=ev.runner,
+            incarnation_id=record.incarnation_id or "",
         )
     retry = ScheduleAt(ctx.now + backoff(ctx, ev.retry_streak))
     return nothing(f"{ev.runner} unreachable: {ev.detail}", retry)

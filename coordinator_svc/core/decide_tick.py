@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from coordinator_svc.core.adopt import adopt, release_only, terminal_report
-from coordinator_svc.core.attempting import end
+from coordinator_svc.core.attempting import give_up
 from coordinator_svc.core.commands import Preflight, Release, ScheduleAt
 from coordinator_svc.core.decide_cancel import start_cancelling
 from coordinator_svc.core.decide_preflight import past_reconcile_deadline
@@ -42,12 +42,13 @@ def on_tick(record: OperationRecord, ev: Tick, ctx: Context) -> Decision:
         return nothing("a Dispatch is in flight")
     assert record.runner is not None
     if past_reconcile_deadline(record, ctx):
-        return end(
+        return give_up(
             record,
             ctx,
-            OpState.TIMED_OUT,
             "RECONCILE_DEADLINE",
             "no definite answer before the reconcile deadline",
+            runner=record.runner,
+            incarnation_id=record.incarnation_id or "",
         )
     if record.cancel_requested and state in (OpState.RUNNING, OpState.DISPATCH_UNKNOWN):
         return start_cancelling(record, ctx)  # C11: a cancel stored while DISPATCHING
@@ -115,8 +116,8 @@ def on_reported(record: OperationRecord, ev: RunnerReported, ctx: Context) -> De
         # Changed incarnation (C9) or an older incarnation's row (§6): a
         # status answer carries the store identity needed to decide.
         return nothing("incarnation changed: check status", Preflight(ev.runner))
-    if record.state is OpState.CANCELLING and not ev.op.settled:
-        return nothing("cancelling: still running")
+    # CANCELLING and still running: adopt() keeps waiting (and records a
+    # confirmed start, R3).
     return adopt(
         record, ev.op, ctx, runner=ev.runner, incarnation_id=ev.incarnation_id, via="watch"
     )

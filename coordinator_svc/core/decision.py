@@ -29,6 +29,7 @@ from coordinator_svc.core.model import (
     EventRecord,
     OperationRecord,
     OpState,
+    StopReason,
 )
 
 
@@ -173,3 +174,24 @@ def close_current(
 def all_refused(attempts: tuple[AttemptRecord, ...]) -> bool:
     """C6: no attempt could have been accepted (vacuously true for none)."""
     return all(a.outcome is AttemptOutcome.REFUSED for a in attempts)
+
+
+def settled_stop_reason(
+    to: OpState, stopped_by: StopReason | None, asked: StopReason | None
+) -> StopReason | None:
+    """R6/C11: the stop reason a terminal operation reports is the one that stopped it.
+
+    ``stopped_by`` is what the runner's settled row says stopped it; ``asked``
+    the stop the coordinator recorded when it was requested. A turn that
+    finished on its own (SUCCEEDED, or failed by itself) reports none, even if
+    a stop was asked for: ``cancel_requested`` shows a cancel that lost the
+    race. A CANCELLED the runner did not explain (a tombstone, or no runner
+    at all) was stopped by the stop that was asked for.
+    """
+    if to is OpState.SUCCEEDED:
+        return None
+    if stopped_by is not None:
+        return stopped_by
+    if to is OpState.CANCELLED:
+        return asked or StopReason.CANCEL
+    return None

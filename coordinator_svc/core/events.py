@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator_svc.core.commands import GiveUp
 from coordinator_svc.core.runner_view import RunnerOp
+from coordinator_svc.core.witness import StoreOpen
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class PreflightAnswer:
     # The operation's last event sequence when the call was made (None: not
     # tracked). An answer asked before a later transition is stale (C8a).
     asked_sequence: int | None = None
+    # The store's chain of openings, newest first (§6 witness; durable only).
+    store_opens: tuple[StoreOpen, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,8 @@ class CancelAnswered:
     incarnation_id: str
     op: RunnerOp | None
     tombstoned: bool
+    # Set when the Cancel was sent before giving up (coordinator_svc.core.give_up).
+    give_up: GiveUp | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,7 @@ class CancelFailed:
     incarnation_id: str = ""
     detail: str = ""
     retry_streak: int = 0
+    give_up: GiveUp | None = None
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Sequence
 
@@ -27,11 +28,13 @@ from coordinator_svc.core.events import (
     PreflightAnswer,
     PreflightFailed,
 )
-from coordinator_svc.core.model import OperationRecord
+from coordinator_svc.core.model import Execution, OperationRecord
+from coordinator_svc.core.runner_view import RunnerOp
 from coordinator_svc.dispatcher.batching import StatusBatcher
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.runner_client import RunnerClient
 from turnwire.crashpoints import crash_point
+from turnwire.limits import MessageLimits
 
 log = logging.getLogger("coordinator_svc.dispatcher")
 
@@ -47,10 +50,13 @@ class RunnerCalls:
         interceptors: Sequence[grpc.aio.ClientInterceptor],
         *,
         settle_grace: float,
+        limits: MessageLimits,
     ) -> None:
         self._timings = timings
         self._settle_grace = settle_grace
-        self.clients = {r.name: RunnerClient(r, timings, metrics, interceptors) for r in runners}
+        self.clients = {
+            r.name: RunnerClient(r, timings, metrics, interceptors, limits) for r in runners
+        }
         self._batchers = {n: StatusBatcher(c.statuses) for n, c in self.clients.items()}
         # Consecutive unanswered calls per runner.
         self.trouble: collections.Counter[str] = collections.Counter()
@@ -59,6 +65,11 @@ class RunnerCalls:
         # Operations whose settled row the watch stream has already delivered
         # while their Dispatch reply was held: their terminal commit is queued.
         self._settled_seen: set[str] = set()
+        # The confirmed-start row the watch showed while a Dispatch reply was on
+        # the way, as (incarnation, row): the held reply takes it, so the RUNNING
+        # commit records execution STARTED (R3) without a commit of its own.
+        self._started: dict[str, tuple[str, RunnerOp]] = {}
+        self._start_wake: dict[str, asyncio.Event] = {}
 
     def configured(self, runner: str) -> bool:
         return runner in self.clients
@@ -71,12 +82,24 @@ class RunnerCalls:
         """The watch delivered a settled row for an operation whose reply is held."""
         if operation_id in self._changed:
             self._settled_seen.add(operation_id)
+            wake = self._start_wake.get(operation_id)
+            if wake is not None:
+                wake.set()
 
     def committed(self, operation_id: str) -> None:
         """Someone committed a change of this operation (ends a settle grace)."""
-        event = self._changed.get(operation_id)
-        if event is not None:
-            event.set()
+        for waiting in (self._changed, self._start_wake):
+            event = waiting.get(operation_id)
+            if event is not None:
+                event.set()
+
+    def started_seen(self, operation_id: str, incarnation_id: str, op: RunnerOp) -> None:
+        """The watch showed a confirmed start for an operation whose reply is on the way."""
+        if operation_id in self._inflight:
+            self._started[operation_id] = (incarnation_id, op)
+            wake = self._start_wake.get(operation_id)
+            if wake is not None:
+                wake.set()
 
     async def close(self) -> None:
         for batcher in self._batchers.values():
@@ -111,33 +134,56 @@ class RunnerCalls:
             crash_point("coordinator.after_dispatch_send")
             self._note(command.runner, answered=not isinstance(reply, DispatchUnknown))
             if isinstance(reply, DispatchAccepted) and not reply.op.settled:
-                await self._grace(op_id)
+                await self._grace(op_id, started=reply.op.execution is Execution.STARTED)
+                reply = self._with_start(op_id, reply)
             return reply
         finally:
             self._inflight.discard(op_id)
+            self._started.pop(op_id, None)
 
-    async def _grace(self, operation_id: str) -> None:
+    def _with_start(self, operation_id: str, reply: DispatchAccepted) -> DispatchAccepted:
+        """The reply, with the row's confirmed start if the watch showed it meanwhile."""
+        seen = self._started.get(operation_id)
+        if seen is None or seen[0] != reply.incarnation_id or reply.op.settled:
+            return reply
+        return dataclasses.replace(reply, op=seen[1])
+
+    async def _grace(self, operation_id: str, *, started: bool) -> None:
         """Hold an "accepted, not yet settled" reply for a moment.
 
         A short turn settles within it and the watch's settled row takes the
         operation DISPATCHING -> terminal in one commit (the reply is then
-        stale and discarded); a longer one is recorded RUNNING after it. A
-        crash meanwhile leaves DISPATCHING, which C12 resolves.
+        stale and discarded); a longer one is recorded RUNNING after it, and
+        the hold goes on (``start_grace``) until the watch shows the confirmed
+        start, which the RUNNING commit then carries (R3). A crash meanwhile
+        leaves DISPATCHING, which C12 resolves.
         """
         if self._settle_grace <= 0:
             return
         changed = self._changed.setdefault(operation_id, asyncio.Event())
         try:
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel
+            # that lands as the event is set, and this must end on shutdown.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), self._settle_grace)
+                async with asyncio.timeout(self._settle_grace):
+                    await changed.wait()
+            seen = started or operation_id in self._started or operation_id in self._settled_seen
+            if not (changed.is_set() or seen):
+                # Longer than the grace: wait for the confirmed start (or a result).
+                wake = self._start_wake.setdefault(operation_id, asyncio.Event())
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._timings.start_grace):
+                        await wake.wait()
             if not changed.is_set() and operation_id in self._settled_seen:
                 # The settled row already arrived and its terminal commit is
                 # only queued behind others (a loaded coordinator): wait for it
                 # rather than write a RUNNING the next commit overwrites.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), self._timings.dispatch_timeout)
+                    async with asyncio.timeout(self._timings.dispatch_timeout):
+                        await changed.wait()
         finally:
             self._changed.pop(operation_id, None)
+            self._start_wake.pop(operation_id, None)
             self._settled_seen.discard(operation_id)
 
     async def cancel(

@@ -51,12 +51,14 @@ from coordinator_svc.core.events import (
 )
 from coordinator_svc.core.model import AttemptRecord, OperationRecord, OpState, TurnKind
 from coordinator_svc.core.routing import route, serves
+from coordinator_svc.core.runner_view import RunnerOp
 from coordinator_svc.dispatcher.calls import RunnerCalls
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.watching import RunnerWatch
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import Journal, JournalError, LeaseLost, StaleVersion
 from turnwire.crashpoints import crash_point
+from turnwire.limits import MessageLimits
 
 log = logging.getLogger("coordinator_svc.dispatcher")
 
@@ -107,6 +109,7 @@ class Dispatcher:
         status_poll: float | None = None,
         settle_grace: float | None = None,
         max_concurrency: int = 64,
+        limits: MessageLimits | None = None,
     ) -> None:
         self._journal = journal
         self._runners = tuple(runners)
@@ -123,6 +126,7 @@ class Dispatcher:
             self.metrics,
             interceptors,
             settle_grace=settle_grace if settle_grace is not None else timings.settle_grace,
+            limits=limits or MessageLimits(),
         )
         self._watches = [RunnerWatch(c, self, timings) for c in self._calls.clients.values()]
         # Striped per-operation locks: one load-decide-commit at a time per
@@ -361,6 +365,8 @@ class Dispatcher:
                 return [await self._calls.dispatch(record, command)]
             case cmd.Cancel():
                 reply = await self._calls.cancel(record, command)
+                if command.give_up is not None:  # the reply goes back to core.give_up
+                    reply = replace(reply, give_up=command.give_up)
                 if isinstance(reply, CancelFailed):
                     reply = replace(reply, retry_streak=self._bump(op_id))
                 return [reply]
@@ -402,6 +408,10 @@ class Dispatcher:
     def settled_seen(self, operation_id: str) -> None:
         self._calls.settled_seen(operation_id)
 
+    def started_seen(self, operation_id: str, incarnation_id: str, op: RunnerOp) -> None:
+        """The watch showed the confirmed start of a row whose Dispatch reply is held."""
+        self._calls.started_seen(operation_id, incarnation_id, op)
+
     # --- recovery and the due scan ---
 
     async def _recover(self) -> None:
@@ -427,7 +437,8 @@ class Dispatcher:
                 log.warning("due scan failed: %s", error)
             self._poke.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poke.wait(), self._timings.idle_poll)
+                async with asyncio.timeout(self._timings.idle_poll):  # never swallows a cancel
+                    await self._poke.wait()
 
     async def _scan_due(self) -> None:
         now = self._clock()

@@ -8,6 +8,8 @@ a reply the contract does not allow, is "unknown" (C7).
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
@@ -20,6 +22,7 @@ from coordinator_svc.core.decide_dispatch import (
     DEFINITE_REFUSALS,
     ENVELOPE_INVALID,
     ENVELOPE_MISMATCH,
+    MESSAGE_TOO_LARGE,
 )
 from coordinator_svc.core.events import (
     CancelAnswered,
@@ -32,9 +35,16 @@ from coordinator_svc.core.events import (
 )
 from coordinator_svc.core.model import OperationRecord
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
-from coordinator_svc.dispatcher.translate import RunnerContractViolation, runner_op
+from coordinator_svc.dispatcher.translate import (
+    RunnerContractViolation,
+    runner_op,
+    store_opens,
+)
 from turnwire.errors import error_info
+from turnwire.limits import MessageLimits
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
+
+log = logging.getLogger("coordinator_svc.dispatcher")
 
 _DISPATCH_REFUSALS = DEFINITE_REFUSALS | {
     ENVELOPE_MISMATCH,
@@ -54,6 +64,27 @@ class WatchCall(Protocol):
     def cancel(self) -> bool: ...
 
 
+# gRPC's words when a receiver's max_receive_message_length refuses a message.
+_TOO_LARGE = re.compile(r"(?<!CLIENT: )Received message larger than max \((\d+) vs\. \d+\)")
+
+
+def refused_as_too_large(error: grpc.aio.AioRpcError, request_size: int) -> bool:
+    """C6: the runner's gRPC refused this very Dispatch as too large.
+
+    gRPC checks a message against the receiver's limit while receiving it and
+    fails the call (RESOURCE_EXHAUSTED) before any handler sees the request:
+    a unary handler only ever runs with the whole message decoded. So the
+    runner never saw it, and never will (the bytes never change). Definite
+    only when the refusal names exactly our request's size and does not come
+    from this side (our own receive limit is off, so it cannot: see __init__).
+    Any other RESOURCE_EXHAUSTED stays unknown (C7).
+    """
+    if error.code() is not grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return False
+    found = _TOO_LARGE.search(error.details() or "")
+    return found is not None and int(found.group(1)) == request_size
+
+
 def describe(error: BaseException) -> str:
     if isinstance(error, grpc.aio.AioRpcError):
         return f"{error.code().name}: {error.details()}"
@@ -69,16 +100,26 @@ class RunnerClient:
         timings: DispatchTimings,
         metrics: DispatcherMetrics,
         interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
+        limits: MessageLimits | None = None,
     ) -> None:
         self.endpoint = endpoint
         self._timings = timings
         self._metrics = metrics
+        self._limits = limits or MessageLimits()
         self._channel = grpc.aio.insecure_channel(
             endpoint.address,
             interceptors=list(interceptors) or None,
-            # C6 needs every Dispatch delivered at most once: no retries of any
-            # kind on this channel (PROTOCOL.md, "Transport assumption").
-            options=(("grpc.enable_retries", 0),),
+            options=(
+                # C6 needs every Dispatch delivered at most once: no retries of any
+                # kind on this channel (PROTOCOL.md, "Transport assumption").
+                ("grpc.enable_retries", 0),
+                # Message limits (turnwire.limits): nothing bigger than the runners
+                # receive is sent (dispatch() checks first; this is the backstop),
+                # and no reply is refused here, so a "received message larger than
+                # max" can only come from the runner's side (dispatch()).
+                ("grpc.max_send_message_length", self._limits.dispatch_max_send_bytes),
+                ("grpc.max_receive_message_length", -1),
+            ),
         )
         self._stub = runner_pb2_grpc.RunnerServiceStub(self._channel)
 
@@ -116,6 +157,7 @@ class RunnerClient:
             reply.present,
             op,
             attempt,
+            store_opens=store_opens(reply.store_opens),
         )
 
     async def _status_batch(
@@ -127,6 +169,7 @@ class RunnerClient:
             timeout=self._timings.preflight_timeout,
         )
         entries = {entry.operation_id: entry for entry in reply.entries}
+        chain = store_opens(reply.store_opens)
         answers: list[PreflightAnswer | PreflightFailed] = []
         for operation_id, attempt in asked:
             entry = entries.get(operation_id)
@@ -143,6 +186,7 @@ class RunnerClient:
                     entry.present,
                     op,
                     attempt,
+                    store_opens=chain,
                 )
             )
         return answers
@@ -151,7 +195,6 @@ class RunnerClient:
         self, record: OperationRecord, command: commands.Dispatch
     ) -> DispatchAccepted | DispatchRefused | DispatchUnknown:
         """Send one attempt (C5): the persisted envelope bytes, as they are."""
-        self._metrics.rpc_calls["Dispatch"] += 1
         request = runner_pb2.DispatchRequest(
             operation_id=record.operation_id,
             envelope=record.envelope,
@@ -159,7 +202,14 @@ class RunnerClient:
             expected_incarnation_id=command.incarnation_id,
             fencing_token=command.fencing_token,
             attempt=command.attempt,
+            dispatch_stamp=command.dispatch_stamp,
         )
+        size, limit = request.ByteSize(), self._limits.dispatch_max_send_bytes
+        if size > limit:
+            # Never sent, so certainly not delivered; the same bytes never fit.
+            why = f"the Dispatch is {size} bytes; runners receive at most {limit}"
+            return DispatchRefused(command.attempt, MESSAGE_TOO_LARGE, "", why)
+        self._metrics.rpc_calls["Dispatch"] += 1
         try:
             reply = await self._stub.Dispatch(request, timeout=self._timings.dispatch_timeout)
             return DispatchAccepted(
@@ -173,6 +223,8 @@ class RunnerClient:
             if typed is not None and typed.reason in _DISPATCH_REFUSALS:
                 incarnation = typed.metadata.get("incarnation_id", "")
                 return DispatchRefused(command.attempt, typed.reason, incarnation, typed.message)
+            if typed is None and refused_as_too_large(error, size):
+                return DispatchRefused(command.attempt, MESSAGE_TOO_LARGE, "", describe(error))
             return DispatchUnknown(command.attempt, describe(error))
         except RunnerContractViolation as error:
             return DispatchUnknown(command.attempt, f"contract violation: {error}")
@@ -218,6 +270,17 @@ class RunnerClient:
         reply = await self._stub.GetRunnerInfo(
             runner_pb2.GetRunnerInfoRequest(), timeout=self._timings.preflight_timeout
         )
+        receives = reply.max_receive_message_bytes
+        if 0 < receives < self._limits.runner_max_receive_bytes:
+            # Misconfigured chain: a Dispatch that fits our limit but not the
+            # runner's is refused by its gRPC (a definite refusal, dispatch()).
+            log.warning(
+                "%s receives at most %d bytes, less than --runner-max-receive-bytes %d: "
+                "turns near the limit will be REJECTED",
+                self.name,
+                receives,
+                self._limits.runner_max_receive_bytes,
+            )
         return str(reply.incarnation_id)
 
     def watch(self, after_sequence: int) -> WatchCall:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from coordinator_svc.core.model import Execution, StopReason
 from coordinator_svc.core.runner_view import RunnerOp, RunnerOpState
+from coordinator_svc.core.witness import StoreOpen
 from turnwire.common.v1 import turn_pb2
 from turnwire.runner.v1 import runner_pb2
 
@@ -46,4 +49,12 @@ def runner_op(op: runner_pb2.RunnerOperation) -> RunnerOp:
         error_reason=op.error.reason if op.HasField("error") else "",
         error_message=op.error.message if op.HasField("error") else "",
         released=op.released,
+    )
+
+
+def store_opens(chain: Iterable[runner_pb2.StoreOpen]) -> tuple[StoreOpen, ...]:
+    """A status reply's chain of store openings (§6 witness), newest first."""
+    return tuple(
+        StoreOpen(o.incarnation_id, o.predecessor_incarnation_id, o.predecessor_floor)
+        for o in chain
     )

@@ -19,7 +19,7 @@ import grpc
 
 from coordinator_svc.config import DispatchTimings
 from coordinator_svc.core.events import RunnerReported
-from coordinator_svc.core.model import OpState
+from coordinator_svc.core.model import Execution, OpState
 from coordinator_svc.dispatcher.runner_client import RunnerClient, describe
 from coordinator_svc.dispatcher.translate import RunnerContractViolation, runner_op
 from turnwire.runner.v1 import runner_pb2
@@ -121,7 +121,10 @@ class RunnerWatch:
             return  # released only after our terminal commit: nothing left to do
         if self._dispatcher.dispatching(op_id):
             if not op.settled:
-                return  # the Dispatch reply in flight says the same, and decides
+                # The Dispatch reply in flight decides; a confirmed start rides on it (R3).
+                if op.execution is Execution.STARTED:
+                    self._dispatcher.started_seen(op_id, incarnation, op)
+                return
             self._dispatcher.settled_seen(op_id)
         report = RunnerReported(self._client.name, incarnation, op)
         self._dispatcher.deliver(op_id, report)

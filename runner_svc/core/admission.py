@@ -9,7 +9,7 @@ can never both take the last slot, and a failed write gives it back.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from runner_svc.core.model import (
@@ -20,6 +20,7 @@ from runner_svc.core.model import (
     SlotKind,
     StopReason,
 )
+from runner_svc.core.witness import StoreOpening, vouches
 
 
 class AdmissionAction(enum.Enum):
@@ -70,8 +71,10 @@ def decide_admission(
     incarnation_id: str,
     accepting: bool,
     pools: SlotPools,
+    openings: Sequence[StoreOpening] = (),
 ) -> Admission:
-    """The one admission decision; raises RunnerRefusal for every refusal."""
+    """The one admission decision; raises RunnerRefusal for every refusal.
+    ``openings``: the store's chain (§6 witness), newest first."""
     check_incarnation(facts.expected_incarnation_id, incarnation_id)
     check_fencing_token(row, facts.fencing_token)
     raise_token = row is not None and facts.fencing_token > row.fencing_token
@@ -86,21 +89,26 @@ def decide_admission(
                 Refusal.ENVELOPE_MISMATCH,
                 f"{facts.operation_id} is known with envelope digest {row.envelope_digest}",
             )
-        if not _needs_take_over(row, incarnation_id):
+        if not _needs_take_over(row, incarnation_id, openings):
             return Admission(AdmissionAction.DUPLICATE, raise_fencing_token=raise_token)
     _check_open_and_free(facts, accepting=accepting, pools=pools)
     action = AdmissionAction.ADMIT if row is None else AdmissionAction.TAKE_OVER
     return Admission(action, raise_fencing_token=raise_token)
 
 
-def _needs_take_over(row: OperationRow, incarnation_id: str) -> bool:
+def _needs_take_over(
+    row: OperationRow, incarnation_id: str, openings: Sequence[StoreOpening]
+) -> bool:
     """§6: an earlier incarnation's accepted, never-launched row that nobody
     asked to stop. A `shutdown` stop reason stopped that process, not the turn
-    (a runner killed mid-drain leaves it): such a row is re-admitted too."""
+    (a runner killed mid-drain leaves it): such a row is re-admitted too. Only
+    when the store's chain vouches that the row is that incarnation's last word
+    on it: a restored store may show "accepted" for a turn that went on to run."""
     return (
         row.state is RowState.ACCEPTED
         and row.incarnation_id != incarnation_id
         and row.stop_reason in (None, StopReason.SHUTDOWN)
+        and vouches(openings, row.incarnation_id, row.dispatch_stamp)
     )
 
 

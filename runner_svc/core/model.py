@@ -78,6 +78,7 @@ class Refusal(enum.StrEnum):
     ENVELOPE_INVALID = "ENVELOPE_INVALID"
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
     ARGUMENT_INVALID = "ARGUMENT_INVALID"
+    DISPATCH_STALE = "DISPATCH_STALE"
 
 
 class RunnerRefusal(Exception):
@@ -130,6 +131,9 @@ class OperationRow:
     accepted_at: float | None = None
     started_at: float | None = None
     settled_at: float | None = None
+    # The dispatch_stamp of the Dispatch that admitted (or took over) the row
+    # (§6 witness); 0 for a tombstone.
+    dispatch_stamp: int = 0
 
     @property
     def settled(self) -> bool:

@@ -44,6 +44,7 @@ class Admit:
     attempt: int
     fencing_token: int
     at: float
+    dispatch_stamp: int = 0
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class TakeOver:
     attempt: int
     fencing_token: int
     at: float
+    dispatch_stamp: int = 0
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,7 @@ def _admit(row: OperationRow | None, event: Admit, name: str) -> OperationRow:
         kind=event.kind,
         envelope_digest=event.envelope_digest,
         accepted_at=event.at,
+        dispatch_stamp=event.dispatch_stamp,
     )
 
 
@@ -199,6 +202,7 @@ def _take_over(row: OperationRow | None, event: TakeOver, name: str) -> Operatio
         attempt=event.attempt,
         fencing_token=max(row.fencing_token, event.fencing_token),
         accepted_at=event.at,
+        dispatch_stamp=event.dispatch_stamp,
         # The earlier process's shutdown does not follow the turn (R6 still
         # holds within an incarnation: the new one records its own reasons).
         stop_reason=None,
@@ -241,6 +245,12 @@ def _settle(row: OperationRow | None, event: Settle, name: str) -> OperationRow:
         result=event.result,
         error=event.error,
         settled_at=event.at,
+        # Settle decides which stop reason the row reports: the one that stopped
+        # the turn. A turn that succeeded finished on its own; the stop asked for
+        # meanwhile (a cancel that lost the race, a drain it outlived: R6, R8)
+        # stopped nothing. Any other settlement after a stop is the stop's doing
+        # (settlement.decide_settlement) and keeps it.
+        stop_reason=None if event.state is _S.SUCCEEDED else row.stop_reason,
     )
 
 

@@ -9,6 +9,7 @@ from runner_svc.executors.base import (
     ExecutionOutcome,
     ExecutionRequest,
     Executor,
+    ExecutorProcess,
     ExecutorStartError,
 )
 from runner_svc.executors.loading import load_executor
@@ -18,6 +19,7 @@ __all__ = [
     "ExecutionOutcome",
     "ExecutionRequest",
     "Executor",
+    "ExecutorProcess",
     "ExecutorStartError",
     "load_executor",
 ]

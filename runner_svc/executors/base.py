@@ -46,6 +46,20 @@ class ExecutionOutcome:
     metadata: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ExecutorProcess:
+    """An execution's OS process group, as the runner records it at launch (R10).
+
+    A handle that runs in its own process group exposes one as ``process``; the
+    runner writes it to its store so the next incarnation can end the group if
+    this runner dies before it settles (runner_svc/executor_sweep.py).
+    """
+
+    pgid: int  # the process group (and session) id: the leader's pid
+    start_time: int  # the leader's start time, clock ticks after boot (/proc/<pid>/stat)
+    boot_id: str  # /proc/sys/kernel/random/boot_id when it was started
+
+
 class ExecutorStartError(Exception):
     """The executor could not start: nothing ran (the turn is provably not started)."""
 

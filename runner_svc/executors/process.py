@@ -33,6 +33,13 @@ leader is watched through a pidfd and reaped only after that, so its pid (the
 group id) cannot be reused by another process while we signal the group.
 A process that leaves the group (setsid) escapes this; if it keeps stdout
 open, reading stops STRAGGLER_DRAIN_SECONDS after the leader's exit.
+
+The group never outlives the runner (runner_svc/executors/groups.py): the
+leader gets PR_SET_PDEATHSIG=SIGKILL, the runner's watchdog process SIGKILLs
+the group if the runner dies, and the handle's `process` (group id, leader
+start time, boot id) is recorded in the store at launch so the next
+incarnation ends whatever is left before it serves. The command's
+environment carries TURNWIRE_EXECUTOR=<incarnation_id>/<operation_id>.
 """
 
 from __future__ import annotations
@@ -47,7 +54,13 @@ from typing import IO
 
 from google.protobuf import json_format
 
-from runner_svc.executors.base import ExecutionOutcome, ExecutionRequest, ExecutorStartError
+from runner_svc.executors import groups
+from runner_svc.executors.base import (
+    ExecutionOutcome,
+    ExecutionRequest,
+    ExecutorProcess,
+    ExecutorStartError,
+)
 from runner_svc.executors.outcomes import (
     EXECUTOR_FAILED,
     MAX_OUTPUT_BYTES,
@@ -58,6 +71,7 @@ from runner_svc.executors.outcomes import (
     failed,
     succeeded,
 )
+from runner_svc.executors.watchdog import WATCHDOG
 
 STDERR_TAIL_BYTES = 4096
 STRAGGLER_DRAIN_SECONDS = 2.0
@@ -87,13 +101,16 @@ class SubprocessExecutor:
         if not hasattr(os, "pidfd_open"):
             raise ValueError("the subprocess executor needs Linux >= 5.3 (os.pidfd_open)")
         self.command = command
+        self._boot_id = groups.boot_id()
 
     async def start(self, request: ExecutionRequest) -> ProcessExecution:
         payload = stdin_payload(request)
+        marker = groups.executor_marker(request.incarnation_id, request.operation_id)
         try:
             # Popen returns once /bin/sh has been exec'd: the work has started (R3).
             # It blocks for the fork+exec only (milliseconds); a thread would
-            # orphan the process if this start were cancelled meanwhile.
+            # orphan the process if this start were cancelled meanwhile, and the
+            # death signal fires when the forking thread ends: this is the loop's.
             process = subprocess.Popen(  # noqa: ASYNC220
                 self.command,
                 shell=True,
@@ -102,19 +119,31 @@ class SubprocessExecutor:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
+                env={**os.environ, groups.MARKER_VARIABLE: marker},
+                preexec_fn=groups.death_signal_preexec(),
             )
-        except OSError as error:
+        except (OSError, subprocess.SubprocessError) as error:
             raise ExecutorStartError(
                 f"subprocess: cannot start {self.command!r}: {error}"
             ) from error
-        return ProcessExecution(process, payload)
+        # Unreaped, the leader's pid is still its own: its /proc entry is the one we started.
+        stat = groups.read_stat(process.pid)
+        identity = ExecutorProcess(process.pid, stat.start_time if stat else 0, self._boot_id)
+        WATCHDOG.add(process.pid, identity.start_time, marker)
+        return ProcessExecution(process, payload, identity)
 
 
 class ProcessExecution:
     """One running command: its process group, pipes and settlement."""
 
-    def __init__(self, process: subprocess.Popen[bytes], payload: bytes) -> None:
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        payload: bytes,
+        identity: ExecutorProcess | None = None,
+    ) -> None:
         self.pid = process.pid  # also the process group id (new session)
+        self.process = identity  # recorded at launch (R10: never outlive the runner)
         self._process = process
         self._reaped = False
         self._cancel_requested = False
@@ -183,6 +212,7 @@ class ProcessExecution:
         return overflowed
 
     def _reap(self) -> int:
+        WATCHDOG.remove(self.pid)  # before the pid may be reused
         returncode = self._process.wait()  # the leader has exited: this does not block
         self._reaped = True
         if self._escalation is not None:

@@ -25,6 +25,7 @@ class AsyncRunnerStore:
         self.store_id = store.store_id
         self.durable = store.durable
         self.incarnation_id = store.incarnation_id
+        self.openings = store.openings
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-store")
 
     async def _call(self, fn: Callable[..., _T], *args: object) -> _T:
@@ -42,6 +43,18 @@ class AsyncRunnerStore:
 
     async def write(self, operation_id: str, change: RowEvent) -> OperationRow:
         return await self._call(self.store.write, operation_id, change)
+
+    async def advance_floor(self, target: int) -> int:
+        return await self._call(self.store.advance_floor, target)
+
+    async def seal(self) -> bool:
+        return await self._call(self.store.seal)
+
+    async def record_executor_process(
+        self, operation_id: str, pgid: int, start_time: int, boot_id: str, at: float
+    ) -> None:
+        records = self.store.executor_records()
+        await self._call(records.record, operation_id, pgid, start_time, boot_id, at)
 
     async def close(self) -> None:
         await self._call(self.store.close)

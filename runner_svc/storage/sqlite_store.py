@@ -28,7 +28,7 @@ import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
@@ -43,10 +43,21 @@ from runner_svc.core.model import (
     TurnOutput,
 )
 from runner_svc.core.transitions import RowEvent, apply
+from runner_svc.core.witness import SEALED_FLOOR, StoreOpening, add_to_digest
 from runner_svc.storage import migrate
 from runner_svc.storage.migrate import StoreSchemaError
 from runner_svc.storage.tables import operations, store_meta
+from runner_svc.storage.witness_sql import (
+    LaunchBelowFloorError,
+    check_floor,
+    checked_store_id,
+    raise_floor,
+    record_opening,
+)
 from turnwire.ids import new_store_id
+
+if TYPE_CHECKING:
+    from runner_svc.storage.executor_records import ExecutorRecords
 
 log = logging.getLogger("runner_svc.store")
 
@@ -158,10 +169,14 @@ class SqliteRunnerStore:
         lock: IO[str] | None,
         incarnation_id: str,
         store_id: str,
+        openings: tuple[StoreOpening, ...] = (),
     ) -> None:
         self.path = path
         self.incarnation_id = incarnation_id
         self.store_id = store_id
+        # The store's most recent openings, newest first (§6 witness); fixed
+        # for this incarnation's life.
+        self.openings = openings
         self._engine = engine
         self._reader = engine.execution_options(**{_READ_OPTION: True})
         self._lock = lock
@@ -192,18 +207,21 @@ class SqliteRunnerStore:
                         )
                     migrate.upgrade_to_head(connection)
                     connection.commit()
-            store_id = cls._take_ownership(engine, path, incarnation_id)
+            store_id, chain = cls._take_ownership(engine, path, incarnation_id)
         except BaseException:
             engine.dispose()
             if lock is not None:
                 lock.close()
             raise
         log.info("store %s opened by incarnation %s (store_id %s)", path, incarnation_id, store_id)
-        return cls(path, engine, lock, incarnation_id, store_id)
+        return cls(path, engine, lock, incarnation_id, store_id, chain)
 
     @staticmethod
-    def _take_ownership(engine: sa.Engine, path: Path, incarnation_id: str) -> str:
+    def _take_ownership(
+        engine: sa.Engine, path: Path, incarnation_id: str
+    ) -> tuple[str, tuple[StoreOpening, ...]]:
         identity = _file_identity(path)
+        now = time.time()
         with engine.begin() as conn:
             meta = conn.execute(sa.select(store_meta)).mappings().first()
             if meta is None:
@@ -214,25 +232,35 @@ class SqliteRunnerStore:
                         store_id=store_id,
                         file_identity=identity,
                         owner_incarnation_id=incarnation_id,
-                        owner_since=time.time(),
+                        owner_since=now,
                         last_sequence=0,
+                        admission_floor=0,
+                        row_count=0,
+                        row_digest=0,
                     )
                 )
-                return store_id
-            store_id = str(meta["store_id"])
-            if meta["file_identity"] != identity:
-                # A copied or restored file: its absence proofs are void (§6).
-                old, store_id = store_id, new_store_id()
-                log.warning("store %s is a copy of %s: new store_id %s", path, old, store_id)
-            conn.execute(
-                store_meta.update().values(
-                    store_id=store_id,
-                    file_identity=identity,
-                    owner_incarnation_id=incarnation_id,
-                    owner_since=time.time(),
+                predecessor, predecessor_floor = "", 0
+            else:
+                store_id, (row_count, row_digest) = checked_store_id(conn, meta, path, identity)
+                predecessor = str(meta["owner_incarnation_id"])
+                predecessor_floor = int(meta["admission_floor"])
+                conn.execute(
+                    store_meta.update().values(
+                        store_id=store_id,
+                        # The rows as they are: a new store_id starts from them.
+                        row_count=row_count,
+                        row_digest=row_digest,
+                        file_identity=identity,
+                        owner_incarnation_id=incarnation_id,
+                        owner_since=now,
+                        # The new owner's own floor; the old one is kept below.
+                        admission_floor=0,
+                    )
                 )
-            )
-            return store_id
+            # §6 witness: the floor the predecessor left is what this opening
+            # can vouch for (runner_svc.core.witness).
+            chain = record_opening(conn, incarnation_id, predecessor, predecessor_floor, now)
+            return store_id, chain
 
     # --- reads -------------------------------------------------------------
 
@@ -272,16 +300,21 @@ class SqliteRunnerStore:
 
     # --- the one write path -----------------------------------------------
 
+    def _owned_meta(self, conn: sa.Connection) -> sa.RowMapping:
+        """The meta row, once §6 fencing confirms this incarnation still owns the store."""
+        meta = conn.execute(sa.select(store_meta)).mappings().one()
+        if meta["owner_incarnation_id"] != self.incarnation_id:
+            raise StoreFencedError(
+                f"runner store {self.path} is owned by incarnation "
+                f"{meta['owner_incarnation_id']}; {self.incarnation_id} may not write"
+            )
+        return meta
+
     def write(self, operation_id: str, change: RowEvent) -> OperationRow:
         """Apply one legal change durably, fenced by ownership; returns the new row."""
         try:
             with self._engine.begin() as conn:
-                meta = conn.execute(sa.select(store_meta)).mappings().one()
-                if meta["owner_incarnation_id"] != self.incarnation_id:
-                    raise StoreFencedError(
-                        f"runner store {self.path} is owned by incarnation "
-                        f"{meta['owner_incarnation_id']}; {self.incarnation_id} may not write"
-                    )
+                meta = self._owned_meta(conn)
                 found = (
                     conn.execute(
                         sa.select(operations).where(operations.c.operation_id == operation_id)
@@ -290,21 +323,56 @@ class SqliteRunnerStore:
                     .first()
                 )
                 current = _to_row(found) if found is not None else None
+                check_floor(current, change, int(meta["admission_floor"]), operation_id)
                 new = apply(current, change, operation_id)
                 sequence = int(meta["last_sequence"]) + 1
                 values = {**_to_values(new), "sequence": sequence}
+                counters: dict[str, int] = {"last_sequence": sequence}
                 if current is None:
                     conn.execute(operations.insert().values(**values))
+                    counters["row_count"] = int(meta["row_count"]) + 1
+                    counters["row_digest"] = add_to_digest(int(meta["row_digest"]), operation_id)
                 else:
                     conn.execute(
                         operations.update()
                         .where(operations.c.operation_id == operation_id)
                         .values(**values)
                     )
-                conn.execute(store_meta.update().values(last_sequence=sequence))
+                conn.execute(store_meta.update().values(**counters))
         except sa.exc.SQLAlchemyError as exc:
             raise StoreWriteError(f"runner store {self.path}: write failed: {exc}") from exc
+        except LaunchBelowFloorError as exc:
+            raise StoreWriteError(f"runner store {self.path}: {exc}") from exc
         return _to_row({**values})
+
+    def advance_floor(self, target: int) -> int:
+        """Raise this owner's admission floor towards ``target`` (never past a row
+        that may still launch); returns the floor now in force (§6 witness)."""
+        try:
+            with self._engine.begin() as conn:
+                meta = self._owned_meta(conn)
+                floor = raise_floor(conn, self.incarnation_id, int(meta["admission_floor"]), target)
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreWriteError(f"runner store {self.path}: floor write failed: {exc}") from exc
+        return floor
+
+    def seal(self) -> bool:
+        """At a clean close: a floor no stamp reaches, unless a row may still launch."""
+        return self.advance_floor(SEALED_FLOOR) == SEALED_FLOOR
+
+    def admission_floor(self) -> int:
+        try:
+            with self._reader.begin() as conn:
+                value = conn.execute(sa.select(store_meta.c.admission_floor)).scalar_one()
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreReadError(f"cannot read runner store {self.path}: {exc}") from exc
+        return int(value)
+
+    def executor_records(self) -> ExecutorRecords:
+        """Executor process groups recorded at launch (R10; storage/executor_records.py)."""
+        from runner_svc.storage.executor_records import ExecutorRecords
+
+        return ExecutorRecords(self._engine, self.path, self.incarnation_id)
 
     def close(self) -> None:
         self._engine.dispose()
@@ -336,6 +404,7 @@ def _to_values(row: OperationRow) -> dict[str, Any]:
         "accepted_at": row.accepted_at,
         "started_at": row.started_at,
         "settled_at": row.settled_at,
+        "dispatch_stamp": row.dispatch_stamp,
     }
 
 
@@ -367,4 +436,5 @@ def _to_row(values: Any) -> OperationRow:
         accepted_at=values["accepted_at"],
         started_at=values["started_at"],
         settled_at=values["settled_at"],
+        dispatch_stamp=int(values["dispatch_stamp"] or 0),
     )

@@ -24,6 +24,12 @@ store_meta = sa.Table(
     sa.Column("owner_since", sa.Float, nullable=False),
     # Durable change counter for WatchOperations cursors.
     sa.Column("last_sequence", sa.BigInteger, nullable=False),
+    # The owner's admission floor, microseconds (§6 witness; runner_svc.core.witness).
+    sa.Column("admission_floor", sa.BigInteger, nullable=False, server_default="0"),
+    # Count and digest of the set of rows: a row removed or added outside the
+    # runner is noticed at open.
+    sa.Column("row_count", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("row_digest", sa.BigInteger, nullable=False, server_default="0"),
     sa.CheckConstraint("id = 1", name="ck_runner_store_meta_single_row"),
 )
 
@@ -49,5 +55,39 @@ operations = sa.Table(
     sa.Column("accepted_at", sa.Float, nullable=True),
     sa.Column("started_at", sa.Float, nullable=True),
     sa.Column("settled_at", sa.Float, nullable=True),
+    sa.Column("dispatch_stamp", sa.BigInteger, nullable=False, server_default="0"),
     sa.Index("ix_runner_operations_sequence", "sequence", unique=True),
+    sa.Index("ix_runner_operations_state", "state"),
+)
+
+# One row per opening of the store, oldest first (append-only, §6 witness).
+openings = sa.Table(
+    "runner_store_openings",
+    metadata,
+    sa.Column("position", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("incarnation_id", sa.String(32), nullable=False),
+    # "" for the store's first opening.
+    sa.Column("predecessor_incarnation_id", sa.String(32), nullable=False),
+    sa.Column("predecessor_floor", sa.BigInteger, nullable=False),
+    sa.Column("opened_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("incarnation_id", name="uq_runner_store_openings_incarnation"),
+)
+
+# One row per executor process group launched (R10: executors never outlive
+# their runner). The next incarnation ends, before it serves, every group an
+# earlier one left running, then writes ended_at (runner_svc/executor_sweep.py).
+executor_processes = sa.Table(
+    "runner_executor_processes",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("operation_id", sa.String(255), nullable=False),
+    sa.Column("incarnation_id", sa.String(32), nullable=False),
+    sa.Column("pgid", sa.Integer, nullable=False),
+    # The leader's start time (clock ticks after boot): a reused pid never matches.
+    sa.Column("start_time", sa.BigInteger, nullable=False),
+    sa.Column("boot_id", sa.String(64), nullable=False),
+    sa.Column("launched_at", sa.Float, nullable=False),
+    sa.Column("ended_at", sa.Float, nullable=True),  # NULL: not known to be over
+    sa.Column("ended_how", sa.Text, nullable=True),
+    sa.Index("ix_runner_executor_processes_ended_at", "ended_at"),
 )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from runner_svc.core.model import Execution, RowState, SlotKind, StopReason
+from runner_svc.core.witness import StoreOpening
 from runner_svc.service import OperationView, RunnerInfo
 from turnwire.common.v1 import turn_pb2
 from turnwire.runner.v1 import runner_pb2
@@ -39,6 +42,7 @@ def operation(view: OperationView) -> runner_pb2.RunnerOperation:
         released=row.released,
         sequence=row.sequence,
         result_not_saved=view.result_not_saved,
+        dispatch_stamp=row.dispatch_stamp,
     )
     if row.stop_reason is not None:
         message.stop_reason = _STOPS[row.stop_reason]
@@ -78,4 +82,18 @@ def runner_info(info: RunnerInfo) -> runner_pb2.GetRunnerInfoResponse:
         started_at=timestamp(info.started_at),
         held_result_not_saved=info.held_result_not_saved,
         version=info.version,
+        store_opens=store_opens(info.openings),
     )
+
+
+def store_opens(openings: Iterable[StoreOpening]) -> list[runner_pb2.StoreOpen]:
+    """The store's chain of openings (§6 witness), newest first."""
+    return [
+        runner_pb2.StoreOpen(
+            incarnation_id=opening.incarnation_id,
+            predecessor_incarnation_id=opening.predecessor_incarnation_id,
+            predecessor_floor=opening.predecessor_floor,
+            opened_at=timestamp(opening.opened_at),
+        )
+        for opening in openings
+    ]

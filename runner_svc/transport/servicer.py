@@ -10,9 +10,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from runner_svc.core.model import RunnerRefusal
+from runner_svc.core.witness import require_stamp
 from runner_svc.service import DispatchCall, RunnerService
 from runner_svc.transport import convert
 from runner_svc.transport.errors import abort_refusal
+from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
 
 log = logging.getLogger("runner_svc.transport")
@@ -21,8 +23,13 @@ SERVICE_NAME: str = runner_pb2.DESCRIPTOR.services_by_name["RunnerService"].full
 
 
 class RunnerServicer(runner_pb2_grpc.RunnerServiceServicer):
-    def __init__(self, service: RunnerService) -> None:
+    def __init__(
+        self, service: RunnerService, *, max_receive_bytes: int = DEFAULT_RUNNER_MAX_RECEIVE_BYTES
+    ) -> None:
         self.service = service
+        self._max_receive_bytes = max_receive_bytes
+        # Fixed for the incarnation's life: built once, sent with every status.
+        self._store_opens = convert.store_opens(service.store.openings)
 
     @property
     def _incarnation(self) -> str:
@@ -40,6 +47,7 @@ class RunnerServicer(runner_pb2_grpc.RunnerServiceServicer):
             store_id=self.service.store.store_id,
             durable=self.service.store.durable,
             present=view is not None,
+            store_opens=self._store_opens,
         )
         if view is not None:
             reply.operation.CopyFrom(convert.operation(view))
@@ -65,6 +73,7 @@ class RunnerServicer(runner_pb2_grpc.RunnerServiceServicer):
             store_id=self.service.store.store_id,
             durable=self.service.store.durable,
             entries=entries,
+            store_opens=self._store_opens,
         )
 
     async def Dispatch(
@@ -77,8 +86,10 @@ class RunnerServicer(runner_pb2_grpc.RunnerServiceServicer):
             expected_incarnation_id=request.expected_incarnation_id,
             fencing_token=request.fencing_token,
             attempt=request.attempt,
+            dispatch_stamp=request.dispatch_stamp,
         )
         try:
+            require_stamp(request.dispatch_stamp, request.operation_id)
             outcome = await self.service.dispatch(call)
         except RunnerRefusal as refusal:
             log.info(
@@ -129,7 +140,9 @@ class RunnerServicer(runner_pb2_grpc.RunnerServiceServicer):
     async def GetRunnerInfo(
         self, request: runner_pb2.GetRunnerInfoRequest, context: Any
     ) -> runner_pb2.GetRunnerInfoResponse:
-        return convert.runner_info(self.service.info())
+        reply = convert.runner_info(self.service.info())
+        reply.max_receive_message_bytes = self._max_receive_bytes
+        return reply
 
     async def WatchOperations(
         self, request: runner_pb2.WatchOperationsRequest, context: Any

@@ -34,10 +34,18 @@ from coordinator_svc.core.model import (
     TurnKind,
 )
 from coordinator_svc.core.runner_view import RunnerOp, RunnerOpState
+from coordinator_svc.core.witness import StoreOpen
 from coordinator_svc.storage import SqlJournal, migrate, open_journal
 from runner_svc.core.model import Execution as RowExecution
-from runner_svc.core.model import RowState, SlotKind, TurnOutput
-from runner_svc.core.transitions import Admit, ConfirmStart, LaunchIntent, Settle, TakeOver
+from runner_svc.core.model import RowState, SlotKind, StopReason, TurnOutput
+from runner_svc.core.transitions import (
+    Admit,
+    ConfirmStart,
+    LaunchIntent,
+    RecordStopReason,
+    Settle,
+    TakeOver,
+)
 from runner_svc.storage.sqlite_store import SqliteRunnerStore
 from turnwire.common.v1 import turn_pb2
 from turnwire.harness import Verdict, check_run
@@ -175,6 +183,11 @@ class RunBuilder:
                 op is not None,
                 op,
                 record.attempt_count,
+                # The store's real chain of openings (§6.1 witness).
+                store_opens=tuple(
+                    StoreOpen(o.incarnation_id, o.predecessor_incarnation_id, o.predecessor_floor)
+                    for o in inc.store.openings
+                ),
             )
             return on_answer(record, answer, ctx)
 
@@ -243,6 +256,11 @@ class RunBuilder:
             op_id,
             Admit(op_id, inc.incarnation_id, SlotKind.WRITABLE, envelope_digest, attempt, 1, when),
         )
+
+    def drain(self, op_id: str, inc: Incarnation) -> None:
+        """R8: the shutdown stops the never-launched row and the store is sealed (§6.1)."""
+        inc.store.write(op_id, RecordStopReason(StopReason.SHUTDOWN))
+        assert inc.store.seal()
 
     def take_over(self, op_id: str, inc: Incarnation, attempt: int) -> None:
         """§6 re-admission of an earlier incarnation's never-launched row."""

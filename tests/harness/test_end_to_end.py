@@ -35,6 +35,7 @@ WAIT_SECONDS = 20.0
 async def _run(tmp_path: Path, journal_url: str, store: Path, ledger: Path) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text(f"alice {hashlib.sha256(TOKEN.encode()).hexdigest()}\n")
+    tokens.chmod(0o600)  # the coordinator refuses a tokens file others may read
     runner = await start_runner(
         RunnerConfig(store_path=store, executor="metered", ledger_path=ledger, drain_seconds=1.0)
     )

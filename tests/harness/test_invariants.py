@@ -7,7 +7,7 @@ lines) because the code would refuse to write them: that is the point.
 
 from __future__ import annotations
 
-from coordinator_svc.core.model import Execution, ReplayPolicy
+from coordinator_svc.core.model import Execution, ReplayPolicy, StopReason
 from coordinator_svc.core.runner_view import RunnerOp, RunnerOpState
 from tests.harness.run_builder import RunBuilder, invariants, result_bytes
 from turnwire.harness import Status
@@ -199,8 +199,14 @@ def test_replay_after_definite_refusals_and_durable_store_proof_pass(run: RunBui
     run.preflight("op-readmitted", inc)
     run.admit("op-readmitted", inc, 1)
     run.lose_reply("op-readmitted")
+    run.drain("op-readmitted", inc)  # a clean stop seals the store: it vouches (§6.1)
     restarted = run.start_runner()  # same store file: a §6 durable store
-    old_row = RunnerOp(RunnerOpState.ACCEPTED, Execution.NOT_STARTED, inc.incarnation_id)
+    old_row = RunnerOp(
+        RunnerOpState.ACCEPTED,
+        Execution.NOT_STARTED,
+        inc.incarnation_id,
+        stop_reason=StopReason.SHUTDOWN,
+    )
     attempt = run.preflight("op-readmitted", restarted, old_row)
     assert attempt == 2
     run.take_over("op-readmitted", restarted, attempt)

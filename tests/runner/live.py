@@ -20,7 +20,7 @@ from runner_svc.app import RunnerConfig, RunningRunner, start_runner
 from runner_svc.executors import Executor
 from runner_svc.service import ServiceSettings
 from turnwire.common.v1 import turn_pb2
-from turnwire.ids import new_operation_id, sha256_hex
+from turnwire.ids import new_operation_id, sha256_hex, stamp_now
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
 
 WRITABLE = turn_pb2.TURN_KIND_WRITABLE
@@ -68,6 +68,7 @@ def dispatch_request(
         expected_incarnation_id=incarnation_id,
         fencing_token=token,
         attempt=attempt,
+        dispatch_stamp=stamp_now(),
     )
 
 

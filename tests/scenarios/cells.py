@@ -13,6 +13,7 @@ class Fault(enum.StrEnum):
     CONNECTION_RESET = "connection_reset"
     RUNNER_SIGKILL = "runner_sigkill"  # restarted with its store kept
     RUNNER_WIPED = "runner_wiped"  # restarted with its store wiped
+    RUNNER_RESTORED = "runner_restored"  # restarted on a store put back to a backup
     COORDINATOR_SIGKILL = "coordinator_sigkill"  # restarted
     CANCEL_RACING = "cancel_racing"
 
@@ -66,6 +67,8 @@ class Injection:
     rules: tuple[str, ...] = ()  # installed on runner-1's proxy, in this order
     crash_point: str | None = None  # armed (TURNWIRE_CRASH_AT) in a fresh process
     wipe_store: bool = False
+    # tests.scenarios.restore.Restore value: how the store is put back (issue 8.1).
+    restore: str | None = None
     # Install the rules, then restart the coordinator (SIGTERM) so that its
     # watch streams re-open through them: a healthy stream opened earlier
     # would otherwise carry every report past the fault.

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from tests.scenarios.cells import Injection
+from tests.scenarios.restore import Restore, restorer, take_backup
 from tests.scenarios.stage import Stage
 from turnwire.client import OperationState
 
@@ -248,6 +250,43 @@ async def cancelling_then_coordinator_kill(stage: Stage, inj: Injection, key: st
     return op_id
 
 
+async def _restore_after_kill(stage: Stage, inj: Injection, backup: Path) -> None:
+    assert inj.restore is not None
+    await stage.restart_runner(hard=True, replace_store=restorer(backup, Restore(inj.restore)))
+
+
+async def _backup(stage: Stage, inj: Injection) -> Path:
+    assert inj.restore is not None
+    store = stage.slot().store
+    return await asyncio.to_thread(
+        take_backup, store, store.parent / "backups", Restore(inj.restore)
+    )
+
+
+async def restore_after_settle(stage: Stage, inj: Injection, key: str) -> str:
+    """Issue 8.1 as reported: a backup taken before the turn; the reply, the
+    watch and the status calls lost; the turn runs and settles; runner-1 is
+    SIGKILLed and started again on the restored store."""
+    backup = await _backup(stage, inj)
+    op_id = await _in_dispatch_unknown(stage, inj, key)
+    await stage.wait_runner_settled(op_id)
+    await _restore_after_kill(stage, inj, backup)
+    await stage.clear_rules()
+    await stage.wait_terminal(op_id)
+    return op_id
+
+
+async def restore_while_running(stage: Stage, inj: Injection, key: str) -> str:
+    """A backup taken before the turn; runner-1 SIGKILLed while the executor runs
+    and started again on the restored store."""
+    backup = await _backup(stage, inj)
+    op_id = await stage.submit(key, inj.sleep_ms)
+    await stage.wait_started(op_id)
+    await _restore_after_kill(stage, inj, backup)
+    await stage.wait_terminal(op_id)
+    return op_id
+
+
 DRIVERS: dict[str, Driver] = {
     name: globals()[name]
     for name in (
@@ -270,5 +309,7 @@ DRIVERS: dict[str, Driver] = {
         "cancel_twice",
         "cancelling_then_runner_restart",
         "cancelling_then_coordinator_kill",
+        "restore_after_settle",
+        "restore_while_running",
     )
 }

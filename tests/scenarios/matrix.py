@@ -50,6 +50,7 @@ from tests.scenarios.cells import (
     reconciled_once,
     replayed_once,
 )
+from tests.scenarios.restore import Restore
 
 # Pass the first status call (the QUEUED preflight, C2) and fault the rest.
 PASS_FIRST_STATUS = "delay-request method=GetOperationStatus ms=1 count=1"
@@ -226,16 +227,21 @@ def _restart_cells(fault: Fault) -> list[Cell]:
              inj("runner_kill_in_flight", "the Dispatch is held 800 ms in the proxy "
                  "(delay-request); runner-1 is SIGKILLed meanwhile, the Dispatch hits "
                  "a dead port", rules=("delay-request method=Dispatch ms=800 count=1",)),
-             gone_unknown if wipe else replayed_once(
-                 "§6: absence in the same durable store proves the Dispatch never arrived",
-                 attempts=(2, 3)),
-             pins="C8" if wipe else "§6, C8"),
+             gone_unknown if wipe else changed_incarnation(
+                 "§6 witness: the runner died before its admission floor passed the "
+                 "Dispatch's stamp, so its store cannot prove the Dispatch never arrived "
+                 "(a restored copy would look the same): ambiguous, never replayed",
+                 UNKNOWN, (0, 0)),
+             pins="C8" if wipe else "§6 witness, C8"),
         Cell(fault, P.AFTER_COMMIT,
              inj("runner_crash_point", "runner-1 armed with runner.after_dedupe_commit",
                  crash_point="runner.after_dedupe_commit"),
-             gone_unknown if wipe else replayed_once(
-                 "§6 re-admission: accepted by a dead incarnation, never launched -> sent again"),
-             pins="C8" if wipe else "§6, R3"),
+             gone_unknown if wipe else changed_incarnation(
+                 "§6 witness: accepted by an incarnation that died before its floor passed "
+                 "the stamp: nothing proves the row is its last word, so it is never sent "
+                 "again (a clean stop seals the floor and re-admits; see the unit tests)",
+                 UNKNOWN, (0, 0)),
+             pins="C8" if wipe else "§6 witness, R3"),
         Cell(fault, P.EXECUTION,
              inj("runner_kill_running", "runner-1 SIGKILLed while the executor runs "
                  "(its start is in the ledger)", sleep_ms=SLOW),
@@ -272,6 +278,85 @@ def _restart_cells(fault: Fault) -> list[Cell]:
                  "§6: a confirmed start that never settled is TIMED_OUT, STARTED", STARTED, 1),
              pins="C11, C9" if wipe else "C11, §6"),
     ]  # fmt: skip
+
+
+def _restored_cells() -> list[Cell]:
+    """Issue 8.1: runner-1 SIGKILLed and started on a store put back to a backup
+    taken before the turn was submitted, every way an operator might restore it."""
+    F, P = Fault.RUNNER_RESTORED, Phase
+    ran_then_forgotten = changed_incarnation(
+        "§6 witness: the restored store has no row for a turn that ran; its chain shows "
+        "the dead incarnation's floor below the Dispatch's stamp (or it is another store), "
+        "so its silence proves nothing: ambiguous, never run again",
+        UNKNOWN,
+        (1, 1),
+    )
+    cells = [
+        Cell(
+            F,
+            P.RECONCILE,
+            Injection(
+                "restore_after_settle",
+                (DISPATCH_REPLY_LOST, PASS_FIRST_STATUS, HOLD_STATUS, BLOCK_WATCH),
+                reopen_watch=True,
+                restore=how.value,
+                sleep_ms=SLOW,
+                how=f"backup before the turn; Dispatch reply lost, status calls and "
+                f"the watch held; the 3 s turn settles; runner-1 SIGKILLed and "
+                f"restarted on the backup ({how.value})",
+            ),
+            ran_then_forgotten,
+            variant="" if how is Restore.COPY_IN_PLACE else how.value,
+            pins="§6 witness (issue 8.1)",
+        )
+        for how in Restore
+    ]
+    same_as_kept = (
+        "a backup from before the turn holds nothing of it, so restoring it here leaves the "
+        "store exactly as in the runner_sigkill cell of this phase (the row the dead "
+        "incarnation may have written is simply not there), which expects the same honest "
+        "ambiguity from the §6 witness; the restores that matter are those that take away "
+        "a row that ran (reconcile, execution)"
+    )
+    cells += [
+        _na(F, P.BEFORE_SEND, same_as_kept),
+        _na(F, P.IN_FLIGHT, same_as_kept),
+        _na(F, P.AFTER_COMMIT, same_as_kept),
+        _na(
+            F,
+            P.AFTER_EXECUTION,
+            "the settled-then-restored case is the reconcile cell (the result never reached "
+            "the coordinator: the reply, the watch and the status calls were lost)",
+        ),
+        _na(
+            F,
+            P.CANCEL,
+            "a Cancel adds nothing a restore could take away beyond the running row of the "
+            "execution cell",
+        ),
+    ]
+    cells.append(
+        Cell(
+            F,
+            P.EXECUTION,
+            Injection(
+                "restore_while_running",
+                restore=Restore.COPY_IN_PLACE.value,
+                sleep_ms=SLOW,
+                how="backup before the turn; runner-1 SIGKILLed while the executor "
+                "runs and restarted on the backup (copy_in_place)",
+            ),
+            changed_incarnation(
+                "§6 witness: the restored store has no row for the running turn and cannot "
+                "vouch; STARTED if the coordinator had already recorded the confirmed start "
+                "(issue 8.5), else UNKNOWN; never run again",
+                STARTED_OR_UNKNOWN,
+                (1, 1),
+            ),
+            pins="§6 witness, R3 (issue 8.1)",
+        )
+    )
+    return cells  # fmt: skip
 
 
 def _coordinator_cells() -> list[Cell]:
@@ -382,6 +467,7 @@ CELLS: tuple[Cell, ...] = (
     *_transport_cells(),
     *_restart_cells(Fault.RUNNER_SIGKILL),
     *_restart_cells(Fault.RUNNER_WIPED),
+    *_restored_cells(),
     *_coordinator_cells(),
     *_cancel_cells(),
 )

@@ -221,10 +221,20 @@ class Stage:
     # --- processes -------------------------------------------------------------
 
     async def restart_runner(
-        self, *, hard: bool, wipe_store: bool = False, env: Mapping[str, str] | None = None
+        self,
+        *,
+        hard: bool,
+        wipe_store: bool = False,
+        env: Mapping[str, str] | None = None,
+        replace_store: Callable[[Path], Path] | None = None,
     ) -> None:
         await asyncio.to_thread(
-            self.deployment.restart_runner, TARGET, hard=hard, wipe_store=wipe_store, env=env
+            self.deployment.restart_runner,
+            TARGET,
+            hard=hard,
+            wipe_store=wipe_store,
+            env=env,
+            replace_store=replace_store,
         )
 
     async def kill_runner(self) -> None:

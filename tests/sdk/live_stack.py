@@ -73,6 +73,7 @@ class LiveStack:
                 for principal, token in (("alice", TOKEN), ("bob", OTHER_TOKEN))
             )
         )
+        tokens.chmod(0o600)  # the coordinator refuses a tokens file others may read
         journal_url = f"sqlite:///{self._directory / 'journal.db'}"
         migrate(journal_url)
         config = CoordinatorConfig(

@@ -29,6 +29,7 @@ from coordinator_svc.core.model import (
     OpState,
     ReplayPolicy,
 )
+from coordinator_svc.core.witness import StoreOpen
 from tests.simulation.sim_coordinator import Policy
 from tests.simulation.simulator import Simulator
 
@@ -136,6 +137,22 @@ def dispatch_without_write_ahead(sim: Simulator) -> Policy:
     return policy
 
 
+def trust_the_store_blindly(sim: Simulator) -> Policy:
+    """Breaks the §6 witness (issue 8.1): a durable store's chain is read as if
+    every earlier incarnation had sealed it, so a restored store vouches."""
+
+    def policy(record: OperationRecord, event: Event, ctx: Context) -> Decision:
+        if isinstance(event, PreflightAnswer) and event.durable:
+            sealed = tuple(
+                StoreOpen(event.incarnation_id, attempt.incarnation_id, 2**63 - 1)
+                for attempt in ctx.attempts
+            )
+            event = dataclasses.replace(event, store_opens=sealed)
+        return decide(record, event, ctx)
+
+    return policy
+
+
 BROKEN: dict[str, Callable[[Simulator], Policy]] = {
     "replay_after_changed_incarnation": replay_after_changed_incarnation,
     "timeout_is_refusal": timeout_is_refusal,
@@ -143,3 +160,6 @@ BROKEN: dict[str, Callable[[Simulator], Policy]] = {
     "unknown_is_not_started": unknown_is_not_started,
     "dispatch_without_write_ahead": dispatch_without_write_ahead,
 }
+# trust_the_store_blindly is not in BROKEN: the structural proof check takes a
+# same-store_id answer at its word (it cannot see a restore either), so only the
+# ledger shows that harm; test_teeth.py runs it with restores made common.

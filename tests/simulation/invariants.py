@@ -67,6 +67,7 @@ _DEFINITE = frozenset(
         "ENVELOPE_MISMATCH",
         "ENVELOPE_INVALID",
         "CANCELLED_BEFORE_DISPATCH",
+        "DISPATCH_STALE",  # below the admission floor: never admitted (§6.1)
     }
 )
 

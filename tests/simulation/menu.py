@@ -89,7 +89,11 @@ def actions(sim: Simulator) -> list[Action]:
         if not message.is_request or sim.config.duplicate_requests:
             acts.append((w["dup"], f"dup m{mid}"))
     for name, runner in sim.runners.items():
-        acts.append((w["restart"], f"restart {name}"))
+        # A draining runner is often killed before its drain ends (an
+        # impatient operator, a deploy tool's SIGKILL): the §6 re-admission of
+        # rows its shutdown stopped before launch needs that schedule.
+        crashy = 1.0 if runner.accepting else 4.0
+        acts.append((w["restart"] * crashy, f"restart {name}"))
         if runner.accepting:
             acts.append((w["drain"], f"drain {name}"))
         for op, job in runner.jobs.items():
@@ -161,10 +165,12 @@ def _restart_kind(sim: Simulator, name: str) -> str:
     runner = sim.runners[name]
     snapshots = sim.snapshots.get(name, [])
     roll = sim.rng.random()
-    if runner.durable and roll < 0.6:
-        return "kept"
-    if runner.durable and roll < 0.75 and snapshots:
+    # Durable: restored (config share, once a snapshot exists), kept (60 %), wiped.
+    restored = sim.config.restored_share if snapshots else 0.0
+    if runner.durable and roll < restored:
         return f"restored:{sim.rng.randrange(len(snapshots))}"
+    if runner.durable and roll < restored + 0.6:
+        return "kept"
     return "wiped"
 
 

@@ -254,6 +254,7 @@ class SimCoordinator:
                     command.incarnation_id,
                     command.fencing_token,
                     command.attempt,
+                    command.dispatch_stamp,
                 )
                 self.observer.sending_dispatch(command.runner, request)
                 self._call(op, "dispatch", command.runner, record, command, request)

@@ -8,7 +8,11 @@ event, recorded in the ledger), start confirmation.
 
 The store is an in-memory dict of rows. A restart makes a new incarnation;
 the store is kept (same ``store_id``: a durable store, §6) or wiped (a new,
-empty store with a new ``store_id``).
+empty store with a new ``store_id``). Like the real store it keeps the §6
+witness (runner_svc.core.witness): the owner's admission floor, raised before
+every call the runner handles, and the chain of openings; a restore puts all
+of it back to the snapshot, under the same ``store_id`` (issue 8.1: nothing
+in a file copied over the original tells it apart).
 """
 
 from __future__ import annotations
@@ -57,6 +61,13 @@ from runner_svc.core.transitions import (
     Tombstone,
     apply,
 )
+from runner_svc.core.witness import (
+    OPENINGS_KEPT,
+    SEALED_FLOOR,
+    StoreOpening,
+    check_admissible,
+    next_floor,
+)
 from tests.simulation.world import (
     CancelRequest,
     DispatchRequest,
@@ -65,8 +76,12 @@ from tests.simulation.world import (
     ReleaseRequest,
     Request,
     StatusRequest,
+    stamp_at,
 )
 from turnwire.errors import REASONS
+
+# The real runner's default admission window (ServiceSettings), in microseconds.
+ADMISSION_WINDOW_US = 7_000_000
 
 # --- replies ------------------------------------------------------------------------
 
@@ -78,6 +93,7 @@ class StatusReply:
     durable: bool
     present: bool
     row: OperationRow | None
+    openings: tuple[StoreOpening, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -121,13 +137,42 @@ class SimStore:
     durable: bool
     rows: dict[str, OperationRow] = field(default_factory=dict)
     sequence: int = 0
+    # §6 witness: the owner, its floor, and the chain of openings (newest first).
+    owner: str = ""
+    floor: int = 0
+    openings: tuple[StoreOpening, ...] = ()
 
     def write(self, operation_id: str, change: RowEvent) -> OperationRow:
-        row = apply(self.rows.get(operation_id), change, operation_id)
+        current = self.rows.get(operation_id)
+        if isinstance(change, (Admit, TakeOver)):
+            check_admissible(change.dispatch_stamp, self.floor, operation_id)
+        if isinstance(change, LaunchIntent) and current and current.dispatch_stamp < self.floor:
+            raise IllegalRowEvent(operation_id, current.state, change, "launch below the floor")
+        row = apply(current, change, operation_id)
         self.sequence += 1
         row = replace(row, sequence=self.sequence)
         self.rows[operation_id] = row
         return row
+
+    def open(self, incarnation_id: str) -> None:
+        """A new owner: the chain records the floor the previous one left."""
+        opening = StoreOpening(incarnation_id, self.owner, self.floor, 0.0)
+        self.openings = (opening, *self.openings)[:OPENINGS_KEPT]
+        self.owner, self.floor = incarnation_id, 0
+
+    def raise_floor(self, target: int) -> None:
+        launchable = (
+            row.dispatch_stamp
+            for row in self.rows.values()
+            if row.state is RowState.ACCEPTED
+            and row.incarnation_id == self.owner
+            and row.stop_reason is None
+        )
+        self.floor = next_floor(self.floor, target, launchable)
+
+    def snapshot(self) -> SimStore:
+        """A copy as a backup would hold it (rows, floor, chain, owner)."""
+        return replace(self, rows=dict(self.rows))
 
 
 @dataclass
@@ -167,6 +212,7 @@ class SimRunner:
         self.accepting = False
         for job in list(self.jobs.values()):
             self.record_stop(job, StopReason.SHUTDOWN, write_fails=False)
+        self.store.raise_floor(SEALED_FLOOR)
 
     def restart(self, incarnation_id: str, new_store: SimStore | None) -> None:
         """Crash and start again: every job dies with the process (R1)."""
@@ -177,12 +223,18 @@ class SimRunner:
         self.incarnation_id = incarnation_id
         if new_store is not None:
             self.store = new_store
+        self.store.open(incarnation_id)
         self.pools = _pools(self.slots)
         self.accepting = True
 
     # --- requests ---------------------------------------------------------------
 
     def handle(self, request: Request, now: float, write_fails: bool) -> Reply:
+        # The real runner raises its floor on a timer; here, before every call
+        # (a draining runner admits nothing more: it seals as soon as it can).
+        self.store.raise_floor(
+            stamp_at(now) - ADMISSION_WINDOW_US if self.accepting else SEALED_FLOOR
+        )
         try:
             match request:
                 case StatusRequest():
@@ -202,7 +254,12 @@ class SimRunner:
         row = self.store.rows.get(operation_id)
         view = reported_row(row, self.incarnation_id) if row is not None else None
         return StatusReply(
-            self.incarnation_id, self.store.store_id, self.store.durable, row is not None, view
+            self.incarnation_id,
+            self.store.store_id,
+            self.store.durable,
+            row is not None,
+            view,
+            self.store.openings if self.store.durable else (),
         )
 
     def view(self, row: OperationRow) -> OperationRow:
@@ -223,6 +280,7 @@ class SimRunner:
             incarnation_id=self.incarnation_id,
             accepting=self.accepting,
             pools=self.pools,
+            openings=self.store.openings,
         )
         if admission.action is AdmissionAction.DUPLICATE:
             assert row is not None
@@ -243,9 +301,16 @@ class SimRunner:
                 request.attempt,
                 request.fencing_token,
                 now,
+                request.dispatch_stamp,
             )
         else:
-            change = TakeOver(self.incarnation_id, request.attempt, request.fencing_token, now)
+            change = TakeOver(
+                self.incarnation_id,
+                request.attempt,
+                request.fencing_token,
+                now,
+                request.dispatch_stamp,
+            )
             self.counters["dispatch:take_over"] += 1
         try:
             row = self._write(request.operation_id, change, write_fails)

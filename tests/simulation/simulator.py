@@ -45,7 +45,6 @@ import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from coordinator_svc.core.edges import IllegalTransition
 from coordinator_svc.core.events import CancelRequested
@@ -90,9 +89,14 @@ class SimConfig:
     trace: bool = True
     # Apply the proposed fix for the stale status answer in the shell.
     stale_status_guard: bool = False
-    # A deliberately broken deployment (teeth for §6): a store restored from
-    # an older copy keeps its store_id, so its absence passes for proof.
-    restore_keeps_store_id: bool = False
+    # A store restored from an older copy keeps its store_id (issue 8.1: a
+    # backup copied over the file on the same inode is indistinguishable), so
+    # only the §6 witness stands between its silence and a replay. False
+    # models a restore that copy detection caught (a new store_id).
+    restore_keeps_store_id: bool = True
+    # Of a durable runner's restarts (once a snapshot exists), the share that
+    # restores an older snapshot (the rest: 60 % of all kept, the remainder wiped).
+    restored_share: float = 0.15
 
 
 @dataclass(frozen=True)
@@ -152,7 +156,7 @@ class Simulator:
         self.coverage: Counter[str] = Counter()
         self.trace: list[str] = []
         self.labels: list[str] = []
-        self.snapshots: dict[str, list[dict[str, Any]]] = {}
+        self.snapshots: dict[str, list[SimStore]] = {}
         self._ids = 0
         self.journal = SimJournal()
         self.checker = Checker(
@@ -178,7 +182,7 @@ class Simulator:
             for coordinator in self.coordinators.values():
                 coordinator.policy = made
         for spec in self.setup.runners:
-            self.runners[spec.name] = SimRunner(
+            runner = SimRunner(
                 spec.name,
                 spec.durable,
                 spec.slots,
@@ -186,6 +190,8 @@ class Simulator:
                 self._new_id("inc"),
                 self._new_store(spec.durable),
             )
+            runner.store.open(runner.incarnation_id)
+            self.runners[spec.name] = runner
         self.weights = menu.draw_weights(self.rng, config.swarm)
         self.now = 0.0
         self._advance(0.0)
@@ -439,15 +445,16 @@ class Simulator:
         snapshots = self.snapshots.setdefault(runner.name, [])
         store: SimStore | None = None
         if how.startswith("restored:"):
-            store = self._new_store(True)
-            if self.config.restore_keeps_store_id:
-                store.store_id = runner.store.store_id
-            store.rows = dict(snapshots[int(how[9:])])
-            store.sequence = max((r.sequence for r in store.rows.values()), default=0)
+            # A backup put back over the store: rows, floor and chain as they
+            # were, under the same store_id (nothing in a copy tells it apart)
+            # unless the config models copy detection.
+            store = snapshots[int(how[9:])].snapshot()
+            if not self.config.restore_keeps_store_id:
+                store.store_id = self._new_store(True).store_id
         elif how == "wiped" or not runner.durable:
             store = self._new_store(runner.durable)
         if runner.durable:
-            snapshots.append(dict(runner.store.rows))
+            snapshots.append(runner.store.snapshot())
         runner.restart(self._new_id("inc"), store)
         self.coverage[f"runner_restart_{how.split(':')[0]}"] += 1
         return f"{runner.name} restarted as {runner.incarnation_id}, store {runner.store.store_id}"

@@ -9,6 +9,7 @@ from tests.simulation.broken_policies import (
     replay_after_changed_incarnation,
     skip_preflight,
     timeout_is_refusal,
+    trust_the_store_blindly,
 )
 from tests.simulation.budget import run_budget
 from tests.simulation.simulator import PolicyFactory, RunnerSpec, Setup, SimConfig, replay
@@ -61,11 +62,27 @@ RESTORED_COPY_STEPS = [
 
 
 def test_a_restored_copy_keeping_its_store_id_is_caught() -> None:
-    """§6: a copy restored under the original store_id makes absence lie: the ledger shows
-    a second start; with a new store_id (the rule) the same schedule ends INCARNATION_CHANGED."""
-    broken = SimConfig(check_proofs=False, restore_keeps_store_id=True)
-    result = replay(RESTORED_COPY_SETUP, RESTORED_COPY_STEPS, broken)
+    """§6 witness (issue 8.1): a copy restored under the original store_id (as a backup
+    copied over the file on the same inode is) must never license a replay. Trusting the
+    store's silence bills the turn twice; the witness ends it INCARNATION_CHANGED."""
+    broken = SimConfig(check_proofs=False)
+    result = replay(
+        RESTORED_COPY_SETUP, RESTORED_COPY_STEPS, broken, policy=trust_the_store_blindly
+    )
     assert result.violation is not None and result.violation.startswith("[1 at most once]")
     correct = replay(RESTORED_COPY_SETUP, RESTORED_COPY_STEPS, SimConfig())
     assert correct.violation is None, correct.report()
     assert correct.coverage["reason:INCARNATION_CHANGED"] == 1
+
+
+def test_breaking_the_witness_bills_twice_or_lies_over_random_restores() -> None:
+    """Broken on purpose, the witness is caught by the ledger within the CI budget (restores
+    keep their store_id); the real core survives the same seeds."""
+    config = SimConfig(steps=70, trace=False, check_proofs=False, restored_share=0.35)
+    result = run_budget(SEEDS, config, trust_the_store_blindly, stop_on_violation=True)
+    assert result.violations, f"trust_the_store_blindly survived {result.schedules} schedules"
+    seed, violation = result.violations[0]
+    assert violation.startswith(("[1 at most once]", "[3 execution]", "[3 true status]")), violation
+    correct = run_budget(range(seed + 1), config)
+    assert not correct.violations, correct.violations[:1]
+    print(f"trust_the_store_blindly: seed {seed}: {violation}")

@@ -29,6 +29,7 @@ from coordinator_svc.core.events import (
 )
 from coordinator_svc.core.model import Execution, StopReason
 from coordinator_svc.core.runner_view import RunnerOp, RunnerOpState
+from coordinator_svc.core.witness import StoreOpen
 from runner_svc.core.model import OperationRow
 from tests.simulation.sim_runner import (
     CancelReply,
@@ -95,7 +96,9 @@ def failure_event(call: Call, detail: str, streaks: Counter[str]) -> Event | Non
         return DispatchUnknown(call.command.attempt, detail)
     if call.kind == "cancel":
         streaks[op] += 1
-        return CancelFailed(call.runner, "", detail=detail, retry_streak=streaks[op])
+        return CancelFailed(
+            call.runner, "", detail=detail, retry_streak=streaks[op], give_up=call.command.give_up
+        )
     return None
 
 
@@ -115,6 +118,10 @@ def reply_event(call: Call, body: Any, streaks: Counter[str]) -> Event | None:
             runner_op(body.row) if body.row is not None else None,
             call.asked_attempt,
             asked_sequence=call.asked_sequence,
+            store_opens=tuple(
+                StoreOpen(o.incarnation_id, o.predecessor_incarnation_id, o.predecessor_floor)
+                for o in body.openings
+            ),
         )
     if isinstance(body, DispatchReply):
         return DispatchAccepted(
@@ -123,7 +130,9 @@ def reply_event(call: Call, body: Any, streaks: Counter[str]) -> Event | None:
     if isinstance(body, CancelReply):
         streaks[op] = 0
         row = runner_op(body.row) if body.row is not None else None
-        return CancelAnswered(call.runner, body.incarnation_id, row, body.tombstoned)
+        return CancelAnswered(
+            call.runner, body.incarnation_id, row, body.tombstoned, give_up=call.command.give_up
+        )
     if isinstance(body, ReleaseReply):
         return ReleaseDone() if call.command.record else None
     raise TypeError(f"unexpected reply {body!r}")
@@ -144,6 +153,7 @@ def _refusal_event(call: Call, body: RefusedReply, streaks: Counter[str]) -> Eve
             body.incarnation_id,
             body.message,
             streaks[call.operation_id],
+            give_up=call.command.give_up,
         )
     if call.kind == "status":
         streaks[call.operation_id] += 1

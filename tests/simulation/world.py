@@ -11,12 +11,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from turnwire.ids import dispatch_stamp
+
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def at(seconds: float) -> datetime:
     """The aware datetime ``seconds`` of virtual time after the simulation epoch."""
     return EPOCH + timedelta(seconds=seconds)
+
+
+def stamp_at(seconds: float) -> int:
+    """Virtual time as a dispatch stamp (the runner's clock is the same clock)."""
+    return dispatch_stamp(at(seconds))
 
 
 @dataclass
@@ -78,6 +85,8 @@ class DispatchRequest:
     expected_incarnation_id: str
     fencing_token: int
     attempt: int
+    # §6 witness: the attempt's sent_at in microseconds (turnwire.ids.dispatch_stamp).
+    dispatch_stamp: int = 0
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from turnwire.chaos import CHAOS_COORDINATOR_ARGS, ChaosPlan, ChaosTally, run_chaos
+from turnwire.chaos import (
+    CHAOS_COORDINATOR_ARGS,
+    ChaosPlan,
+    ChaosTally,
+    run_chaos,
+    unknown_never_executed,
+)
 from turnwire.deployment import LocalDeployment
 from turnwire.harness import Status, render
 from turnwire.launcher import LaunchError
@@ -69,6 +75,7 @@ def _figures(tally: ChaosTally) -> str:
         ("replays", f.replays),
         ("reconciled without resend", f.reconciled_without_resend),
         ("ambiguous (TIMED_OUT, UNKNOWN)", f.ambiguous),
+        ("UNKNOWN, never executed (ledger)", unknown_never_executed(verdict)),
         ("cancels sent", tally.cancels),
         ("submits retried", tally.submit_retries),
         *((f"restarts: {name}", n) for name, n in sorted(tally.restarts.items())),

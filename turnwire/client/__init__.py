@@ -23,7 +23,8 @@ code) and ``reason`` (the contract's ErrorInfo reason, or "" when none came):
     │                          JOURNAL_UNAVAILABLE / SHUTTING_DOWN after the
     │                          retries; a watch sets resume_after
     ├── FixTheRequest          TURN_INVALID, IDEMPOTENCY_KEY_INVALID,
-    │   │                      ARGUMENT_INVALID, PAGE_TOKEN_INVALID
+    │   │                      ARGUMENT_INVALID, PAGE_TOKEN_INVALID,
+    │   │                      REQUEST_MALFORMED
     │   └── UseANewIdempotencyKey   IDEMPOTENCY_KEY_REUSED (nothing changed)
     ├── CheckCredentials       CREDENTIALS_MISSING, CREDENTIALS_UNKNOWN
     ├── NotFound               OPERATION_NOT_FOUND (also another principal's id)

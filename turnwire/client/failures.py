@@ -95,6 +95,7 @@ _BY_REASON: Mapping[str, type[TurnwireError]] = MappingProxyType(
         "IDEMPOTENCY_KEY_INVALID": FixTheRequest,
         "ARGUMENT_INVALID": FixTheRequest,
         "PAGE_TOKEN_INVALID": FixTheRequest,
+        "REQUEST_MALFORMED": FixTheRequest,
         "IDEMPOTENCY_KEY_REUSED": UseANewIdempotencyKey,
         "CREDENTIALS_MISSING": CheckCredentials,
         "CREDENTIALS_UNKNOWN": CheckCredentials,

@@ -141,6 +141,7 @@ def test_bad_flags_exit_two_with_one_line(tmp_path: Path) -> None:
     """Bad flags or config: exit 2 and a single error line on stderr."""
     bad_tokens = tmp_path / "bad-tokens"
     bad_tokens.write_text("alice not-a-digest\n")
+    bad_tokens.chmod(0o600)  # malformed, not merely open to others
     journal = f"sqlite:///{tmp_path / 'j.db'}"
     cases = [
         ("serve", "--listen", "127.0.0.1:0", "--journal-url", journal, "--migrate",

@@ -23,7 +23,9 @@ from coordinator_svc.core.model import (
     TurnKind,
 )
 from coordinator_svc.core.runner_view import RunnerOp, RunnerOpState
+from coordinator_svc.core.witness import StoreOpen
 from coordinator_svc.storage import rules
+from turnwire.ids import dispatch_stamp
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 INC_A = "a" * 32
@@ -31,6 +33,11 @@ INC_B = "b" * 32
 STORE = "st_" + "1" * 32
 OTHER_STORE = "st_" + "2" * 32
 RUNNER = "r1"
+# A Dispatch decided at NOW carries this witness stamp (§6).
+STAMP = dispatch_stamp(NOW)
+# A chain of openings in which INC_B opened the store after INC_A had sealed
+# it: the store vouches for every attempt INC_A received (§6 witness).
+VOUCHING = (StoreOpen(INC_B, INC_A, 2**63 - 1),)
 ENVELOPE = b"envelope bytes"
 DIGEST = hashlib.sha256(ENVELOPE).hexdigest()
 
@@ -114,8 +121,13 @@ def answer(
     durable: bool = False,
     asked: int = 1,
     runner: str = RUNNER,
+    opens: tuple[StoreOpen, ...] | None = None,
 ) -> PreflightAnswer:
-    return PreflightAnswer(runner, incarnation, store, durable, op is not None, op, asked)
+    """A status answer; a durable one vouches for INC_A unless ``opens`` says otherwise."""
+    chain = (VOUCHING if durable else ()) if opens is None else opens
+    return PreflightAnswer(
+        runner, incarnation, store, durable, op is not None, op, asked, store_opens=chain
+    )
 
 
 def commit(record: OperationRecord, decision: Decision) -> OperationRecord:

@@ -17,6 +17,7 @@ from coordinator_svc.core.events import (
 )
 from coordinator_svc.core.model import AttemptOutcome, Execution, OpState, StopReason
 from coordinator_svc.core.runner_view import RunnerOpState as R
+from tests.coordinator.core.giving_up import without_tombstone
 from tests.coordinator.core.scenario import (
     INC_A,
     INC_B,
@@ -170,7 +171,7 @@ def test_unacknowledged_cancelling_keeps_the_reconcile_deadline() -> None:
     cancelling, _ = step(unknown, CancelRequested(), ctx(*rows))
     assert cancelling.unknown_since == unknown.unknown_since
     late = ctx(*rows, now=NOW + timedelta(seconds=60))
-    record, _ = step(cancelling, Tick(), late)
+    record, _ = without_tombstone(cancelling, decide(cancelling, Tick(), late), late)
     assert record.state is OpState.TIMED_OUT and record.error_reason == "RECONCILE_DEADLINE"
     assert record.execution is Execution.UNKNOWN
 

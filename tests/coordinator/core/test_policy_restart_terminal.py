@@ -27,11 +27,13 @@ from coordinator_svc.core.model import (
 from coordinator_svc.core.runner_view import RunnerOpState as R
 from coordinator_svc.ports import InvalidWrite
 from coordinator_svc.storage import rules
+from tests.coordinator.core.giving_up import without_tombstone
 from tests.coordinator.core.scenario import (
     INC_A,
     INC_B,
     NOW,
     RUNNER,
+    STAMP,
     answer,
     attempt,
     bound,
@@ -45,7 +47,8 @@ from tests.coordinator.core.scenario import (
 def test_never_automatic_does_not_replay_after_the_first_send() -> None:
     """§3 NEVER_AUTOMATIC: same-incarnation absence after a send ends TIMED_OUT, no Dispatch."""
     before = bound(OpState.DISPATCH_UNKNOWN, replay_policy=ReplayPolicy.NEVER_AUTOMATIC)
-    record, decision = step(before, answer(None), ctx(attempt(1)))
+    context = ctx(attempt(1))
+    record, decision = without_tombstone(before, decide(before, answer(None), context), context)
     assert record.state is OpState.TIMED_OUT and record.execution is Execution.UNKNOWN
     assert decision.commands == ()
 
@@ -72,7 +75,7 @@ def test_safe_policy_dispatches_again_to_the_new_incarnation() -> None:
     before = bound(OpState.DISPATCH_UNKNOWN, replay_policy=ReplayPolicy.SAFE)
     record, decision = step(before, answer(None, incarnation=INC_B), ctx(attempt(1)))
     assert record.state is OpState.DISPATCHING and record.incarnation_id == INC_B
-    assert decision.commands == (cmd.Dispatch(RUNNER, 2, INC_B, record.fencing_token),)
+    assert decision.commands == (cmd.Dispatch(RUNNER, 2, INC_B, record.fencing_token, STAMP),)
     assert "replay" in decision.tags
 
 
@@ -91,7 +94,9 @@ def test_safe_policy_success_after_an_unknown_attempt_is_started() -> None:
 def test_max_attempts_bounds_every_policy(policy: ReplayPolicy) -> None:
     """§3: a replay that would exceed max_attempts ends TIMED_OUT MAX_ATTEMPTS_EXCEEDED, UNKNOWN."""
     before = bound(OpState.DISPATCH_UNKNOWN, 2, max_attempts=2, replay_policy=policy)
-    record, decision = step(before, answer(None, asked=2), ctx(attempt(1), attempt(2)))
+    context = ctx(attempt(1), attempt(2))
+    gave_up = decide(before, answer(None, asked=2), context)
+    record, decision = without_tombstone(before, gave_up, context)
     assert record.state is OpState.TIMED_OUT
     assert record.error_reason in {"MAX_ATTEMPTS_EXCEEDED"}
     assert record.execution is Execution.UNKNOWN

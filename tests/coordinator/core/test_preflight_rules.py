@@ -11,11 +11,13 @@ from coordinator_svc.core.decide import decide
 from coordinator_svc.core.events import DispatchAccepted, PreflightFailed, Tick
 from coordinator_svc.core.model import AttemptOutcome, Execution, OpState
 from coordinator_svc.core.runner_view import RunnerOpState as R
+from tests.coordinator.core.giving_up import without_tombstone
 from tests.coordinator.core.scenario import (
     INC_A,
     INC_B,
     NOW,
     RUNNER,
+    STAMP,
     STORE,
     answer,
     attempt,
@@ -51,7 +53,7 @@ def test_absent_preflight_writes_the_attempt_ahead_then_dispatches() -> None:
     assert decision.change is not None and decision.change.new_attempt is not None
     new_attempt = decision.change.new_attempt
     assert (new_attempt.number, new_attempt.outcome) == (1, AttemptOutcome.PENDING)
-    assert decision.commands == (cmd.Dispatch(RUNNER, 1, INC_A, record.fencing_token),)
+    assert decision.commands == (cmd.Dispatch(RUNNER, 1, INC_A, record.fencing_token, STAMP),)
     assert record.lease_owner == "replica-1"
 
 
@@ -102,7 +104,7 @@ def test_unknown_absent_same_incarnation_replays_exactly_to_it() -> None:
     record, decision = step(before, answer(None), ctx(attempt(1)))
     assert record.state is OpState.DISPATCHING
     assert record.attempt_count == 2
-    assert decision.commands == (cmd.Dispatch(RUNNER, 2, INC_A, record.fencing_token),)
+    assert decision.commands == (cmd.Dispatch(RUNNER, 2, INC_A, record.fencing_token, STAMP),)
     assert "replay" in decision.tags
     assert record.unknown_since == before.unknown_since  # the ambiguity continues
 
@@ -129,16 +131,20 @@ def test_unreachable_runner_backs_off_before_the_deadline() -> None:
 def test_unreachable_runner_past_the_reconcile_deadline_times_out() -> None:
     """C8: the reconcile deadline ends the ambiguity: TIMED_OUT RECONCILE_DEADLINE, UNKNOWN."""
     before = bound(OpState.DISPATCH_UNKNOWN, unknown_since=NOW - timedelta(seconds=31))
-    record, _ = step(before, PreflightFailed(RUNNER, "UNAVAILABLE", 1), ctx(attempt(1)))
+    context = ctx(attempt(1))
+    gave_up = decide(before, PreflightFailed(RUNNER, "UNAVAILABLE", 1), context)
+    record, _ = without_tombstone(before, gave_up, context)
     assert record.state is OpState.TIMED_OUT
     assert record.error_reason == "RECONCILE_DEADLINE"
     assert record.execution is Execution.UNKNOWN
 
 
 def test_tick_past_the_reconcile_deadline_times_out() -> None:
-    """C8: a due DISPATCH_UNKNOWN past its deadline ends without another call."""
+    """C8: a due DISPATCH_UNKNOWN past its deadline ends without another status call
+    (one Cancel asks for a tombstone first, C14; unanswered here)."""
     before = bound(OpState.DISPATCH_UNKNOWN, unknown_since=NOW - timedelta(seconds=31))
-    record, decision = step(before, Tick(), ctx(attempt(1)))
+    context = ctx(attempt(1))
+    record, decision = without_tombstone(before, decide(before, Tick(), context), context)
     assert record.error_reason == "RECONCILE_DEADLINE"
     assert decision.commands == ()
 

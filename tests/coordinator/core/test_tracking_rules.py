@@ -18,6 +18,7 @@ from tests.coordinator.core.scenario import (
     INC_B,
     OTHER_STORE,
     RUNNER,
+    STAMP,
     STORE,
     answer,
     attempt,
@@ -146,7 +147,7 @@ def test_same_durable_store_accepted_never_launched_is_dispatched_again() -> Non
     assert decide(unknown, Tick(), ctx(*rows)).commands == (cmd.Preflight(RUNNER),)
     replay, decision = step(unknown, durable(old), ctx(*rows))
     assert replay.state is OpState.DISPATCHING and replay.attempt_count == 2
-    assert decision.commands == (cmd.Dispatch(RUNNER, 2, INC_B, replay.fencing_token),)
+    assert decision.commands == (cmd.Dispatch(RUNNER, 2, INC_B, replay.fencing_token, STAMP),)
 
 
 def test_same_durable_store_absence_licenses_a_replay_to_the_new_incarnation() -> None:
@@ -154,7 +155,7 @@ def test_same_durable_store_absence_licenses_a_replay_to_the_new_incarnation() -
     before = bound(OpState.DISPATCH_UNKNOWN)
     record, decision = step(before, durable(None), ctx(attempt(1)))
     assert record.state is OpState.DISPATCHING and record.incarnation_id == INC_B
-    assert decision.commands == (cmd.Dispatch(RUNNER, 2, INC_B, record.fencing_token),)
+    assert decision.commands == (cmd.Dispatch(RUNNER, 2, INC_B, record.fencing_token, STAMP),)
 
 
 def test_same_durable_store_losing_an_acknowledged_row_is_a_protocol_error() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from datetime import timedelta
+
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from coordinator_svc.config import RunnerEndpoint
@@ -31,10 +33,12 @@ from coordinator_svc.core.model import (
 from coordinator_svc.core.routing import route, runner_for
 from coordinator_svc.core.runner_view import RunnerOpState, observe
 from coordinator_svc.core.truth import Evidence, joined_execution
+from coordinator_svc.core.witness import StoreOpen, store_vouches
 from coordinator_svc.storage import rules
 from tests.coordinator.core.scenario import (
     INC_A,
     INC_B,
+    NOW,
     RUNNER,
     STORE,
     answer,
@@ -45,6 +49,7 @@ from tests.coordinator.core.scenario import (
     queued,
     row,
 )
+from turnwire.ids import dispatch_stamp
 
 # --- C14 ---
 
@@ -129,6 +134,8 @@ def test_bound_operation_is_never_moved() -> None:
 # --- properties over every decision ---
 
 _STATES = list(OpState)
+# The stamp of every attempt the scenario helpers make (sent 5 s before NOW).
+STAMP_5S_AGO = dispatch_stamp(NOW - timedelta(seconds=5))
 _ROWS = st.builds(
     row,
     st.sampled_from(list(RunnerOpState)),
@@ -140,11 +147,16 @@ _EVENTS: st.SearchStrategy[Event] = st.one_of(
     st.just(Restarted()),
     st.just(CancelRequested()),
     st.builds(
-        lambda op, inc, durable, asked: answer(op, incarnation=inc, durable=durable, asked=asked),
+        lambda op, inc, durable, asked, opens: answer(
+            op, incarnation=inc, durable=durable, asked=asked, opens=opens
+        ),
         st.none() | _ROWS,
         st.sampled_from([INC_A, INC_B]),
         st.booleans(),
         st.integers(0, 2),
+        # §6 witness: a chain that vouches for INC_A, one that shows INC_A's
+        # floor at the attempts' stamp (a restored store), or no chain at all.
+        st.sampled_from([None, (StoreOpen(INC_B, INC_A, STAMP_5S_AGO),), ()]),
     ),
     st.builds(PreflightFailed, st.just(RUNNER), st.just("down"), st.integers(0, 2)),
     st.builds(DispatchAccepted, st.integers(1, 2), st.sampled_from([INC_A, INC_B]), _ROWS),
@@ -179,6 +191,8 @@ def test_every_decision_is_legal_and_never_lies(
     """§2/C4/C10/C14: every decision is journal-legal and never claims NOT_STARTED from silence."""
     record = bound(state, attempts, replay_policy=policy)
     rows = tuple(attempt(n, outcomes[n - 1]) for n in range(1, attempts + 1))
+    # C6: only an operation whose every attempt was definitely refused is QUEUED.
+    assume(state is not OpState.QUEUED or all(a.outcome is AttemptOutcome.REFUSED for a in rows))
     decision = decide(record, event, ctx(*rows))
     dispatches = [c for c in decision.commands if isinstance(c, cmd.Dispatch)]
     if decision.change is None:
@@ -194,9 +208,15 @@ def test_every_decision_is_legal_and_never_lies(
             # §8 invariant 4: a replay needs a proof from the bound incarnation, the
             # same durable store, or the SAFE policy.
             assert isinstance(event, PreflightAnswer)
+            vouched = store_vouches(
+                rows,
+                incarnation_id=event.incarnation_id,
+                store_id=event.store_id,
+                openings=event.store_opens,
+            )
             assert (
                 event.incarnation_id == record.incarnation_id
-                or (event.durable and event.store_id == record.store_id)
+                or (event.durable and event.store_id == record.store_id and vouched)
                 or policy is ReplayPolicy.SAFE
             )
             assert policy is not ReplayPolicy.NEVER_AUTOMATIC

@@ -27,7 +27,7 @@ from runner_svc.app import RunningRunner
 from tests.coordinator.dispatcher.rig import Rig, new_operation, sqlite_journal
 from tests.support.fault_interceptor import DROP_REQUEST, DROP_RESPONSE, Fault, FaultInterceptor
 from turnwire.common.v1 import turn_pb2
-from turnwire.ids import sha256_hex
+from turnwire.ids import sha256_hex, stamp_now
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
 
 
@@ -54,6 +54,7 @@ async def send_dispatch(runner: RunningRunner, record: OperationRecord) -> None:
                 expected_incarnation_id=runner.incarnation_id,
                 fencing_token=record.fencing_token,
                 attempt=1,
+                dispatch_stamp=stamp_now(),
             ),
             timeout=3.0,
         )

@@ -98,7 +98,16 @@ def test_unreachable_runner_ends_at_the_reconcile_deadline(tmp_path: Path) -> No
     """C8: the bound runner stays unreachable: back off, then TIMED_OUT RECONCILE_DEADLINE."""
 
     async def scenario() -> None:
-        faults = blind_after_dispatch()
+        faults = FaultInterceptor()
+        # Unreachable for Cancel too: the give-up Cancel (C14) would otherwise find
+        # the finished row and adopt it.
+        faults.faults.append(
+            Fault(
+                "Dispatch",
+                DROP_RESPONSE,
+                on_fire=lambda: faults.block(*STATUS_AND_WATCH, "Cancel"),
+            )
+        )
         rig = Rig(tmp_path, FakeJournal(), interceptors=faults.all())
         try:
             await rig.start_runner("r1")
@@ -111,6 +120,7 @@ def test_unreachable_runner_ends_at_the_reconcile_deadline(tmp_path: Path) -> No
             assert record.error_reason == "RECONCILE_DEADLINE"
             assert record.execution is Execution.UNKNOWN
             assert dispatcher.metrics.rpc_calls["Dispatch"] == 1
+            assert dispatcher.metrics.rpc_calls["Cancel"] == 1  # the one tombstone try
         finally:
             await rig.close()
 
@@ -136,7 +146,7 @@ def test_running_operation_on_a_restarted_runner_times_out(tmp_path: Path) -> No
             record = await rig.terminal(op_id)
             assert record.state is OpState.TIMED_OUT
             assert record.error_reason == "INCARNATION_CHANGED"
-            assert record.execution in (Execution.UNKNOWN, Execution.STARTED)
+            assert record.execution is Execution.STARTED  # the start was confirmed (R3)
             assert rig.starts_on(new.incarnation_id) == 0
         finally:
             await rig.close()

@@ -13,7 +13,7 @@ import pytest
 from runner_svc.executors import ExecutionOutcome
 from runner_svc.service import ServiceSettings
 from tests.runner.gated_executor import GatedExecutor
-from tests.runner.live import READ_ONLY, Live, dispatch_request, envelope, live_runner
+from tests.runner.live import READ_ONLY, Live, dispatch_request, envelope, live_runner, stamp_now
 from turnwire.common.v1 import turn_pb2
 from turnwire.errors import error_info
 from turnwire.ids import is_incarnation_id, sha256_hex
@@ -133,6 +133,7 @@ def test_unparseable_envelope_is_invalid(tmp_path: Path) -> None:
             expected_incarnation_id=live.incarnation,
             fencing_token=1,
             attempt=1,
+            dispatch_stamp=stamp_now(),
         )
         code, reason, _ = await refused(live.stub.Dispatch(request))
         assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "ENVELOPE_INVALID")

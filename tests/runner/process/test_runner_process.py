@@ -170,10 +170,14 @@ def test_crash_between_durable_steps_is_reported_truthfully(
     assert count_starts(ledger)["op_crash"] == starts
 
 
-def test_crash_after_dedupe_commit_leaves_a_row_the_next_incarnation_takes_over(
+def test_crash_after_dedupe_commit_leaves_a_row_no_later_incarnation_launches(
     tmp_path: Path,
 ) -> None:
-    """R3/§6: an accepted row never replied to survives; the next incarnation re-admits it once."""
+    """R3/§6: an accepted row never replied to survives. The process died before
+    its admission floor passed the row's stamp, so nothing proves the row is its
+    last word (a restored copy would look the same): the next incarnation never
+    re-admits it, it stays a duplicate of the dead incarnation's row, and the
+    turn never starts (issue 8.1; the coordinator ends it UNKNOWN, honestly)."""
     store, ledger = tmp_path / "r.db", tmp_path / "ledger.jsonl"
     body = envelope("op_acc")
     crashing = RunnerProcess.start(
@@ -199,9 +203,15 @@ def test_crash_after_dedupe_commit_leaves_a_row_the_next_incarnation_takes_over(
             assert seen.operation.state == R.RUNNER_OPERATION_STATE_ACCEPTED
             assert seen.operation.incarnation_id == first.incarnation_id
             reply = stub.Dispatch(dispatch_request("op_acc", body, seen.incarnation_id, attempt=2))
-            assert not reply.duplicate and reply.operation.incarnation_id == seen.incarnation_id
+            assert reply.duplicate
+            assert reply.operation.state == R.RUNNER_OPERATION_STATE_ACCEPTED
+            assert reply.operation.incarnation_id == first.incarnation_id
+            opening = seen.store_opens[0]
+            assert opening.incarnation_id == seen.incarnation_id
+            assert opening.predecessor_incarnation_id == first.incarnation_id
+            assert opening.predecessor_floor <= reply.operation.dispatch_stamp
         finally:
             channel.close()
         restarted.terminate()
         assert restarted.wait(20) == 0
-    assert count_starts(ledger)["op_acc"] == 1
+    assert count_starts(ledger).get("op_acc", 0) == 0

@@ -11,15 +11,15 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from runner_svc.core.model import SlotKind
-from runner_svc.core.transitions import Admit
+from runner_svc.core.model import SlotKind, StopReason
+from runner_svc.core.transitions import Admit, RecordStopReason, RowEvent
 from runner_svc.executors import ExecutionOutcome, ExecutionRequest
 from runner_svc.storage.sqlite_store import SqliteRunnerStore
 from tests.runner.gated_executor import GatedExecutor, row_state_on_disk
 from tests.runner.live import READ_ONLY, dispatch_request, envelope, live_runner
 from turnwire.common.v1 import turn_pb2
 from turnwire.errors import error_info
-from turnwire.ids import sha256_hex
+from turnwire.ids import sha256_hex, stamp_now
 from turnwire.ledger import count_starts
 from turnwire.runner.v1 import runner_pb2
 
@@ -135,7 +135,8 @@ def test_abort_then_late_settlement_frees_the_slot_only_when_settled(tmp_path: P
             gated.handles["op_late"].finish.set()  # the executor settles late, successfully
             done = await live.wait_settled("op_late")
             assert done.state == R.RUNNER_OPERATION_STATE_SUCCEEDED
-            assert done.stop_reason == turn_pb2.STOP_REASON_CANCEL
+            # The cancel stopped nothing: the settled row reports no stop reason (R6).
+            assert done.stop_reason == turn_pb2.STOP_REASON_UNSPECIFIED
             assert not (await live.dispatch("op_next")).duplicate
             await live.wait_state(
                 "op_next", lambda op: op.state == R.RUNNER_OPERATION_STATE_RUNNING
@@ -171,7 +172,7 @@ def test_shutdown_refuses_new_dispatch_and_drains_running_turns(tmp_path: Path) 
     try:
         row = store.get("op_drain")
         assert row is not None and row.state.value == "SUCCEEDED"
-        assert row.stop_reason is not None and row.stop_reason.value == "SHUTDOWN"
+        assert row.stop_reason is None  # the drain stopped nothing: it finished (R6, R8)
         assert store.get("op_new") is None
     finally:
         store.close()
@@ -326,21 +327,35 @@ def test_executor_refusing_to_start_settles_failed_not_started(tmp_path: Path) -
 OLD = "0" * 32
 
 
-def seed_old_rows(store_path: Path, rows: dict[str, bytes]) -> None:
-    """Rows an earlier incarnation (OLD) accepted and never launched."""
+def seed_old_rows(
+    store_path: Path,
+    rows: dict[str, bytes],
+    *,
+    then: tuple[tuple[str, RowEvent], ...] = (),
+    seal: bool = True,
+) -> None:
+    """Rows an earlier incarnation (OLD) accepted and never launched (then
+    ``then``); a clean stop seals the store (§6 witness) unless ``seal`` is False."""
     store = SqliteRunnerStore.open(store_path, OLD)
     try:
         for op, body in rows.items():
-            store.write(op, Admit(op, OLD, SlotKind.WRITABLE, sha256_hex(body), 1, 1, 1.0))
+            store.write(op, Admit(op, OLD, SlotKind.WRITABLE, sha256_hex(body), 1, 1, 1.0, 5))
+        for op, event in then:
+            store.write(op, event)
+        if seal:
+            store.seal()
     finally:
         store.close()
 
 
 def test_old_accepted_row_is_taken_over_before_it_runs(tmp_path: Path) -> None:
-    """§6: an earlier incarnation's accepted row is reported as such, then taken over by a write."""
+    """§6: an earlier incarnation's accepted row that its shutdown stopped before
+    launch, in a store it sealed, is reported as such, then taken over by a write."""
     store_path, ledger = tmp_path / "r.db", tmp_path / "ledger.jsonl"
     body = envelope("op_old")
-    seed_old_rows(store_path, {"op_old": body})
+    seed_old_rows(
+        store_path, {"op_old": body}, then=(("op_old", RecordStopReason(StopReason.SHUTDOWN)),)
+    )
 
     async def main() -> None:
         async with live_runner(store_path, executor="metered", ledger_path=ledger) as live:
@@ -388,11 +403,11 @@ def test_interrupted_rows_are_never_run_again(tmp_path: Path) -> None:
 
     store_path, ledger = tmp_path / "r.db", tmp_path / "ledger.jsonl"
     body = envelope("op_int")
-    seed_old_rows(store_path, {"op_int": body})
-    store = SqliteRunnerStore.open(store_path, OLD)
-    store.write("op_int", LaunchIntent(OLD))
-    store.write("op_int", ConfirmStart(OLD, 2.0))
-    store.close()
+    seed_old_rows(
+        store_path,
+        {"op_int": body},
+        then=(("op_int", LaunchIntent(OLD)), ("op_int", ConfirmStart(OLD, 2.0))),
+    )
 
     async def main() -> None:
         async with live_runner(store_path, executor="metered", ledger_path=ledger) as live:
@@ -460,7 +475,9 @@ def test_cancel_between_accept_and_launch_settles_not_started(tmp_path: Path) ->
         async with live_runner(tmp_path / "r.db", executor_override=gated) as live:
             service = live.runner.service
             body = envelope("op_gap")
-            call = DispatchCall("op_gap", body, sha256_hex(body), live.incarnation, 1, 1)
+            call = DispatchCall(
+                "op_gap", body, sha256_hex(body), live.incarnation, 1, 1, stamp_now()
+            )
             # Both enter the same operation lock in order (asyncio.Lock is FIFO): the
             # Cancel is queued before the background launch even asks for the lock.
             accepted, cancelled = await asyncio.gather(

@@ -169,7 +169,7 @@ def test_store_id_is_stable_and_a_copy_gets_a_new_one(tmp_path: Path) -> None:
     again.close()
     copy = tmp_path / "copy.db"
     shutil.copy(path, copy)
-    copied = SqliteRunnerStore.open(copy, B)
+    copied = SqliteRunnerStore.open(copy, "c" * 32)
     try:
         assert copied.store_id != store_id
     finally:

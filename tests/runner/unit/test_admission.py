@@ -21,9 +21,19 @@ from runner_svc.core.model import (
     SlotKind,
     StopReason,
 )
+from runner_svc.core.witness import StoreOpening
 
 OURS = "a" * 32
 OLD = "b" * 32
+# An older incarnation the store's chain cannot vouch for (§6 witness): its
+# successor found its floor at or below the row's stamp.
+UNVOUCHED = "c" * 32
+# The chain, newest first: OLD handed over at a floor above every stamp here
+# (stored rows carry stamp 0); UNVOUCHED handed over at floor 0.
+OPENINGS = (
+    StoreOpening(OURS, OLD, 1_000, 3.0),
+    StoreOpening(OLD, UNVOUCHED, 0, 2.0),
+)
 FACTS = DispatchFacts("op", "digest", OURS, 5, SlotKind.WRITABLE)
 
 
@@ -143,6 +153,16 @@ CASES = [
         Refusal.SHUTTING_DOWN,
     ),
     (
+        # Regression (issue 8.1): a restored store shows "accepted" for a turn
+        # that went on to run; only the chain's witness licenses a take-over.
+        "old accepted row the chain cannot vouch for is not taken over",
+        FACTS,
+        stored(RowState.ACCEPTED, UNVOUCHED),
+        True,
+        pools(),
+        AdmissionAction.DUPLICATE,
+    ),
+    (
         "old cancelled accepted row is not taken over",
         FACTS,
         stored(RowState.ACCEPTED, OLD, stop_reason=StopReason.CANCEL),
@@ -195,11 +215,23 @@ def test_admission_decision_table(
     before = dict(slot_pools.in_use)
     if isinstance(expected, Refusal):
         with pytest.raises(RunnerRefusal) as caught:
-            decide_admission(facts, row, incarnation_id=OURS, accepting=accepting, pools=slot_pools)
+            decide_admission(
+                facts,
+                row,
+                incarnation_id=OURS,
+                accepting=accepting,
+                pools=slot_pools,
+                openings=OPENINGS,
+            )
         assert caught.value.refusal is expected
     else:
         decision = decide_admission(
-            facts, row, incarnation_id=OURS, accepting=accepting, pools=slot_pools
+            facts,
+            row,
+            incarnation_id=OURS,
+            accepting=accepting,
+            pools=slot_pools,
+            openings=OPENINGS,
         )
         assert decision.action is expected
     assert slot_pools.in_use == before

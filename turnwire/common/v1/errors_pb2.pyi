@@ -47,6 +47,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The runner could not read its store; nothing was decided."""
     ERROR_REASON_EXECUTOR_UNAVAILABLE: _ErrorReason.ValueType  # 10
     """The runner has no executor for the turn (bad executor name or kind)."""
+    ERROR_REASON_DISPATCH_STALE: _ErrorReason.ValueType  # 11
+    """The Dispatch's dispatch_stamp is below the runner's admission floor: it was
+    sent too long ago (or the coordinator's clock is far behind the runner's)
+    and is never admitted (§6 witness).
+    """
     ERROR_REASON_IDEMPOTENCY_KEY_REUSED: _ErrorReason.ValueType  # 20
     """--- Public API errors. ---
     The idempotency key was used by this principal with a different request.
@@ -69,6 +74,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """No configured runner serves the turn's pool and kind."""
     ERROR_REASON_ARGUMENT_INVALID: _ErrorReason.ValueType  # 29
     """A request argument other than the turn is malformed."""
+    ERROR_REASON_REQUEST_MALFORMED: _ErrorReason.ValueType  # 30
+    """The request bytes do not decode as the method's request message (corrupt
+    wire format, or invalid UTF-8 in a string field). Sent by both services;
+    nothing was read or changed.
+    """
     ERROR_REASON_INCARNATION_CHANGED: _ErrorReason.ValueType  # 40
     """--- Terminal outcome reasons (Operation.error.reason). ---
     The bound runner restarted while the operation was ambiguous (C8, C9).
@@ -124,6 +134,11 @@ ERROR_REASON_STORE_UNAVAILABLE: ErrorReason.ValueType  # 9
 """The runner could not read its store; nothing was decided."""
 ERROR_REASON_EXECUTOR_UNAVAILABLE: ErrorReason.ValueType  # 10
 """The runner has no executor for the turn (bad executor name or kind)."""
+ERROR_REASON_DISPATCH_STALE: ErrorReason.ValueType  # 11
+"""The Dispatch's dispatch_stamp is below the runner's admission floor: it was
+sent too long ago (or the coordinator's clock is far behind the runner's)
+and is never admitted (§6 witness).
+"""
 ERROR_REASON_IDEMPOTENCY_KEY_REUSED: ErrorReason.ValueType  # 20
 """--- Public API errors. ---
 The idempotency key was used by this principal with a different request.
@@ -146,6 +161,11 @@ ERROR_REASON_NO_RUNNER_FOR_TURN: ErrorReason.ValueType  # 28
 """No configured runner serves the turn's pool and kind."""
 ERROR_REASON_ARGUMENT_INVALID: ErrorReason.ValueType  # 29
 """A request argument other than the turn is malformed."""
+ERROR_REASON_REQUEST_MALFORMED: ErrorReason.ValueType  # 30
+"""The request bytes do not decode as the method's request message (corrupt
+wire format, or invalid UTF-8 in a string field). Sent by both services;
+nothing was read or changed.
+"""
 ERROR_REASON_INCARNATION_CHANGED: ErrorReason.ValueType  # 40
 """--- Terminal outcome reasons (Operation.error.reason). ---
 The bound runner restarted while the operation was ambiguous (C8, C9).

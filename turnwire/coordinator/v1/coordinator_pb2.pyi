@@ -161,6 +161,11 @@ class Operation(_message.Message):
     """The runner the operation is bound to, once an attempt may have reached it."""
     incarnation_id: _builtins.str
     stop_reason: _turn_pb2.StopReason.ValueType
+    """While not terminal: the first stop reason asked for (C11, R6). Terminal:
+    the one that stopped the turn, unset when nothing did (SUCCEEDED, a
+    failure or timeout of its own); a cancel that lost the race shows as
+    cancel_requested, not here.
+    """
     replay_policy: _turn_pb2.ReplayPolicy.ValueType
     kind: _turn_pb2.TurnKind.ValueType
     max_attempts: _builtins.int

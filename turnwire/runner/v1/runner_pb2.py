@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from turnwire.common.v1 import turn_pb2 as turnwire_dot_common_dot_v1_dot_turn__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fturnwire/runner/v1/runner.proto\x12\x12turnwire.runner.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dturnwire/common/v1/turn.proto\"\x83\x04\n\x0cTurnEnvelope\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12,\n\x07routing\x18\x02 \x01(\x0b\x32\x1b.turnwire.runner.v1.Routing\x12+\n\x05model\x18\x03 \x01(\x0b\x32\x1c.turnwire.common.v1.ModelRef\x12\x32\n\x0binput_items\x18\x04 \x03(\x0b\x32\x1d.turnwire.common.v1.InputItem\x12*\n\x05\x66iles\x18\x05 \x03(\x0b\x32\x1b.turnwire.common.v1.FileRef\x12I\n\ritem_metadata\x18\x06 \x03(\x0b\x32\x32.turnwire.runner.v1.TurnEnvelope.ItemMetadataEntry\x12*\n\x04kind\x18\x07 \x01(\x0e\x32\x1c.turnwire.common.v1.TurnKind\x12*\n\x06limits\x18\x08 \x01(\x0b\x32\x1a.turnwire.common.v1.Limits\x12\x37\n\rreplay_policy\x18\t \x01(\x0e\x32 .turnwire.common.v1.ReplayPolicy\x12\x11\n\tprincipal\x18\n \x01(\t\x1a\x33\n\x11ItemMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x17\n\x07Routing\x12\x0c\n\x04pool\x18\x01 \x01(\t\"\xcd\x04\n\x0fRunnerOperation\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x37\n\x05state\x18\x02 \x01(\x0e\x32(.turnwire.runner.v1.RunnerOperationState\x12\x30\n\texecution\x18\x03 \x01(\x0e\x32\x1d.turnwire.common.v1.Execution\x12\x33\n\x0bstop_reason\x18\x04 \x01(\x0e\x32\x1e.turnwire.common.v1.StopReason\x12\x16\n\x0eincarnation_id\x18\x05 \x01(\t\x12\x17\n\x0f\x65nvelope_digest\x18\x06 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x07 \x01(\r\x12\x15\n\rfencing_token\x18\x08 \x01(\x04\x12.\n\x06result\x18\t \x01(\x0b\x32\x1e.turnwire.common.v1.TurnResult\x12,\n\x05\x65rror\x18\n \x01(\x0b\x32\x1d.turnwire.common.v1.TurnError\x12\x10\n\x08released\x18\x0b \x01(\x08\x12/\n\x0b\x61\x63\x63\x65pted_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nsettled_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08sequence\x18\x0f \x01(\x04\x12\x18\n\x10result_not_saved\x18\x10 \x01(\x08\"1\n\x19GetOperationStatusRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"\xa0\x01\n\x1aGetOperationStatusResponse\x12\x16\n\x0eincarnation_id\x18\x01 \x01(\t\x12\x10\n\x08store_id\x18\x02 \x01(\t\x12\x0f\n\x07\x64urable\x18\x03 \x01(\x08\x12\x0f\n\x07present\x18\x04 \x01(\x08\x12\x36\n\toperation\x18\x05 \x01(\x0b\x32#.turnwire.runner.v1.RunnerOperation\"7\n\x1e\x42\x61tchGetOperationStatusRequest\x12\x15\n\roperation_ids\x18\x01 \x03(\t\"\x94\x01\n\x1f\x42\x61tchGetOperationStatusResponse\x12\x16\n\x0eincarnation_id\x18\x01 \x01(\t\x12\x10\n\x08store_id\x18\x02 \x01(\t\x12\x0f\n\x07\x64urable\x18\x03 \x01(\x08\x12\x36\n\x07\x65ntries\x18\x04 \x03(\x0b\x32%.turnwire.runner.v1.OperationPresence\"r\n\x11OperationPresence\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x0f\n\x07present\x18\x02 \x01(\x08\x12\x36\n\toperation\x18\x03 \x01(\x0b\x32#.turnwire.runner.v1.RunnerOperation\"\x9b\x01\n\x0f\x44ispatchRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x10\n\x08\x65nvelope\x18\x02 \x01(\x0c\x12\x17\n\x0f\x65nvelope_digest\x18\x03 \x01(\t\x12\x1f\n\x17\x65xpected_incarnation_id\x18\x04 \x01(\t\x12\x15\n\rfencing_token\x18\x05 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x06 \x01(\r\"u\n\x10\x44ispatchResponse\x12\x16\n\x0eincarnation_id\x18\x01 \x01(\t\x12\x36\n\toperation\x18\x02 \x01(\x0b\x32#.turnwire.runner.v1.RunnerOperation\x12\x11\n\tduplicate\x18\x03 \x01(\x08\"]\n\rCancelRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x1f\n\x17\x65xpected_incarnation_id\x18\x02 \x01(\t\x12\x15\n\rfencing_token\x18\x03 \x01(\x04\"t\n\x0e\x43\x61ncelResponse\x12\x16\n\x0eincarnation_id\x18\x01 \x01(\t\x12\x36\n\toperation\x18\x02 \x01(\x0b\x32#.turnwire.runner.v1.RunnerOperation\x12\x12\n\ntombstoned\x18\x03 \x01(\x08\"^\n\x0eReleaseRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x1f\n\x17\x65xpected_incarnation_id\x18\x02 \x01(\t\x12\x15\n\rfencing_token\x18\x03 \x01(\x04\";\n\x0fReleaseResponse\x12\x16\n\x0eincarnation_id\x18\x01 \x01(\t\x12\x10\n\x08released\x18\x02 \x01(\x08\"\x16\n\x14GetRunnerInfoRequest\"T\n\x08SlotPool\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.turnwire.common.v1.TurnKind\x12\x0c\n\x04size\x18\x02 \x01(\r\x12\x0e\n\x06in_use\x18\x03 \x01(\r\"\xf2\x01\n\x15GetRunnerInfoResponse\x12\x16\n\x0eincarnation_id\x18\x01 \x01(\t\x12\x10\n\x08store_id\x18\x02 \x01(\t\x12\x0f\n\x07\x64urable\x18\x03 \x01(\x08\x12+\n\x05pools\x18\x04 \x03(\x0b\x32\x1c.turnwire.runner.v1.SlotPool\x12\x11\n\taccepting\x18\x05 \x01(\x08\x12.\n\nstarted_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1d\n\x15held_result_not_saved\x18\x07 \x01(\r\x12\x0f\n\x07version\x18\x08 \x01(\t\"0\n\x16WatchOperationsRequest\x12\x16\n\x0e\x61\x66ter_sequence\x18\x01 \x01(\x04\"i\n\x17WatchOperationsResponse\x12\x16\n\x0eincarnation_id\x18\x01 \x01(\t\x12\x36\n\toperation\x18\x02 \x01(\x0b\x32#.turnwire.runner.v1.RunnerOperation*\x91\x03\n\x14RunnerOperationState\x12&\n\"RUNNER_OPERATION_STATE_UNSPECIFIED\x10\x00\x12#\n\x1fRUNNER_OPERATION_STATE_ACCEPTED\x10\x01\x12$\n RUNNER_OPERATION_STATE_LAUNCHING\x10\x02\x12\"\n\x1eRUNNER_OPERATION_STATE_RUNNING\x10\x03\x12$\n RUNNER_OPERATION_STATE_SUCCEEDED\x10\x04\x12!\n\x1dRUNNER_OPERATION_STATE_FAILED\x10\x05\x12$\n RUNNER_OPERATION_STATE_CANCELLED\x10\x06\x12$\n RUNNER_OPERATION_STATE_TIMED_OUT\x10\x07\x12&\n\"RUNNER_OPERATION_STATE_INTERRUPTED\x10\x08\x12%\n!RUNNER_OPERATION_STATE_TOMBSTONED\x10\t2\xd9\x05\n\rRunnerService\x12s\n\x12GetOperationStatus\x12-.turnwire.runner.v1.GetOperationStatusRequest\x1a..turnwire.runner.v1.GetOperationStatusResponse\x12\x82\x01\n\x17\x42\x61tchGetOperationStatus\x12\x32.turnwire.runner.v1.BatchGetOperationStatusRequest\x1a\x33.turnwire.runner.v1.BatchGetOperationStatusResponse\x12U\n\x08\x44ispatch\x12#.turnwire.runner.v1.DispatchRequest\x1a$.turnwire.runner.v1.DispatchResponse\x12O\n\x06\x43\x61ncel\x12!.turnwire.runner.v1.CancelRequest\x1a\".turnwire.runner.v1.CancelResponse\x12R\n\x07Release\x12\".turnwire.runner.v1.ReleaseRequest\x1a#.turnwire.runner.v1.ReleaseResponse\x12\x64\n\rGetRunnerInfo\x12(.turnwire.runner.v1.GetRunnerInfoRequest\x1a).turnwire.runner.v1.GetRunnerInfoResponse\x12l\n\x0fWatchOperations\x12*.turnwire.runner.v1.WatchOperationsRequest\x1a+.turnwire.runner.v1.WatchOperationsResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fturnwire/runner/v1/runner.proto\x12\x12turnwire.runner.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dturnwire/common/v1/turn.proto\"\x83\x04\n\x0cTurnEnvelope\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12,\n\x07routing\x18\x02 \x01(\x0b\x32\x1b.turnwire.runner.v1.Routing\x12+\n\x05model\x18\x03 \x01(\x0b\x32\x1c.turnwire.common.v1.ModelRef\x12\x32\n\x0binput_items\x18\x04 \x03(\x0b\x32\x1d.turnwire.common.v1.InputItem\x12*\n\x05\x66iles\x18\x05 \x03(\x0b\x32\x1b.turnwire.common.v1.FileRef\x12I\n\ritem_metadata\x18\x06 \x03(\x0b\x32\x32.turnwire.runner.v1.TurnEnvelope.ItemMetadataEntry\x12*\n\x04kind\x18\x07 \x01(\x0e\x32\x1c.turnwire.common.v1.TurnKind\x12*\n\x06limits\x18\x08 \x01(\x0b\x32\x1a.turnwire.common.v1.Limits\x12\x37\n\rreplay_policy\x18\t \x01(\x0e\x32 .turnwire.common.v1.ReplayPolicy\x12\x11\n\tprincipal\x18\n \x01(\t\x1a\x33\n\x11ItemMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x17\n\x07Routing\x12\x0c\n\x04pool\x18\x01 \x01(\t\"\xe5\x04\n\x0fRunnerOperation\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x37\n\x05state\x18\x02 \x01(\x0e\x32(.turnwire.runner.v1.RunnerOperationState\x12\x30\n\texecution\x18\x03 \x01(\x0e\x32\x1d.turnwire.common.v1.Execution\x12\x33\n\x0bstop_reason\x18\x04 \x01(\x0e\x32\x1e.turnwire.common.v1.StopReason\x12\x16\n\x0eincarnation_id\x18\x05 \x01(\t\x12\x17\n\x0f\x65nvelope_digest\x18\x06 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x07 \x01(\r\x12\x15\n\rfencing_token\x18\x08 \x01(\x04\x12.\n\x06result\x18\t \x01(\x0b\x32\x1e.turnwire.common.v1.TurnResult\x12,\n\x05\x65rror\x18\n \x01(\x0b\x32\x1d.turnwire.common.v1.TurnError\x12\x10\n\x08released\x18\x0b \x01(\x08\x12/\n\x0b\x61\x63\x63\x65pted_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nsettled_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08sequence\x18\x0f \x01(\x04\x12\x18\n\x10result_not_saved\x18\x10 \x01(\x08\x12\x16\n\x0e\x64ispatch_stamp\x18\x11 \x01(\x04\"\x91\x01\n\tStoreOpen\x12\x16\n\x0eincarnation_id\x18\x01 \x01(\t\x12\"\n\x1apredecessor_incarnation_id\x18\x02 \x01(\t\x12\x19\n\x11predecessor_floor\x18\x03 \x01(\x04\x12-\n\topened_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"1\n\x19GetOperationStatusRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"\xd4\x01\n\x1aGetOperationStatusResponse\x12\x16\n\x0eincarnation_id\x18\x01 \x01(\t\x12\x10\n\x08store_id\x18\x02 \x01(\t\x12\x0f\n\x07\x64urable\x18\x03 \x01(\x08\x12\x0f\n\x07present\x18\x04 \x01(\x08\x12\x36\n\toperation\x18\x05 \x01(\x0b\x32#.turnwire.runner.v1.RunnerOperation\x12\x32\n\x0bstore_opens\x18\x06 \x03(\x0b\x32\x1d.turnwire.runner.v1.StoreOpen\"7\n\x1e\x42\x61tchGetOperationStatusRequest\x12\x15\n\roperation_ids\x18\x01 \x03(\t\"\xc8\x01\n\x1f\x42\x61tchGetOperationStatusResponse\x12\x16\n\x0eincarnation_id\x18\x01 \x01(\t\x12\x10\n\x08store_id\x18\x02 \x01(\t\x12\x0f\n\x07\x64urable\x18\x03 \x01(\x08\x12\x36\n\x07\x65ntries\x18\x04 \x03(\x0b\x32%.turnwire.runner.v1.OperationPresence\x12\x32\n\x0bstore_opens\x18\x05 \x03(\x0b\x32\x1d.turnwire.runner.v1.StoreOpen\"r\n\x11OperationPresence\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x0f\n\x07present\x18\x02 \x01(\x08\x12\x36\n\toperation\x18\x03 \x01(\x0b\x32#.turnwire.runner.v1.RunnerOperation\"\xb3\x01\n\x0f\x44ispatchRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x10\n\x08\x65nvelope\x18\x02 \x01(\x0c\x12\x17\n\x0f\x65nvelope_digest\x18\x03 \x01(\t\x12\x1f\n\x17\x65xpected_incarnation_id\x18\x04 \x01(\t\x12\x15\n\rfencing_token\x18\x05 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x06 \x01(\r\x12\x16\n\x0e\x64ispatch_stamp\x18\x07 \x01(\x04\"u\n\x10\x44ispatchResponse\x12\x16\n\x0eincarnation_id\x18\x01 \x01(\t\x12\x36\n\toperation\x18\x02 \x01(\x0b\x32#.turnwire.runner.v1.RunnerOperation\x12\x11\n\tduplicate\x18\x03 \x01(\x08\"]\n\rCancelRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x1f\n\x17\x65xpected_incarnation_id\x18\x02 \x01(\t\x12\x15\n\rfencing_token\x18\x03 \x01(\x04\"t\n\x0e\x43\x61ncelResponse\x12\x16\n\x0eincarnation_id\x18\x01 \x01(\t\x12\x36\n\toperation\x18\x02 \x01(\x0b\x32#.turnwire.runner.v1.RunnerOperation\x12\x12\n\ntombstoned\x18\x03 \x01(\x08\"^\n\x0eReleaseRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x1f\n\x17\x65xpected_incarnation_id\x18\x02 \x01(\t\x12\x15\n\rfencing_token\x18\x03 \x01(\x04\";\n\x0fReleaseResponse\x12\x16\n\x0eincarnation_id\x18\x01 \x01(\t\x12\x10\n\x08released\x18\x02 \x01(\x08\"\x16\n\x14GetRunnerInfoRequest\"T\n\x08SlotPool\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.turnwire.common.v1.TurnKind\x12\x0c\n\x04size\x18\x02 \x01(\r\x12\x0e\n\x06in_use\x18\x03 \x01(\r\"\xc9\x02\n\x15GetRunnerInfoResponse\x12\x16\n\x0eincarnation_id\x18\x01 \x01(\t\x12\x10\n\x08store_id\x18\x02 \x01(\t\x12\x0f\n\x07\x64urable\x18\x03 \x01(\x08\x12+\n\x05pools\x18\x04 \x03(\x0b\x32\x1c.turnwire.runner.v1.SlotPool\x12\x11\n\taccepting\x18\x05 \x01(\x08\x12.\n\nstarted_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1d\n\x15held_result_not_saved\x18\x07 \x01(\r\x12\x0f\n\x07version\x18\x08 \x01(\t\x12\x32\n\x0bstore_opens\x18\t \x03(\x0b\x32\x1d.turnwire.runner.v1.StoreOpen\x12!\n\x19max_receive_message_bytes\x18\n \x01(\x04\"0\n\x16WatchOperationsRequest\x12\x16\n\x0e\x61\x66ter_sequence\x18\x01 \x01(\x04\"i\n\x17WatchOperationsResponse\x12\x16\n\x0eincarnation_id\x18\x01 \x01(\t\x12\x36\n\toperation\x18\x02 \x01(\x0b\x32#.turnwire.runner.v1.RunnerOperation*\x91\x03\n\x14RunnerOperationState\x12&\n\"RUNNER_OPERATION_STATE_UNSPECIFIED\x10\x00\x12#\n\x1fRUNNER_OPERATION_STATE_ACCEPTED\x10\x01\x12$\n RUNNER_OPERATION_STATE_LAUNCHING\x10\x02\x12\"\n\x1eRUNNER_OPERATION_STATE_RUNNING\x10\x03\x12$\n RUNNER_OPERATION_STATE_SUCCEEDED\x10\x04\x12!\n\x1dRUNNER_OPERATION_STATE_FAILED\x10\x05\x12$\n RUNNER_OPERATION_STATE_CANCELLED\x10\x06\x12$\n RUNNER_OPERATION_STATE_TIMED_OUT\x10\x07\x12&\n\"RUNNER_OPERATION_STATE_INTERRUPTED\x10\x08\x12%\n!RUNNER_OPERATION_STATE_TOMBSTONED\x10\t2\xd9\x05\n\rRunnerService\x12s\n\x12GetOperationStatus\x12-.turnwire.runner.v1.GetOperationStatusRequest\x1a..turnwire.runner.v1.GetOperationStatusResponse\x12\x82\x01\n\x17\x42\x61tchGetOperationStatus\x12\x32.turnwire.runner.v1.BatchGetOperationStatusRequest\x1a\x33.turnwire.runner.v1.BatchGetOperationStatusResponse\x12U\n\x08\x44ispatch\x12#.turnwire.runner.v1.DispatchRequest\x1a$.turnwire.runner.v1.DispatchResponse\x12O\n\x06\x43\x61ncel\x12!.turnwire.runner.v1.CancelRequest\x1a\".turnwire.runner.v1.CancelResponse\x12R\n\x07Release\x12\".turnwire.runner.v1.ReleaseRequest\x1a#.turnwire.runner.v1.ReleaseResponse\x12\x64\n\rGetRunnerInfo\x12(.turnwire.runner.v1.GetRunnerInfoRequest\x1a).turnwire.runner.v1.GetRunnerInfoResponse\x12l\n\x0fWatchOperations\x12*.turnwire.runner.v1.WatchOperationsRequest\x1a+.turnwire.runner.v1.WatchOperationsResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TURNENVELOPE_ITEMMETADATAENTRY']._loaded_options = None
   _globals['_TURNENVELOPE_ITEMMETADATAENTRY']._serialized_options = b'8\001'
-  _globals['_RUNNEROPERATIONSTATE']._serialized_start=2952
-  _globals['_RUNNEROPERATIONSTATE']._serialized_end=3353
+  _globals['_RUNNEROPERATIONSTATE']._serialized_start=3339
+  _globals['_RUNNEROPERATIONSTATE']._serialized_end=3740
   _globals['_TURNENVELOPE']._serialized_start=120
   _globals['_TURNENVELOPE']._serialized_end=635
   _globals['_TURNENVELOPE_ITEMMETADATAENTRY']._serialized_start=584
@@ -44,39 +44,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ROUTING']._serialized_start=637
   _globals['_ROUTING']._serialized_end=660
   _globals['_RUNNEROPERATION']._serialized_start=663
-  _globals['_RUNNEROPERATION']._serialized_end=1252
-  _globals['_GETOPERATIONSTATUSREQUEST']._serialized_start=1254
-  _globals['_GETOPERATIONSTATUSREQUEST']._serialized_end=1303
-  _globals['_GETOPERATIONSTATUSRESPONSE']._serialized_start=1306
-  _globals['_GETOPERATIONSTATUSRESPONSE']._serialized_end=1466
-  _globals['_BATCHGETOPERATIONSTATUSREQUEST']._serialized_start=1468
-  _globals['_BATCHGETOPERATIONSTATUSREQUEST']._serialized_end=1523
-  _globals['_BATCHGETOPERATIONSTATUSRESPONSE']._serialized_start=1526
-  _globals['_BATCHGETOPERATIONSTATUSRESPONSE']._serialized_end=1674
-  _globals['_OPERATIONPRESENCE']._serialized_start=1676
-  _globals['_OPERATIONPRESENCE']._serialized_end=1790
-  _globals['_DISPATCHREQUEST']._serialized_start=1793
-  _globals['_DISPATCHREQUEST']._serialized_end=1948
-  _globals['_DISPATCHRESPONSE']._serialized_start=1950
-  _globals['_DISPATCHRESPONSE']._serialized_end=2067
-  _globals['_CANCELREQUEST']._serialized_start=2069
-  _globals['_CANCELREQUEST']._serialized_end=2162
-  _globals['_CANCELRESPONSE']._serialized_start=2164
-  _globals['_CANCELRESPONSE']._serialized_end=2280
-  _globals['_RELEASEREQUEST']._serialized_start=2282
-  _globals['_RELEASEREQUEST']._serialized_end=2376
-  _globals['_RELEASERESPONSE']._serialized_start=2378
-  _globals['_RELEASERESPONSE']._serialized_end=2437
-  _globals['_GETRUNNERINFOREQUEST']._serialized_start=2439
-  _globals['_GETRUNNERINFOREQUEST']._serialized_end=2461
-  _globals['_SLOTPOOL']._serialized_start=2463
-  _globals['_SLOTPOOL']._serialized_end=2547
-  _globals['_GETRUNNERINFORESPONSE']._serialized_start=2550
-  _globals['_GETRUNNERINFORESPONSE']._serialized_end=2792
-  _globals['_WATCHOPERATIONSREQUEST']._serialized_start=2794
-  _globals['_WATCHOPERATIONSREQUEST']._serialized_end=2842
-  _globals['_WATCHOPERATIONSRESPONSE']._serialized_start=2844
-  _globals['_WATCHOPERATIONSRESPONSE']._serialized_end=2949
-  _globals['_RUNNERSERVICE']._serialized_start=3356
-  _globals['_RUNNERSERVICE']._serialized_end=4085
+  _globals['_RUNNEROPERATION']._serialized_end=1276
+  _globals['_STOREOPEN']._serialized_start=1279
+  _globals['_STOREOPEN']._serialized_end=1424
+  _globals['_GETOPERATIONSTATUSREQUEST']._serialized_start=1426
+  _globals['_GETOPERATIONSTATUSREQUEST']._serialized_end=1475
+  _globals['_GETOPERATIONSTATUSRESPONSE']._serialized_start=1478
+  _globals['_GETOPERATIONSTATUSRESPONSE']._serialized_end=1690
+  _globals['_BATCHGETOPERATIONSTATUSREQUEST']._serialized_start=1692
+  _globals['_BATCHGETOPERATIONSTATUSREQUEST']._serialized_end=1747
+  _globals['_BATCHGETOPERATIONSTATUSRESPONSE']._serialized_start=1750
+  _globals['_BATCHGETOPERATIONSTATUSRESPONSE']._serialized_end=1950
+  _globals['_OPERATIONPRESENCE']._serialized_start=1952
+  _globals['_OPERATIONPRESENCE']._serialized_end=2066
+  _globals['_DISPATCHREQUEST']._serialized_start=2069
+  _globals['_DISPATCHREQUEST']._serialized_end=2248
+  _globals['_DISPATCHRESPONSE']._serialized_start=2250
+  _globals['_DISPATCHRESPONSE']._serialized_end=2367
+  _globals['_CANCELREQUEST']._serialized_start=2369
+  _globals['_CANCELREQUEST']._serialized_end=2462
+  _globals['_CANCELRESPONSE']._serialized_start=2464
+  _globals['_CANCELRESPONSE']._serialized_end=2580
+  _globals['_RELEASEREQUEST']._serialized_start=2582
+  _globals['_RELEASEREQUEST']._serialized_end=2676
+  _globals['_RELEASERESPONSE']._serialized_start=2678
+  _globals['_RELEASERESPONSE']._serialized_end=2737
+  _globals['_GETRUNNERINFOREQUEST']._serialized_start=2739
+  _globals['_GETRUNNERINFOREQUEST']._serialized_end=2761
+  _globals['_SLOTPOOL']._serialized_start=2763
+  _globals['_SLOTPOOL']._serialized_end=2847
+  _globals['_GETRUNNERINFORESPONSE']._serialized_start=2850
+  _globals['_GETRUNNERINFORESPONSE']._serialized_end=3179
+  _globals['_WATCHOPERATIONSREQUEST']._serialized_start=3181
+  _globals['_WATCHOPERATIONSREQUEST']._serialized_end=3229
+  _globals['_WATCHOPERATIONSRESPONSE']._serialized_start=3231
+  _globals['_WATCHOPERATIONSRESPONSE']._serialized_end=3336
+  _globals['_RUNNERSERVICE']._serialized_start=3743
+  _globals['_RUNNERSERVICE']._serialized_end=4472
 # @@protoc_insertion_point(module_scope)

@@ -185,10 +185,15 @@ class RunnerOperation(_message.Message):
     SETTLED_AT_FIELD_NUMBER: _builtins.int
     SEQUENCE_FIELD_NUMBER: _builtins.int
     RESULT_NOT_SAVED_FIELD_NUMBER: _builtins.int
+    DISPATCH_STAMP_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     state: Global___RunnerOperationState.ValueType
     execution: _turn_pb2.Execution.ValueType
     stop_reason: _turn_pb2.StopReason.ValueType
+    """While unsettled: the first stop reason asked for (R6). Settled: the one
+    that stopped the turn, unset if it finished on its own (SUCCEEDED), even
+    when a stop had been asked for (say by a drain it outlived).
+    """
     incarnation_id: _builtins.str
     """The incarnation that wrote the row's current state."""
     envelope_digest: _builtins.str
@@ -201,6 +206,10 @@ class RunnerOperation(_message.Message):
     """The runner's change sequence at this row's last change (watch cursor)."""
     result_not_saved: _builtins.bool
     """The settlement could not be saved; the slot is held until restart (R7)."""
+    dispatch_stamp: _builtins.int
+    """The dispatch_stamp of the Dispatch that admitted (or took over) the row;
+    0 for a tombstone.
+    """
     @_builtins.property
     def result(self) -> _turn_pb2.TurnResult: ...
     @_builtins.property
@@ -230,14 +239,56 @@ class RunnerOperation(_message.Message):
         settled_at: _timestamp_pb2.Timestamp | None = ...,
         sequence: _builtins.int = ...,
         result_not_saved: _builtins.bool = ...,
+        dispatch_stamp: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["accepted_at", b"accepted_at", "error", b"error", "result", b"result", "settled_at", b"settled_at", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted_at", b"accepted_at", "attempt", b"attempt", "envelope_digest", b"envelope_digest", "error", b"error", "execution", b"execution", "fencing_token", b"fencing_token", "incarnation_id", b"incarnation_id", "operation_id", b"operation_id", "released", b"released", "result", b"result", "result_not_saved", b"result_not_saved", "sequence", b"sequence", "settled_at", b"settled_at", "started_at", b"started_at", "state", b"state", "stop_reason", b"stop_reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted_at", b"accepted_at", "attempt", b"attempt", "dispatch_stamp", b"dispatch_stamp", "envelope_digest", b"envelope_digest", "error", b"error", "execution", b"execution", "fencing_token", b"fencing_token", "incarnation_id", b"incarnation_id", "operation_id", b"operation_id", "released", b"released", "result", b"result", "result_not_saved", b"result_not_saved", "sequence", b"sequence", "settled_at", b"settled_at", "started_at", b"started_at", "state", b"state", "stop_reason", b"stop_reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunnerOperation: _TypeAlias = RunnerOperation  # noqa: Y015
+
+@_typing.final
+class StoreOpen(_message.Message):
+    """One opening of a durable store by an incarnation (§6 witness). The store
+    keeps the chain of its openings; `predecessor_floor` is the admission floor
+    the previous owner had left in the store when this incarnation opened it.
+    A store state is a prefix of the store's history, so a floor above an
+    attempt's dispatch_stamp proves that the store state this incarnation opened
+    already held everything the predecessor admitted (or launched) for it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INCARNATION_ID_FIELD_NUMBER: _builtins.int
+    PREDECESSOR_INCARNATION_ID_FIELD_NUMBER: _builtins.int
+    PREDECESSOR_FLOOR_FIELD_NUMBER: _builtins.int
+    OPENED_AT_FIELD_NUMBER: _builtins.int
+    incarnation_id: _builtins.str
+    predecessor_incarnation_id: _builtins.str
+    """Empty for the store's first opening."""
+    predecessor_floor: _builtins.int
+    """Microseconds since the Unix epoch; 2^63-1 when the predecessor closed the
+    store cleanly (sealed).
+    """
+    @_builtins.property
+    def opened_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        incarnation_id: _builtins.str = ...,
+        predecessor_incarnation_id: _builtins.str = ...,
+        predecessor_floor: _builtins.int = ...,
+        opened_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["opened_at", b"opened_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation_id", b"incarnation_id", "opened_at", b"opened_at", "predecessor_floor", b"predecessor_floor", "predecessor_incarnation_id", b"predecessor_incarnation_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StoreOpen: _TypeAlias = StoreOpen  # noqa: Y015
 
 @_typing.final
 class GetOperationStatusRequest(_message.Message):
@@ -267,6 +318,7 @@ class GetOperationStatusResponse(_message.Message):
     DURABLE_FIELD_NUMBER: _builtins.int
     PRESENT_FIELD_NUMBER: _builtins.int
     OPERATION_FIELD_NUMBER: _builtins.int
+    STORE_OPENS_FIELD_NUMBER: _builtins.int
     incarnation_id: _builtins.str
     store_id: _builtins.str
     durable: _builtins.bool
@@ -274,6 +326,10 @@ class GetOperationStatusResponse(_message.Message):
     @_builtins.property
     def operation(self) -> Global___RunnerOperation:
         """Set when present."""
+
+    @_builtins.property
+    def store_opens(self) -> _containers.RepeatedCompositeFieldContainer[Global___StoreOpen]:
+        """The store's most recent openings, newest first (durable stores only)."""
 
     def __init__(
         self,
@@ -283,10 +339,11 @@ class GetOperationStatusResponse(_message.Message):
         durable: _builtins.bool = ...,
         present: _builtins.bool = ...,
         operation: Global___RunnerOperation | None = ...,
+        store_opens: _abc.Iterable[Global___StoreOpen] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["operation", b"operation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["durable", b"durable", "incarnation_id", b"incarnation_id", "operation", b"operation", "present", b"present", "store_id", b"store_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["durable", b"durable", "incarnation_id", b"incarnation_id", "operation", b"operation", "present", b"present", "store_id", b"store_id", "store_opens", b"store_opens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -320,12 +377,17 @@ class BatchGetOperationStatusResponse(_message.Message):
     STORE_ID_FIELD_NUMBER: _builtins.int
     DURABLE_FIELD_NUMBER: _builtins.int
     ENTRIES_FIELD_NUMBER: _builtins.int
+    STORE_OPENS_FIELD_NUMBER: _builtins.int
     incarnation_id: _builtins.str
     store_id: _builtins.str
     durable: _builtins.bool
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___OperationPresence]:
         """One entry per requested id, in request order."""
+
+    @_builtins.property
+    def store_opens(self) -> _containers.RepeatedCompositeFieldContainer[Global___StoreOpen]:
+        """The store's most recent openings, newest first (durable stores only)."""
 
     def __init__(
         self,
@@ -334,10 +396,11 @@ class BatchGetOperationStatusResponse(_message.Message):
         store_id: _builtins.str = ...,
         durable: _builtins.bool = ...,
         entries: _abc.Iterable[Global___OperationPresence] | None = ...,
+        store_opens: _abc.Iterable[Global___StoreOpen] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["durable", b"durable", "entries", b"entries", "incarnation_id", b"incarnation_id", "store_id", b"store_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["durable", b"durable", "entries", b"entries", "incarnation_id", b"incarnation_id", "store_id", b"store_id", "store_opens", b"store_opens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -379,6 +442,7 @@ class DispatchRequest(_message.Message):
     EXPECTED_INCARNATION_ID_FIELD_NUMBER: _builtins.int
     FENCING_TOKEN_FIELD_NUMBER: _builtins.int
     ATTEMPT_FIELD_NUMBER: _builtins.int
+    DISPATCH_STAMP_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     envelope: _builtins.bytes
     """The persisted envelope bytes (a serialized TurnEnvelope)."""
@@ -387,6 +451,11 @@ class DispatchRequest(_message.Message):
     expected_incarnation_id: _builtins.str
     fencing_token: _builtins.int
     attempt: _builtins.int
+    dispatch_stamp: _builtins.int
+    """Required: microseconds since the Unix epoch on the coordinator's clock
+    when the attempt was written ahead (C4), recorded with the attempt. The
+    runner admits it only while it is not below its admission floor (§6).
+    """
     def __init__(
         self,
         *,
@@ -396,10 +465,11 @@ class DispatchRequest(_message.Message):
         expected_incarnation_id: _builtins.str = ...,
         fencing_token: _builtins.int = ...,
         attempt: _builtins.int = ...,
+        dispatch_stamp: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "envelope", b"envelope", "envelope_digest", b"envelope_digest", "expected_incarnation_id", b"expected_incarnation_id", "fencing_token", b"fencing_token", "operation_id", b"operation_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "dispatch_stamp", b"dispatch_stamp", "envelope", b"envelope", "envelope_digest", b"envelope_digest", "expected_incarnation_id", b"expected_incarnation_id", "fencing_token", b"fencing_token", "operation_id", b"operation_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -583,6 +653,8 @@ class GetRunnerInfoResponse(_message.Message):
     STARTED_AT_FIELD_NUMBER: _builtins.int
     HELD_RESULT_NOT_SAVED_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
+    STORE_OPENS_FIELD_NUMBER: _builtins.int
+    MAX_RECEIVE_MESSAGE_BYTES_FIELD_NUMBER: _builtins.int
     incarnation_id: _builtins.str
     store_id: _builtins.str
     durable: _builtins.bool
@@ -591,10 +663,19 @@ class GetRunnerInfoResponse(_message.Message):
     held_result_not_saved: _builtins.int
     """Slots held because a settlement could not be saved (R7)."""
     version: _builtins.str
+    max_receive_message_bytes: _builtins.int
+    """The largest message this runner receives (gRPC max receive message length;
+    runner --max-receive-bytes). A bigger Dispatch is refused by gRPC before
+    any handler runs (RESOURCE_EXHAUSTED): the coordinator never sends one.
+    """
     @_builtins.property
     def pools(self) -> _containers.RepeatedCompositeFieldContainer[Global___SlotPool]: ...
     @_builtins.property
     def started_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def store_opens(self) -> _containers.RepeatedCompositeFieldContainer[Global___StoreOpen]:
+        """The store's most recent openings, newest first (durable stores only)."""
+
     def __init__(
         self,
         *,
@@ -606,10 +687,12 @@ class GetRunnerInfoResponse(_message.Message):
         started_at: _timestamp_pb2.Timestamp | None = ...,
         held_result_not_saved: _builtins.int = ...,
         version: _builtins.str = ...,
+        store_opens: _abc.Iterable[Global___StoreOpen] | None = ...,
+        max_receive_message_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepting", b"accepting", "durable", b"durable", "held_result_not_saved", b"held_result_not_saved", "incarnation_id", b"incarnation_id", "pools", b"pools", "started_at", b"started_at", "store_id", b"store_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepting", b"accepting", "durable", b"durable", "held_result_not_saved", b"held_result_not_saved", "incarnation_id", b"incarnation_id", "max_receive_message_bytes", b"max_receive_message_bytes", "pools", b"pools", "started_at", b"started_at", "store_id", b"store_id", "store_opens", b"store_opens", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
