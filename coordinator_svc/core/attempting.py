@@ -16,6 +16,7 @@ from coordinator_svc.core.decision import (
     Context,
     Decision,
     all_refused,
+    counted_attempts,
     nothing,
     settled_stop_reason,
     transition,
@@ -51,12 +52,14 @@ def write_ahead(
 ) -> Decision:
     """C4: record attempt n+1 bound to (runner, incarnation), then send it (C5)."""
     number = record.attempt_count + 1
-    if number > record.max_attempts:
+    counted = counted_attempts(ctx.attempts) + 1
+    if counted > record.max_attempts:
         return give_up(
             record,
             ctx,
             "MAX_ATTEMPTS_EXCEEDED",
-            f"attempt {number} would exceed max_attempts={record.max_attempts}",
+            f"attempt {number} would exceed max_attempts={record.max_attempts} "
+            f"({counted} counted; refusals by a full runner do not count)",
             runner=runner,
             incarnation_id=incarnation_id,
         )

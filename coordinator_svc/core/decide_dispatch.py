@@ -16,7 +16,9 @@ from coordinator_svc.core.decision import (
     Decision,
     all_refused,
     backoff,
+    capacity_streak,
     close_current,
+    counted_attempts,
     nothing,
     transition,
     with_updates,
@@ -120,23 +122,54 @@ def _definitely_refused(
                 f"cancelled; {detail}",
                 updates=attempt_updates,
             )
+        full = capacity_streak(attempts)
+        if full:
+            # Issue 9: the runner is busy, not broken; wait (this does not count).
+            waiting = (
+                f"waiting for a free {record.kind.value} slot in pool {record.pool} "
+                f"({record.runner}: {detail})"
+            )
+            retry_in = backoff(ctx, full - 1)
+        else:
+            waiting = f"attempt {record.attempt_count} refused: {detail}"
+            retry_in = backoff(ctx, counted_attempts(attempts) - 1)
         change = transition(
             record,
             OpState.QUEUED,
             ctx,
             reason="",
-            detail=f"attempt {record.attempt_count} refused: {detail}",
+            detail=waiting,
             attempt_updates=attempt_updates,
             runner=None,
             incarnation_id=None,
             store_id=None,
             acknowledged=False,
             execution=Execution.NOT_STARTED,
-            next_action_at=ctx.now + backoff(ctx, record.attempt_count - 1),
+            next_action_at=ctx.now + retry_in,
         )
         return Decision(change)
     # An earlier attempt may still be in flight or may have run: stay bound
     # and let C8 resolve it.
+    full = capacity_streak(attempts)
+    if full:
+        # Issue 9: bound to a runner that is merely full (C6 forbids moving the
+        # turn): wait for it, with backoff. It answered just now, so the
+        # reconcile deadline (an unreachable runner) starts again.
+        change = transition(
+            record,
+            OpState.DISPATCH_UNKNOWN,
+            ctx,
+            detail=(
+                f"waiting for a free {record.kind.value} slot in pool {record.pool} on "
+                f"{record.runner}, the runner it is bound to ({detail}); an earlier attempt "
+                "is unresolved"
+            ),
+            attempt_updates=attempt_updates,
+            execution=joined_execution(record, attempts, None),
+            unknown_since=ctx.now,
+            next_action_at=ctx.now + backoff(ctx, full - 1),
+        )
+        return Decision(change, tags=frozenset({"ambiguous"}))
     change = transition(
         record,
         OpState.DISPATCH_UNKNOWN,

@@ -157,7 +157,11 @@ def with_updates(
     """The attempt rows as they will be once ``updates`` are committed."""
     by_number = {update.number: update for update in updates}
     return tuple(
-        dataclasses.replace(a, outcome=by_number[a.number].outcome) if a.number in by_number else a
+        dataclasses.replace(
+            a, outcome=by_number[a.number].outcome, detail=by_number[a.number].detail
+        )
+        if a.number in by_number
+        else a
         for a in attempts
     )
 
@@ -169,6 +173,34 @@ def close_current(
     if record.attempt_count == 0:
         return ()
     return (AttemptUpdate(record.attempt_count, outcome, detail),)
+
+
+# A refusal that says only "full right now" (issue 9): it proves the attempt
+# did not run (C6) and says nothing against the turn, so it never counts
+# toward max_attempts and never fails a turn.
+CAPACITY_REFUSALS = frozenset({"NO_FREE_SLOT", "SHUTTING_DOWN"})
+
+
+def refusal_reason(attempt: AttemptRecord) -> str:
+    """The typed reason a REFUSED attempt was closed with ("" otherwise)."""
+    if attempt.outcome is not AttemptOutcome.REFUSED:
+        return ""
+    return attempt.detail.split(":", 1)[0].strip()
+
+
+def counted_attempts(attempts: tuple[AttemptRecord, ...]) -> int:
+    """Attempts that count toward max_attempts: all but capacity refusals."""
+    return sum(refusal_reason(a) not in CAPACITY_REFUSALS for a in attempts)
+
+
+def capacity_streak(attempts: tuple[AttemptRecord, ...]) -> int:
+    """How many attempts in a row, most recent first, a full runner refused."""
+    streak = 0
+    for attempt in sorted(attempts, key=lambda a: a.number, reverse=True):
+        if refusal_reason(attempt) not in CAPACITY_REFUSALS:
+            break
+        streak += 1
+    return streak
 
 
 def all_refused(attempts: tuple[AttemptRecord, ...]) -> bool:

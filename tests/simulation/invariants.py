@@ -187,8 +187,20 @@ class Checker:
         assert new is not None
         op = new.operation_id
         policy, max_attempts = self.policies[op]
-        if new.number > max_attempts:
-            raise Violation("max_attempts", op, f"attempt {new.number} > {max_attempts}")
+        # Issue 9: an attempt the runner refused only for being full does not
+        # count (judged from what the runner answered, not from the journal).
+        full = sum(
+            1
+            for number in range(1, new.number)
+            if (seen := self.dispatch_results.get((op, number), []))
+            and all(s in ("refused:NO_FREE_SLOT", "refused:SHUTTING_DOWN") for s in seen)
+        )
+        if new.number - full > max_attempts:
+            raise Violation(
+                "max_attempts",
+                op,
+                f"attempt {new.number} ({new.number - full} counted) > {max_attempts}",
+            )
         if policy is ReplayPolicy.SAFE:
             return
         earlier = [a for a in self.journal.attempts[op].values() if a.number < new.number]

@@ -98,7 +98,13 @@ def test_refusal_after_an_unresolved_attempt_stays_bound_and_unknown(reason: str
     )
     assert record.state is OpState.DISPATCH_UNKNOWN
     assert record.runner == RUNNER and record.incarnation_id == INC_A
-    assert decision.again and "ambiguous" in decision.tags
+    assert "ambiguous" in decision.tags
+    if reason in ("NO_FREE_SLOT", "SHUTTING_DOWN"):
+        # Issue 9: a full runner: wait with backoff (no hot loop), still bound.
+        assert not decision.again
+        assert record.next_action_at is not None and record.next_action_at > NOW
+    else:
+        assert decision.again
 
 
 def test_incarnation_mismatch_after_an_unresolved_attempt_ends_incarnation_changed() -> None:

@@ -1,0 +1,49 @@
+"""Issue 9 (first slice): a full runner's refusal is not held against the turn."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+from coordinator_svc.core.decide import decide
+from coordinator_svc.core.events import DispatchRefused
+from coordinator_svc.core.model import AttemptOutcome, AttemptRecord, OpState
+from tests.coordinator.core.scenario import INC_A, NOW, answer, attempt, bound, ctx, queued, step
+
+
+def refused(number: int, reason: str) -> AttemptRecord:
+    return dataclasses.replace(
+        attempt(number, AttemptOutcome.REFUSED), detail=f"{reason}: the runner said so"
+    )
+
+
+def test_capacity_refusals_never_count_toward_max_attempts() -> None:
+    rows = tuple(refused(n, "NO_FREE_SLOT") for n in range(1, 6))
+    before = queued(attempt_count=5, max_attempts=2, last_event_sequence=11)
+    record, _ = step(before, answer(None, asked=5), ctx(*rows))
+    assert record.state is OpState.DISPATCHING and record.attempt_count == 6
+
+
+def test_other_definite_refusals_still_count() -> None:
+    rows = (refused(1, "STORE_WRITE_FAILED"), refused(2, "INCARNATION_MISMATCH"))
+    before = queued(attempt_count=2, max_attempts=2, last_event_sequence=5)
+    record, _ = step(before, answer(None, asked=2), ctx(*rows))
+    assert record.state is OpState.TIMED_OUT and record.error_reason == "MAX_ATTEMPTS_EXCEEDED"
+
+
+def test_a_full_runner_sends_the_turn_back_to_wait_with_its_reason() -> None:
+    earlier = tuple(refused(n, "SHUTTING_DOWN") for n in range(1, 10))
+    pending = attempt(10, AttemptOutcome.PENDING)
+    before = bound(OpState.DISPATCHING, 10)
+    context = ctx(*earlier, pending)
+    decision = decide(before, DispatchRefused(10, "NO_FREE_SLOT", INC_A, "4 in use"), context)
+    assert decision.change is not None
+    after = decision.change.after
+    assert after.state is OpState.QUEUED and after.runner is None
+    event = decision.change.event
+    assert event is not None
+    assert event.detail.startswith("waiting for a free WRITABLE slot in pool default")
+    assert "NO_FREE_SLOT" in event.detail
+    # Backoff grows with the streak of refusals, capped: the turn keeps asking.
+    assert after.next_action_at is not None
+    assert after.next_action_at <= NOW + timedelta(seconds=context.backoff_max)
