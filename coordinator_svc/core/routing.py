@@ -22,9 +22,16 @@ def route(
     kind: TurnKind,
     runners: Sequence[RunnerEndpoint],
     runner_load: Mapping[str, int],
+    free_slots: Mapping[str, int | None] | None = None,
 ) -> RunnerEndpoint | None:
-    """The least-loaded runner serving (pool, kind); ties by name. None if none serves."""
-    candidates = [r for r in runners if serves(r, pool, kind)]
+    """The least-loaded runner serving (pool, kind) with a free slot of that kind;
+    ties by name. None if none serves, or every one that does is full (issue 9).
+    ``free_slots``: free slots per runner, None where its sizes are not known
+    yet (then it counts as having room; its refusals are handled by C6a)."""
+    free = free_slots or {}
+    candidates = [
+        r for r in runners if serves(r, pool, kind) and (free.get(r.name) is None or free[r.name])
+    ]
     if not candidates:
         return None
     return min(candidates, key=lambda r: (runner_load.get(r.name, 0), r.name))

@@ -28,7 +28,7 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -53,6 +53,7 @@ from coordinator_svc.core.model import AttemptRecord, OperationRecord, OpState, 
 from coordinator_svc.core.routing import route, serves
 from coordinator_svc.core.runner_view import RunnerOp
 from coordinator_svc.dispatcher.calls import RunnerCalls
+from coordinator_svc.dispatcher.capacity import Capacity
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.watching import RunnerWatch
 from coordinator_svc.feed import ChangeFeed
@@ -135,7 +136,7 @@ class Dispatcher:
         self._active: set[str] = set()
         self._not_before: dict[str, datetime] = {}
         self._streak: collections.Counter[str] = collections.Counter()
-        self._bound: dict[str, str] = {}
+        self.capacity = Capacity()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._limit = asyncio.Semaphore(max_concurrency)
         self._poke = asyncio.Event()
@@ -266,12 +267,21 @@ class Dispatcher:
     def _routed(self, record: OperationRecord, event: Event) -> Event:
         if not isinstance(event, Tick) or record.state is not OpState.QUEUED:
             return event
-        load = collections.Counter(self._bound.values())
+        # Its own earlier reservation (a preflight that went nowhere) is not in the way.
+        self.capacity.unbind(record.operation_id)
+        load = self.capacity.load()
         # Routing avoids a runner that is not answering (only QUEUED is routed, C6).
         for runner, failures in self._calls.trouble.items():
             if failures >= UNREACHABLE_AFTER:  # one lost call is not an outage
                 load[runner] += UNREACHABLE_PENALTY * failures
-        chosen = route(record.pool, record.kind, self._runners, load)
+        free = self.capacity.frees(record.kind, [r.name for r in self._runners])
+        chosen = route(record.pool, record.kind, self._runners, load, free)
+        if chosen is not None:
+            # Reserve the slot from the preflight on: the write-ahead that binds
+            # the turn comes a round trip later, and other turns route meanwhile.
+            self.capacity.bind(record.operation_id, chosen.name, record.kind)
+        elif self.has_runner_for(record.pool, record.kind):
+            self.capacity.wait(record.operation_id)  # woken when a slot frees
         streak = self._streak[record.operation_id]
         return Tick(route=chosen.name if chosen else None, retry_streak=streak)
 
@@ -318,9 +328,10 @@ class Dispatcher:
         if after.state.terminal:
             self._not_before.pop(after.operation_id, None)
         if after.state.terminal or after.runner is None:
-            self._bound.pop(after.operation_id, None)
+            if self.capacity.unbind(after.operation_id):
+                self._wake_a_waiter()
         else:
-            self._bound[after.operation_id] = after.runner
+            self.capacity.bind(after.operation_id, after.runner, after.kind)
         event = d.change.event if d.change is not None else None
         if event is not None:
             log.info(
@@ -402,6 +413,23 @@ class Dispatcher:
         log.warning("%s: %s; %s not sent", record.operation_id, detail, type(command).__name__)
         return []
 
+    def runner_slots(self, runner: str, sizes: Mapping[TurnKind, int]) -> None:
+        """A runner's pool sizes (its watch read GetRunnerInfo); waiters may now fit."""
+        self.capacity.learned(runner, sizes)
+        for _ in range(sum(sizes.values())):
+            if not self._wake_a_waiter():
+                break
+
+    def _wake_a_waiter(self) -> bool:
+        """A slot freed: the longest-waiting turn looks again now (FIFO)."""
+        waiter = self.capacity.next_waiting()
+        if waiter is None:
+            return False
+        self._not_before.pop(waiter, None)
+        self._streak.pop(waiter, None)
+        self.wake(waiter)
+        return True
+
     def dispatching(self, operation_id: str) -> bool:
         return self._calls.dispatching(operation_id)
 
@@ -427,7 +455,7 @@ class Dispatcher:
         for state in (OpState.DISPATCH_UNKNOWN, OpState.RUNNING, OpState.CANCELLING):
             for record in await self._journal.in_state(state, 100_000):
                 if record.runner is not None:
-                    self._bound[record.operation_id] = record.runner
+                    self.capacity.bind(record.operation_id, record.runner, record.kind)
 
     async def _scan_loop(self) -> None:
         while self._running:

@@ -33,11 +33,12 @@ from coordinator_svc.core.events import (
     PreflightAnswer,
     PreflightFailed,
 )
-from coordinator_svc.core.model import OperationRecord
+from coordinator_svc.core.model import OperationRecord, TurnKind
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.translate import (
     RunnerContractViolation,
     runner_op,
+    slot_sizes,
     store_opens,
 )
 from turnwire.errors import error_info
@@ -266,6 +267,10 @@ class RunnerClient:
 
     async def incarnation(self) -> str:
         """The runner's current incarnation (GetRunnerInfo); raises AioRpcError."""
+        return (await self.info())[0]
+
+    async def info(self) -> tuple[str, dict[TurnKind, int]]:
+        """The runner's incarnation and slot pool sizes (GetRunnerInfo); raises AioRpcError."""
         self._metrics.rpc_calls["GetRunnerInfo"] += 1
         reply = await self._stub.GetRunnerInfo(
             runner_pb2.GetRunnerInfoRequest(), timeout=self._timings.preflight_timeout
@@ -281,7 +286,7 @@ class RunnerClient:
                 receives,
                 self._limits.runner_max_receive_bytes,
             )
-        return str(reply.incarnation_id)
+        return str(reply.incarnation_id), slot_sizes(reply.pools)
 
     def watch(self, after_sequence: int) -> WatchCall:
         """One WatchOperations stream from ``after_sequence`` (C9)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from coordinator_svc.core.model import Execution, StopReason
+from coordinator_svc.core.model import Execution, StopReason, TurnKind
 from coordinator_svc.core.runner_view import RunnerOp, RunnerOpState
 from coordinator_svc.core.witness import StoreOpen
 from turnwire.common.v1 import turn_pb2
@@ -58,3 +58,14 @@ def store_opens(chain: Iterable[runner_pb2.StoreOpen]) -> tuple[StoreOpen, ...]:
         StoreOpen(o.incarnation_id, o.predecessor_incarnation_id, o.predecessor_floor)
         for o in chain
     )
+
+
+_KINDS = {
+    turn_pb2.TURN_KIND_WRITABLE: TurnKind.WRITABLE,
+    turn_pb2.TURN_KIND_READ_ONLY: TurnKind.READ_ONLY,
+}
+
+
+def slot_sizes(pools: Iterable[runner_pb2.SlotPool]) -> dict[TurnKind, int]:
+    """GetRunnerInfo's pools as sizes per kind (unknown kinds are ignored)."""
+    return {_KINDS[p.kind]: int(p.size) for p in pools if p.kind in _KINDS}

@@ -52,7 +52,9 @@ class RunnerWatch:
         while not self._stopped:
             try:
                 if fresh:
-                    await self._check_incarnation(await self._client.incarnation())
+                    incarnation, sizes = await self._client.info()
+                    self._dispatcher.runner_slots(self._client.name, sizes)
+                    await self._check_incarnation(incarnation)
                 await self._follow()
                 # The stream ended without an error: the runner may be
                 # going away; look at its incarnation before re-opening.

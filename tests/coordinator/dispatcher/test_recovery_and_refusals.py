@@ -117,15 +117,18 @@ def test_restart_after_the_send_adopts_without_resending(tmp_path: Path) -> None
 
 
 def test_no_free_slot_is_refused_requeued_and_retried(tmp_path: Path) -> None:
-    """C6: NO_FREE_SLOT: attempt REFUSED, back to QUEUED with backoff, later runs once."""
+    """C6: NO_FREE_SLOT: attempt REFUSED, back to QUEUED with backoff, later runs once.
+    (GetRunnerInfo is lost, so the coordinator cannot know the runner is full.)"""
 
     async def scenario() -> None:
-        rig = Rig(tmp_path, FakeJournal())
+        faults = FaultInterceptor()
+        faults.block("GetRunnerInfo")
+        rig = Rig(tmp_path, FakeJournal(), interceptors=faults.all())
         try:
             await rig.start_runner(slots=1)
             dispatcher = rig.make_dispatcher()
             await dispatcher.start()
-            first = await rig.submit({"sleep_ms": "300"})
+            first = await rig.submit({"sleep_ms": "2000"})
             await rig.wait_for(first, lambda r: r.state is OpState.RUNNING)
             # A full runner's refusals do not count toward max_attempts (issue 9).
             second = await rig.submit(max_attempts=1)
@@ -187,16 +190,21 @@ def test_safe_policy_runs_again_on_the_new_incarnation(tmp_path: Path) -> None:
 def test_a_runner_with_no_free_slot_never_fails_the_turn(tmp_path: Path) -> None:
     """Issue 9: refusals by a full runner do not count toward max_attempts: the turn
     waits QUEUED, NOT_STARTED, its events saying what for (it used to end TIMED_OUT
-    MAX_ATTEMPTS_EXCEEDED after max_attempts refusals)."""
+    MAX_ATTEMPTS_EXCEEDED after max_attempts refusals). GetRunnerInfo is lost, so the
+    coordinator cannot know the runner has no slot and keeps being refused."""
 
     async def scenario() -> None:
-        rig = Rig(tmp_path, FakeJournal())
+        faults = FaultInterceptor()
+        faults.block("GetRunnerInfo")
+        rig = Rig(tmp_path, FakeJournal(), interceptors=faults.all())
         try:
             await rig.start_runner(slots=0)
             dispatcher = rig.make_dispatcher()
             await dispatcher.start()
             op_id = await rig.submit(max_attempts=2)
-            record = await rig.wait_for(op_id, lambda r: r.attempt_count >= 4)
+            record = await rig.wait_for(
+                op_id, lambda r: r.attempt_count >= 4 and r.state is OpState.QUEUED
+            )
             assert not record.state.terminal
             assert record.execution is Execution.NOT_STARTED
             outcomes = {a.outcome for a in await rig.journal.attempts(op_id)}

@@ -1,24 +1,46 @@
-"""Issue 9 (first slice): a busy runner is not a failing runner. A capacity
-refusal (NO_FREE_SLOT, SHUTTING_DOWN) proves only that the runner is full, so it
-never counts toward max_attempts and never fails a turn; the turn waits QUEUED
-and its events say what it waits for."""
+"""Issue 9: a busy runner is not a failing runner.
+
+The coordinator learns each runner's slot pools (GetRunnerInfo) and counts what
+it has bound there, so it dispatches only where a slot of the turn's kind is
+free, and a turn that finds every runner full waits. Where its knowledge falls
+short (sizes not known yet), the runner's NO_FREE_SLOT refusal never counts
+toward max_attempts and never fails a turn (C6a)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
-from coordinator_svc.core.model import AttemptOutcome, OpState
+from coordinator_svc.core.model import AttemptOutcome, OpState, TurnKind
 from coordinator_svc.storage import FakeJournal
 from tests.coordinator.dispatcher.rig import Rig
+from tests.support.fault_interceptor import FaultInterceptor
 
 TURNS = 6
 SLOTS = 2
 
 
-def test_more_turns_than_slots_all_succeed_with_a_low_max_attempts(tmp_path: Path) -> None:
-    """Regression: with no faults, turns beyond the runner's slots ended TIMED_OUT
-    MAX_ATTEMPTS_EXCEEDED without ever running."""
+async def _run_turns(rig: Rig) -> tuple[list[str], int]:
+    """TURNS turns of 400 ms with max_attempts=2; all must succeed, each once."""
+    ops = [await rig.submit({"sleep_ms": "400"}, max_attempts=2) for _ in range(TURNS)]
+    done = [await rig.terminal(op, within=30.0) for op in ops]
+    assert [d.state for d in done] == [OpState.SUCCEEDED] * TURNS, [
+        (d.state, d.error_reason) for d in done
+    ]
+    assert all(rig.starts()[op] == 1 for op in ops)
+    refused = 0
+    for op in ops:
+        attempts = await rig.journal.attempts(op)
+        refused += sum(a.outcome is AttemptOutcome.REFUSED for a in attempts)
+        assert attempts[-1].outcome is AttemptOutcome.ACCEPTED
+    return ops, refused
+
+
+def test_a_runner_is_sent_only_what_it_has_slots_for(tmp_path: Path) -> None:
+    """Regression: turns beyond the runner's slots were Dispatched, refused NO_FREE_SLOT,
+    and ended TIMED_OUT MAX_ATTEMPTS_EXCEEDED without ever running. Now they wait for
+    a slot: all succeed and no Dispatch is refused."""
 
     async def scenario() -> None:
         rig = Rig(tmp_path, FakeJournal())
@@ -26,17 +48,28 @@ def test_more_turns_than_slots_all_succeed_with_a_low_max_attempts(tmp_path: Pat
             await rig.start_runner(slots=SLOTS)
             dispatcher = rig.make_dispatcher()
             await dispatcher.start()
-            ops = [await rig.submit({"sleep_ms": "400"}, max_attempts=2) for _ in range(TURNS)]
-            done = [await rig.terminal(op, within=30.0) for op in ops]
-            assert [d.state for d in done] == [OpState.SUCCEEDED] * TURNS, [
-                (d.state, d.error_reason) for d in done
-            ]
-            assert all(rig.starts()[op] == 1 for op in ops)
-            refused = 0
-            for op in ops:
-                attempts = await rig.journal.attempts(op)
-                refused += sum(a.outcome is AttemptOutcome.REFUSED for a in attempts)
-                assert attempts[-1].outcome is AttemptOutcome.ACCEPTED
+            await _wait_sizes_known(dispatcher.capacity.free, "r1")
+            _, refused = await _run_turns(rig)
+            assert refused == 0
+        finally:
+            await rig.close()
+
+    asyncio.run(scenario())
+
+
+def test_refusals_of_a_runner_whose_size_is_unknown_never_fail_a_turn(tmp_path: Path) -> None:
+    """C6a: GetRunnerInfo is lost, so the coordinator cannot know the runner is full;
+    its NO_FREE_SLOT refusals do not count, and each waiting turn says what it waits for."""
+
+    async def scenario() -> None:
+        faults = FaultInterceptor()
+        faults.block("GetRunnerInfo")
+        rig = Rig(tmp_path, FakeJournal(), interceptors=faults.all())
+        try:
+            await rig.start_runner(slots=SLOTS)
+            dispatcher = rig.make_dispatcher()
+            await dispatcher.start()
+            ops, refused = await _run_turns(rig)
             assert refused > 0, "the runner was never full: the test proves nothing"
             events = [e for op in ops for e in await rig.journal.events(op, 0, 1000)]
             waiting = [e for e in events if e.to_state is OpState.QUEUED and e.from_state]
@@ -45,3 +78,41 @@ def test_more_turns_than_slots_all_succeed_with_a_low_max_attempts(tmp_path: Pat
             await rig.close()
 
     asyncio.run(scenario())
+
+
+def test_a_turn_that_finds_every_runner_full_waits_without_a_dispatch(tmp_path: Path) -> None:
+    """A runner known to have no free slot is not sent anything: the turn waits QUEUED
+    (no attempt, NOT_STARTED) and runs as soon as a slot frees."""
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, FakeJournal())
+        try:
+            await rig.start_runner(slots=1)
+            dispatcher = rig.make_dispatcher()
+            await dispatcher.start()
+            await _wait_sizes_known(dispatcher.capacity.free, "r1")
+            first = await rig.submit({"sleep_ms": "1500"})
+            await rig.wait_for(first, lambda r: r.state is OpState.RUNNING)
+            second = await rig.submit(max_attempts=1)
+            for _ in range(100):  # bounded: 5 s, until it is parked waiting for the slot
+                if dispatcher.capacity.waiting():
+                    break
+                await asyncio.sleep(0.05)
+            waiting = await rig.journal.get(second)
+            assert waiting is not None and waiting.state is OpState.QUEUED
+            assert waiting.attempt_count == 0
+            done = await rig.terminal(second)
+            assert done.state is OpState.SUCCEEDED and done.attempt_count == 1
+            assert (await rig.terminal(first)).state is OpState.SUCCEEDED
+        finally:
+            await rig.close()
+
+    asyncio.run(scenario())
+
+
+async def _wait_sizes_known(free: Callable[[str, TurnKind], int | None], runner: str) -> None:
+    for _ in range(200):  # bounded: 10 s
+        if free(runner, TurnKind.WRITABLE) is not None:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the runner's slot sizes never became known")
