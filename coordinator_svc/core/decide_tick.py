@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from coordinator_svc.core.adopt import adopt, release_only, terminal_report
-from coordinator_svc.core.attempting import give_up
+from coordinator_svc.core.attempting import end, give_up
 from coordinator_svc.core.commands import Preflight, Release, ScheduleAt
 from coordinator_svc.core.decide_cancel import start_cancelling
 from coordinator_svc.core.decide_preflight import past_reconcile_deadline
@@ -29,8 +29,20 @@ def on_tick(record: OperationRecord, ev: Tick, ctx: Context) -> Decision:
     if state.terminal:
         return _release_owed(record, ctx)
     if state is OpState.QUEUED:
+        deadline = ctx.turn_deadline
+        if deadline is not None and ctx.now >= deadline:
+            # Issue 9: the coordinator enforces the deadline on a waiting turn.
+            # QUEUED means every attempt was refused: NOT_STARTED (C14).
+            return end(
+                record,
+                ctx,
+                OpState.TIMED_OUT,
+                "DEADLINE_EXCEEDED",
+                f"the turn's deadline {deadline.isoformat()} passed while it waited QUEUED",
+            )
         if ev.route is None:
-            retry = ScheduleAt(ctx.now + backoff(ctx, ev.retry_streak))
+            at = ctx.now + backoff(ctx, ev.retry_streak)
+            retry = ScheduleAt(min(at, deadline) if deadline is not None else at)
             return nothing("no runner free for this pool and kind", retry)
         return nothing("route chosen: preflight", Preflight(ev.route))
     if state is OpState.DISPATCHING:

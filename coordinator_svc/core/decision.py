@@ -51,6 +51,9 @@ class Context:
     status_poll: float = 5.0
     replica_id: str = ""
     lease_ttl: float = 15.0
+    # The turn's own deadline (its envelope's limits), if it has one: a turn
+    # still QUEUED when it passes ends TIMED_OUT, NOT_STARTED (issue 9).
+    turn_deadline: datetime | None = None
 
 
 @dataclass(frozen=True)

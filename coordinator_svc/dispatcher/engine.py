@@ -53,7 +53,7 @@ from coordinator_svc.core.model import AttemptRecord, OperationRecord, OpState, 
 from coordinator_svc.core.routing import route, serves
 from coordinator_svc.core.runner_view import RunnerOp
 from coordinator_svc.dispatcher.calls import RunnerCalls
-from coordinator_svc.dispatcher.capacity import Capacity
+from coordinator_svc.dispatcher.capacity import Capacity, TurnDeadlines
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.watching import RunnerWatch
 from coordinator_svc.feed import ChangeFeed
@@ -137,6 +137,7 @@ class Dispatcher:
         self._not_before: dict[str, datetime] = {}
         self._streak: collections.Counter[str] = collections.Counter()
         self.capacity = Capacity()
+        self._deadlines = TurnDeadlines()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._limit = asyncio.Semaphore(max_concurrency)
         self._poke = asyncio.Event()
@@ -250,9 +251,12 @@ class Dispatcher:
         )
         self._not_before[operation_id] = self._clock() + timedelta(seconds=delay)
 
-    def _context(self, attempts: tuple[AttemptRecord, ...]) -> Context:
+    def _context(
+        self, attempts: tuple[AttemptRecord, ...], record: OperationRecord | None = None
+    ) -> Context:
         t = self._timings
         return Context(
+            turn_deadline=self._deadlines.of(record) if record is not None else None,
             now=self._clock(),
             attempts=attempts,
             backoff_initial=t.backoff_initial,
@@ -298,7 +302,7 @@ class Dispatcher:
                     attempts = tuple(await self._journal.attempts(operation_id))
                 routed = self._routed(record, event)
                 try:
-                    decision = decide(record, routed, self._context(attempts))
+                    decision = decide(record, routed, self._context(attempts, record))
                 except IllegalTransition as error:
                     log.error("%s: refused %s: %s", operation_id, type(event).__name__, error)
                     return Step(record, nothing(str(error)))

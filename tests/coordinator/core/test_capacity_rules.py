@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
+from coordinator_svc.core import commands as cmd
 from coordinator_svc.core.decide import decide
-from coordinator_svc.core.events import DispatchRefused
-from coordinator_svc.core.model import AttemptOutcome, AttemptRecord, OpState
+from coordinator_svc.core.events import DispatchRefused, Tick
+from coordinator_svc.core.model import AttemptOutcome, AttemptRecord, Execution, OpState
 from tests.coordinator.core.scenario import INC_A, NOW, answer, attempt, bound, ctx, queued, step
 
 
@@ -47,3 +48,21 @@ def test_a_full_runner_sends_the_turn_back_to_wait_with_its_reason() -> None:
     # Backoff grows with the streak of refusals, capped: the turn keeps asking.
     assert after.next_action_at is not None
     assert after.next_action_at <= NOW + timedelta(seconds=context.backoff_max)
+
+
+def test_a_queued_turn_past_its_deadline_ends_timed_out_not_started() -> None:
+    """Issue 9: the coordinator enforces the turn's deadline on a waiting turn."""
+    rows = (refused(1, "NO_FREE_SLOT"),)
+    before = queued(attempt_count=1, last_event_sequence=3)
+    late = ctx(*rows, turn_deadline=NOW - timedelta(seconds=1))
+    record, decision = step(before, Tick(route=None), late)
+    assert record.state is OpState.TIMED_OUT and record.error_reason == "DEADLINE_EXCEEDED"
+    assert record.execution is Execution.NOT_STARTED
+    assert not any(isinstance(c, cmd.Preflight) for c in decision.commands)
+
+
+def test_a_waiting_turn_looks_again_no_later_than_its_deadline() -> None:
+    soon = NOW + timedelta(milliseconds=10)
+    decision = decide(queued(), Tick(route=None, retry_streak=9), ctx(turn_deadline=soon))
+    assert decision.change is None
+    assert decision.commands == (cmd.ScheduleAt(soon),)

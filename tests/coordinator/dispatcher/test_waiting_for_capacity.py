@@ -9,13 +9,18 @@ toward max_attempts and never fails a turn (C6a)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
-from coordinator_svc.core.model import AttemptOutcome, OpState, TurnKind
+from coordinator_svc.core.model import AttemptOutcome, Execution, OpState, TurnKind
+from coordinator_svc.dispatcher import utc_now
 from coordinator_svc.storage import FakeJournal
-from tests.coordinator.dispatcher.rig import Rig
+from tests.coordinator.dispatcher.rig import Rig, new_operation
 from tests.support.fault_interceptor import FaultInterceptor
+from turnwire.ids import sha256_hex
+from turnwire.runner.v1 import runner_pb2
 
 TURNS = 6
 SLOTS = 2
@@ -103,6 +108,41 @@ def test_a_turn_that_finds_every_runner_full_waits_without_a_dispatch(tmp_path: 
             assert waiting.attempt_count == 0
             done = await rig.terminal(second)
             assert done.state is OpState.SUCCEEDED and done.attempt_count == 1
+            assert (await rig.terminal(first)).state is OpState.SUCCEEDED
+        finally:
+            await rig.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_turn_still_waiting_at_its_deadline_ends_timed_out_not_started(tmp_path: Path) -> None:
+    """Issue 9: the coordinator applies the turn's deadline while it waits for a slot."""
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, FakeJournal())
+        try:
+            await rig.start_runner(slots=1)
+            dispatcher = rig.make_dispatcher()
+            await dispatcher.start()
+            await _wait_sizes_known(dispatcher.capacity.free, "r1")
+            first = await rig.submit({"sleep_ms": "3000"})
+            await rig.wait_for(first, lambda r: r.state is OpState.RUNNING)
+            record, event = new_operation()
+            envelope = runner_pb2.TurnEnvelope()
+            envelope.ParseFromString(record.envelope)
+            envelope.limits.deadline.FromDatetime(utc_now() + timedelta(milliseconds=800))
+            body = envelope.SerializeToString(deterministic=True)
+            record = dataclasses.replace(record, envelope=body, envelope_digest=sha256_hex(body))
+            await rig.journal.submit(record, event)
+            dispatcher.wake(record.operation_id)
+            late = await rig.terminal(record.operation_id)
+            assert late.state is OpState.TIMED_OUT and late.error_reason == "DEADLINE_EXCEEDED"
+            # Ended at its deadline, without a Dispatch: not when a slot freed 3 s later
+            # (the runner would then have refused to start it, one Dispatch too many).
+            assert late.execution is Execution.NOT_STARTED and late.attempt_count == 0
+            assert late.finished_at is not None
+            assert late.finished_at - record.created_at < timedelta(seconds=2.5)
+            assert rig.starts()[record.operation_id] == 0
             assert (await rig.terminal(first)).state is OpState.SUCCEEDED
         finally:
             await rig.close()
