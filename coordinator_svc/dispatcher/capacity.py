@@ -18,12 +18,8 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Mapping
-from datetime import UTC, datetime
 
-from google.protobuf.message import DecodeError
-
-from coordinator_svc.core.model import OperationRecord, TurnKind
-from turnwire.runner.v1 import runner_pb2
+from coordinator_svc.core.model import TurnKind
 
 
 class Capacity:
@@ -83,29 +79,3 @@ class Capacity:
             del self._waiting[operation_id]
             return operation_id
         return None
-
-
-class TurnDeadlines:
-    """Each waiting turn's own deadline, read once from its envelope's limits."""
-
-    def __init__(self) -> None:
-        self._known: dict[str, datetime | None] = {}
-
-    def of(self, record: OperationRecord) -> datetime | None:
-        if record.state.terminal:
-            self._known.pop(record.operation_id, None)
-            return None
-        if record.operation_id not in self._known:
-            self._known[record.operation_id] = _envelope_deadline(record.envelope)
-        return self._known[record.operation_id]
-
-
-def _envelope_deadline(envelope: bytes) -> datetime | None:
-    parsed = runner_pb2.TurnEnvelope()
-    try:
-        parsed.ParseFromString(envelope)
-    except DecodeError:
-        return None  # acceptance built these bytes; nothing to enforce if unreadable
-    if not parsed.limits.HasField("deadline"):
-        return None
-    return parsed.limits.deadline.ToDatetime(tzinfo=UTC)

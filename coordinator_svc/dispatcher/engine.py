@@ -53,7 +53,8 @@ from coordinator_svc.core.model import AttemptRecord, OperationRecord, OpState, 
 from coordinator_svc.core.routing import route, serves
 from coordinator_svc.core.runner_view import RunnerOp
 from coordinator_svc.dispatcher.calls import RunnerCalls
-from coordinator_svc.dispatcher.capacity import Capacity, TurnDeadlines
+from coordinator_svc.dispatcher.capacity import Capacity
+from coordinator_svc.dispatcher.deadlines import TurnDeadlines
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.watching import RunnerWatch
 from coordinator_svc.feed import ChangeFeed
@@ -331,6 +332,7 @@ class Dispatcher:
         self._streak.pop(after.operation_id, None)
         if after.state.terminal:
             self._not_before.pop(after.operation_id, None)
+            self._deadlines.forget(after.operation_id)
         if after.state.terminal or after.runner is None:
             if self.capacity.unbind(after.operation_id):
                 self._wake_a_waiter()

@@ -50,14 +50,6 @@ class StoreOpening:
     opened_at: float
 
 
-def require_stamp(stamp: int, operation_id: str) -> None:
-    """The wire edge: a Dispatch without a stamp could never be vouched for."""
-    if stamp <= 0:
-        raise RunnerRefusal(
-            Refusal.ARGUMENT_INVALID, f"{operation_id}: dispatch_stamp is required (§6 witness)"
-        )
-
-
 def check_admissible(stamp: int, floor: int, operation_id: str) -> None:
     """A Dispatch below the floor is refused for good (typed, definite: C6)."""
     if stamp < floor:

@@ -3,8 +3,9 @@
 Before any handler runs (turnwire.guard): undecodable bytes are
 REQUEST_MALFORMED; a uint64 field >= 2^63 anywhere in the request (the
 fencing_token, after_sequence, dispatch_stamp, ...) is ARGUMENT_INVALID with the
-field named, because the dedupe table keeps signed 64-bit integers; an
-unexpected exception is a bare INTERNAL. Every typed answer carries the
+field named, because the dedupe table keeps signed 64-bit integers, and so is a
+Dispatch without its §6.1 dispatch_stamp; an unexpected exception is a bare
+INTERNAL. Every typed answer carries the
 incarnation (C8a).
 """
 
@@ -18,15 +19,22 @@ from runner_svc.core.model import Refusal
 from runner_svc.transport.errors import REFUSAL_CODES, reason_value
 from runner_svc.transport.servicer import RunnerServicer
 from turnwire.guard import EdgeRefusal, add_guarded_service, uint64_overflow
-from turnwire.runner.v1 import runner_pb2_grpc
+from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
 
 
 def check_request(method: str, request: Message) -> EdgeRefusal | None:
     """The refusal for a decoded request that must not reach a handler, or None."""
-    del method
     path = uint64_overflow(request)
-    if path is None:
-        return None
+    if path is not None:
+        return _invalid(request, path, f"{path} must be below 2^63")
+    if isinstance(request, runner_pb2.DispatchRequest) and request.dispatch_stamp == 0:
+        # §6.1 W1: a Dispatch without a stamp could never be vouched for.
+        return _invalid(request, "dispatch_stamp", "dispatch_stamp is required (§6.1 witness)")
+    del method
+    return None
+
+
+def _invalid(request: Message, path: str, message: str) -> EdgeRefusal:
     metadata = {"field": path}
     operation_id = getattr(request, "operation_id", "")
     if isinstance(operation_id, str) and operation_id:
@@ -34,7 +42,7 @@ def check_request(method: str, request: Message) -> EdgeRefusal | None:
     return EdgeRefusal(
         REFUSAL_CODES[Refusal.ARGUMENT_INVALID],
         reason_value(Refusal.ARGUMENT_INVALID),
-        f"{path} must be below 2^63",
+        message,
         metadata,
     )
 

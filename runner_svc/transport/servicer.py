@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from runner_svc.core.model import RunnerRefusal
-from runner_svc.core.witness import require_stamp
 from runner_svc.service import DispatchCall, RunnerService
 from runner_svc.transport import convert
 from runner_svc.transport.errors import abort_refusal
@@ -89,7 +88,6 @@ class RunnerServicer(runner_pb2_grpc.RunnerServiceServicer):
             dispatch_stamp=request.dispatch_stamp,
         )
         try:
-            require_stamp(request.dispatch_stamp, request.operation_id)
             outcome = await self.service.dispatch(call)
         except RunnerRefusal as refusal:
             log.info(

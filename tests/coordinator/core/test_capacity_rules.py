@@ -19,6 +19,7 @@ def refused(number: int, reason: str) -> AttemptRecord:
 
 
 def test_capacity_refusals_never_count_toward_max_attempts() -> None:
+    """C6a: five NO_FREE_SLOT refusals with max_attempts=2: still sent again."""
     rows = tuple(refused(n, "NO_FREE_SLOT") for n in range(1, 6))
     before = queued(attempt_count=5, max_attempts=2, last_event_sequence=11)
     record, _ = step(before, answer(None, asked=5), ctx(*rows))
@@ -26,6 +27,7 @@ def test_capacity_refusals_never_count_toward_max_attempts() -> None:
 
 
 def test_other_definite_refusals_still_count() -> None:
+    """C6a, §3 max_attempts: any other definite refusal counts as before."""
     rows = (refused(1, "STORE_WRITE_FAILED"), refused(2, "INCARNATION_MISMATCH"))
     before = queued(attempt_count=2, max_attempts=2, last_event_sequence=5)
     record, _ = step(before, answer(None, asked=2), ctx(*rows))
@@ -33,6 +35,7 @@ def test_other_definite_refusals_still_count() -> None:
 
 
 def test_a_full_runner_sends_the_turn_back_to_wait_with_its_reason() -> None:
+    """C6, C6a: back to QUEUED unbound, the event names what it waits for, capped backoff."""
     earlier = tuple(refused(n, "SHUTTING_DOWN") for n in range(1, 10))
     pending = attempt(10, AttemptOutcome.PENDING)
     before = bound(OpState.DISPATCHING, 10)
@@ -51,7 +54,7 @@ def test_a_full_runner_sends_the_turn_back_to_wait_with_its_reason() -> None:
 
 
 def test_a_queued_turn_past_its_deadline_ends_timed_out_not_started() -> None:
-    """Issue 9: the coordinator enforces the turn's deadline on a waiting turn."""
+    """C6a, C14: the coordinator enforces the turn's deadline on a waiting turn: NOT_STARTED."""
     rows = (refused(1, "NO_FREE_SLOT"),)
     before = queued(attempt_count=1, last_event_sequence=3)
     late = ctx(*rows, turn_deadline=NOW - timedelta(seconds=1))
@@ -62,6 +65,7 @@ def test_a_queued_turn_past_its_deadline_ends_timed_out_not_started() -> None:
 
 
 def test_a_waiting_turn_looks_again_no_later_than_its_deadline() -> None:
+    """C6a: the wait is scheduled no later than the turn's deadline."""
     soon = NOW + timedelta(milliseconds=10)
     decision = decide(queued(), Tick(route=None, retry_streak=9), ctx(turn_deadline=soon))
     assert decision.change is None

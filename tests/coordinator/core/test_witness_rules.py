@@ -48,7 +48,8 @@ def restarted(op: RunnerOp | None, opens: tuple[StoreOpen, ...]) -> PreflightAns
 
 
 def test_rolled_back_store_absence_is_incarnation_changed_not_a_replay() -> None:
-    """Regression 8.1: "absent" from a store whose chain cannot vouch licenses no replay."""
+    """§6.1 W4, C8 (regression 8.1): "absent" from a store whose chain cannot vouch licenses
+    no replay: TIMED_OUT INCARNATION_CHANGED, UNKNOWN."""
     before = bound(OpState.DISPATCH_UNKNOWN)
     for opens in (ROLLED_BACK, NEVER_SAW_A, ()):
         record, decision = step(before, restarted(None, opens), ctx(attempt(1)))
@@ -59,7 +60,7 @@ def test_rolled_back_store_absence_is_incarnation_changed_not_a_replay() -> None
 
 
 def test_vouched_store_absence_still_licenses_the_replay() -> None:
-    """§6: a floor above the stamp proves the Dispatch never arrived: replay to INC_B."""
+    """§6.1 W4, C8: a floor above the stamp proves the Dispatch never arrived: replay to INC_B."""
     before = bound(OpState.DISPATCH_UNKNOWN)
     record, decision = step(before, restarted(None, PASSED), ctx(attempt(1)))
     assert record.state is OpState.DISPATCHING and record.incarnation_id == INC_B
@@ -67,7 +68,7 @@ def test_vouched_store_absence_still_licenses_the_replay() -> None:
 
 
 def test_rolled_back_store_accepted_row_is_never_sent_again() -> None:
-    """A restored store may show "accepted" for a turn that went on to run."""
+    """§6.1 W4: a restored store may show "accepted" for a turn that went on to run: no re-send."""
     old = row(R.ACCEPTED, None, INC_A)
     accepted = attempt(1, AttemptOutcome.ACCEPTED)
     record, decision = step(bound(OpState.RUNNING), restarted(old, ROLLED_BACK), ctx(accepted))
@@ -78,14 +79,15 @@ def test_rolled_back_store_accepted_row_is_never_sent_again() -> None:
 
 
 def test_rolled_back_store_losing_an_acknowledged_row_is_not_a_protocol_error() -> None:
-    """The row vanished because the store went back in time: honest ambiguity."""
+    """§6.1 W4, C9: a row that vanished with the store going back in time is ambiguity, not a
+    PROTOCOL_ERROR."""
     accepted = attempt(1, AttemptOutcome.ACCEPTED)
     record, _ = step(bound(OpState.RUNNING), restarted(None, ROLLED_BACK), ctx(accepted))
     assert record.state is OpState.TIMED_OUT and record.execution is Execution.UNKNOWN
 
 
 def test_rolled_back_store_settled_row_is_still_adopted() -> None:
-    """A settlement is final in every history of the store: its result is kept."""
+    """§6.1 W4, C10: a settlement is final in every history of the store: its result is kept."""
     done = row(R.SUCCEEDED, Execution.STARTED, INC_A, result=b"kept")
     accepted = attempt(1, AttemptOutcome.ACCEPTED)
     record, _ = step(bound(OpState.RUNNING), restarted(done, ROLLED_BACK), ctx(accepted))
@@ -94,7 +96,7 @@ def test_rolled_back_store_settled_row_is_still_adopted() -> None:
 
 
 def test_rolled_back_store_never_proves_not_started() -> None:
-    """A settled not-started row covers INC_B only; INC_A's attempt stays unknown (C14)."""
+    """C14, §6.1 W4: a settled not-started row covers INC_B only; INC_A's attempt stays unknown."""
     stopped = row(R.CANCELLED, Execution.NOT_STARTED, INC_B)
     record, _ = step(
         bound(OpState.DISPATCH_UNKNOWN), restarted(stopped, ROLLED_BACK), ctx(attempt(1))
@@ -103,7 +105,7 @@ def test_rolled_back_store_never_proves_not_started() -> None:
 
 
 def test_witness_needs_every_earlier_attempt_vouched() -> None:
-    """One unvouched attempt (here to INC_C, which the chain never shows) spoils the proof."""
+    """§6.1 W4: one unvouched attempt (to INC_C, which the chain never shows) spoils the proof."""
     first = attempt(1, incarnation=INC_C)
     second = attempt(2, incarnation=INC_A)
     assert not store_vouches((first, second), incarnation_id=INC_B, store_id=STORE, openings=PASSED)
@@ -114,13 +116,14 @@ def test_witness_needs_every_earlier_attempt_vouched() -> None:
 
 
 def test_attempt_to_another_store_is_never_vouched() -> None:
-    """An attempt recorded against another store_id is not this store's to vouch for."""
+    """§6.1 W4: an attempt recorded against another store_id is not this store's to vouch for."""
     elsewhere = attempt(1, store=OTHER_STORE)
     assert not attempt_vouched(elsewhere, STORE, PASSED)
     assert attempt_vouched(attempt(1), STORE, PASSED)
 
 
 def test_floor_after_reads_the_successor_opening() -> None:
+    """§6.1 W3: the floor that counts is the one the next opening found."""
     chain = (StoreOpen(INC_C, INC_B, 7), StoreOpen(INC_B, INC_A, 5), StoreOpen(INC_A, "", 0))
     assert floor_after(chain, INC_A) == 5
     assert floor_after(chain, INC_B) == 7
@@ -128,7 +131,7 @@ def test_floor_after_reads_the_successor_opening() -> None:
 
 
 def test_rolled_back_store_confirmed_start_is_still_started() -> None:
-    """A confirmed start in any store state is true: TIMED_OUT INTERRUPTED, STARTED."""
+    """R3, §6.1 W4: a confirmed start in any store state is true: TIMED_OUT INTERRUPTED, STARTED."""
     stuck = row(R.RUNNING, Execution.STARTED, INC_A)
     accepted = attempt(1, AttemptOutcome.ACCEPTED)
     record, _ = step(bound(OpState.RUNNING), restarted(stuck, ROLLED_BACK), ctx(accepted))

@@ -11,6 +11,7 @@ W, R = TurnKind.WRITABLE, TurnKind.READ_ONLY
 
 
 def test_free_slots_are_counted_per_runner_and_kind() -> None:
+    """C6a, R4: one count per (runner, kind) pool; unknown until GetRunnerInfo."""
     capacity = Capacity()
     assert capacity.free("r1", W) is None  # unknown until GetRunnerInfo
     capacity.learned("r1", {W: 2, R: 1})
@@ -26,6 +27,7 @@ def test_free_slots_are_counted_per_runner_and_kind() -> None:
 
 
 def test_waiters_are_woken_oldest_first_and_leave_the_queue_when_bound() -> None:
+    """C6a: freed slots go to the longest-waiting turn first."""
     capacity = Capacity()
     for op in ("a", "b", "c"):
         capacity.wait(op)
@@ -39,6 +41,7 @@ def test_waiters_are_woken_oldest_first_and_leave_the_queue_when_bound() -> None
 
 
 def test_routing_skips_full_runners_and_treats_unknown_sizes_as_room() -> None:
+    """C6 (only QUEUED routes), C6a: a full runner is skipped; unknown sizes count as room."""
     runners = [RunnerEndpoint("r1", "127.0.0.1:1"), RunnerEndpoint("r2", "127.0.0.1:2")]
     load = {"r1": 0, "r2": 5}
     chosen = route("default", W, runners, load, {"r1": 0, "r2": 1})

@@ -16,6 +16,8 @@ R = runner_pb2
 
 
 def test_a_dispatch_without_a_stamp_is_invalid_and_admits_nothing(tmp_path: Path) -> None:
+    """§6.1 W1: a Dispatch without its stamp is ARGUMENT_INVALID and admits nothing."""
+
     async def scenario(live: Live) -> None:
         body = envelope("op_nostamp")
         request = replace_stamp(dispatch_request("op_nostamp", body, live.incarnation), 0)

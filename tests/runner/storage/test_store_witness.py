@@ -23,6 +23,7 @@ def admit(store: SqliteRunnerStore, op: str, stamp: int) -> None:
 
 
 def test_a_dispatch_below_the_floor_is_refused_typed_and_writes_nothing(tmp_path: Path) -> None:
+    """§6.1 W2, C6: below the floor: DISPATCH_STALE (definite), nothing written."""
     store = SqliteRunnerStore.open(tmp_path / "r.db", A)
     try:
         assert store.advance_floor(1_000) == 1_000
@@ -36,6 +37,7 @@ def test_a_dispatch_below_the_floor_is_refused_typed_and_writes_nothing(tmp_path
 
 
 def test_the_floor_never_passes_a_row_that_may_still_launch(tmp_path: Path) -> None:
+    """§6.1 W2: the floor is held at an accepted row's stamp until it launches; never down."""
     store = SqliteRunnerStore.open(tmp_path / "r.db", A)
     try:
         admit(store, "op_waiting", 500)
@@ -50,6 +52,8 @@ def test_the_floor_never_passes_a_row_that_may_still_launch(tmp_path: Path) -> N
 def test_a_row_stopped_before_launch_does_not_hold_the_floor_and_seal_works(
     tmp_path: Path,
 ) -> None:
+    """§6.1 W2/W3, R8: a row stopped by shutdown never launches, so the store seals and the
+    next opening vouches for it."""
     store = SqliteRunnerStore.open(tmp_path / "r.db", A)
     admit(store, "op_stopped", 500)
     store.write("op_stopped", RecordStopReason(StopReason.SHUTDOWN))
@@ -66,7 +70,7 @@ def test_a_row_stopped_before_launch_does_not_hold_the_floor_and_seal_works(
 
 
 def test_a_launch_below_the_floor_is_refused(tmp_path: Path) -> None:
-    """Defence in depth: even if the floor got past an unlaunched row, it never launches."""
+    """§6.1 W2, R3 (defence in depth): even if the floor got past an unlaunched row, no launch."""
     path = tmp_path / "r.db"
     store = SqliteRunnerStore.open(path, A)
     try:
@@ -110,6 +114,7 @@ def test_a_restored_copy_in_place_keeps_its_id_but_cannot_vouch(tmp_path: Path) 
 
 
 def test_the_chain_keeps_every_opening_newest_first(tmp_path: Path) -> None:
+    """§6.1 W3: every opening is recorded with its predecessor, newest first."""
     path = tmp_path / "r.db"
     for incarnation in (A, B, C):
         SqliteRunnerStore.open(path, incarnation).close()
@@ -122,7 +127,8 @@ def test_the_chain_keeps_every_opening_newest_first(tmp_path: Path) -> None:
 
 
 def test_a_row_removed_by_hand_voids_the_store_id(tmp_path: Path) -> None:
-    """An edit that deletes a row (triggers dropped first) is caught by the row digest."""
+    """§6: an edit that deletes a row (triggers dropped first) is caught by the row digest:
+    a new store_id, so nothing in it passes for the old store's proofs."""
     path = tmp_path / "r.db"
     store = SqliteRunnerStore.open(path, A)
     admit(store, "op_1", 10)
@@ -154,6 +160,8 @@ def test_a_row_removed_by_hand_voids_the_store_id(tmp_path: Path) -> None:
     ],
 )
 def test_the_database_refuses_what_would_void_the_witness(tmp_path: Path, statement: str) -> None:
+    """§6.1 W2/W3, R9: rows are never deleted, openings are append-only, the floor never
+    goes down within an owner, whoever writes."""
     path = tmp_path / "r.db"
     store = SqliteRunnerStore.open(path, A)
     admit(store, "op_1", 10)
