@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from coordinator_svc.core.model import AttemptOutcome, TurnKind
+from coordinator_svc.core.model import AttemptOutcome
 from coordinator_svc.storage import FakeJournal
 from tests.coordinator.dispatcher.rig import Rig
 
@@ -38,7 +38,7 @@ async def measure(turns: int, slots: int, sleep_ms: int, sizes_first: bool) -> d
             dispatcher = rig.make_dispatcher()
             await dispatcher.start()
             for _ in range(200):  # bounded: 10 s
-                if not sizes_first or dispatcher.capacity.free("r1", TurnKind.WRITABLE) is not None:
+                if not sizes_first or dispatcher.room.scheduler.known("r1"):
                     break
                 await asyncio.sleep(0.05)
             started = time.monotonic()

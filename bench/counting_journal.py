@@ -44,6 +44,12 @@ class CountingJournal:
         self.calls["get_for_principal"] += 1
         return await self.inner.get_for_principal(principal, operation_id)
 
+    async def by_idempotency_key(
+        self, principal: str, idempotency_key_digest: str
+    ) -> OperationRecord | None:
+        self.calls["by_idempotency_key"] += 1
+        return await self.inner.by_idempotency_key(principal, idempotency_key_digest)
+
     async def list_for_principal(
         self, principal: str, states: Sequence[OpState], limit: int, after: PageCursor | None
     ) -> list[OperationRecord]:
@@ -62,9 +68,9 @@ class CountingJournal:
         self.calls["attempts"] += 1
         return await self.inner.attempts(operation_id)
 
-    async def due(self, now: datetime, limit: int) -> list[OperationRecord]:
+    async def due(self, now: datetime, limit: int, *, queued: bool = True) -> list[OperationRecord]:
         self.calls["due"] += 1
-        return await self.inner.due(now, limit)
+        return await self.inner.due(now, limit, queued=queued)
 
     async def claim(
         self, operation_id: str, owner: str, now: datetime, ttl_seconds: float

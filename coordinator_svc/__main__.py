@@ -33,6 +33,7 @@ from coordinator_svc.config import (
     RunnerEndpoint,
     parse_runner_spec,
 )
+from coordinator_svc.core.quotas import PrincipalLimits, parse_limits
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, MessageLimits, parse_byte_count
 
 PROG = "python -m coordinator_svc"
@@ -122,6 +123,7 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     _serve_wiring_flags(serve)
     _serve_behaviour_flags(serve)
+    _scheduling_flags(serve)
     _timing_flags(serve)
 
 
@@ -199,6 +201,54 @@ def _serve_behaviour_flags(serve: argparse.ArgumentParser) -> None:
     )
 
 
+def _limits(text: str) -> PrincipalLimits:
+    try:
+        return parse_limits(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _principal_limits(text: str) -> tuple[str, PrincipalLimits]:
+    principal, sep, spec = text.partition(":")
+    if not sep or not principal:
+        raise argparse.ArgumentTypeError(f"expected PRINCIPAL:key=value[,...], got {text!r}")
+    return principal, _limits(spec)
+
+
+def _scheduling_flags(serve: argparse.ArgumentParser) -> None:
+    group = serve.add_argument_group(
+        "scheduling: fairness, quotas and queue timeout (README, waiting for capacity)"
+    )
+    keys = "max_queued=N, max_in_flight=N, submit_rate=PER_SECOND, submit_burst=N, weight=W"
+    group.add_argument(
+        "--quota",
+        type=_limits,
+        default=_env("TURNWIRE_QUOTA"),
+        metavar="KEY=VALUE[,...]",
+        help=f"limits for every principal without its own ({keys}); over a limit "
+        "SubmitTurn answers RESOURCE_EXHAUSTED with a RetryInfo (env TURNWIRE_QUOTA; "
+        "default: no limits, weight 1)",
+    )
+    group.add_argument(
+        "--principal-quota",
+        dest="principal_quotas",
+        action="append",
+        type=_principal_limits,
+        metavar="PRINCIPAL:KEY=VALUE[,...]",
+        help="one principal's limits and fair-share weight instead of --quota's; repeatable "
+        "(env TURNWIRE_PRINCIPAL_QUOTAS: specs separated by newlines)",
+    )
+    group.add_argument(
+        "--queue-timeout",
+        type=_positive_float,
+        default=_env("TURNWIRE_QUEUE_TIMEOUT"),
+        metavar="SECONDS",
+        help="end a turn still QUEUED this long after acceptance TIMED_OUT, QUEUE_TIMEOUT, "
+        "NOT_STARTED, unless it sets limits.queue_timeout itself (env TURNWIRE_QUEUE_TIMEOUT; "
+        "default: none)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -239,7 +289,15 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
             if hasattr(args, f.name)
         }
     )
+    principal_quotas = args.principal_quotas or [
+        _principal_limits(line.strip())
+        for line in (_env("TURNWIRE_PRINCIPAL_QUOTAS", "") or "").splitlines()
+        if line.strip()
+    ]
     return CoordinatorConfig(
+        quota=args.quota or PrincipalLimits(),
+        principal_quotas=tuple(principal_quotas),
+        queue_timeout=args.queue_timeout,
         listen=args.listen,
         journal_url=args.journal_url,
         runners=tuple(runners),

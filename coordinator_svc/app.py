@@ -30,6 +30,7 @@ import grpc
 from coordinator_svc.api.auth import Authenticator
 from coordinator_svc.api.servicer import SERVICE_NAME, TurnServicer, add_to_server, utc_now
 from coordinator_svc.config import CoordinatorConfig
+from coordinator_svc.core.quotas import Quotas
 from coordinator_svc.dispatcher import Dispatcher
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import Journal
@@ -134,6 +135,8 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
         default_max_attempts=config.default_max_attempts,
         interceptors=wiring.interceptors,
         limits=config.limits,
+        quotas=Quotas(config.quota, dict(config.principal_quotas)),
+        queue_timeout=config.queue_timeout,
     )
     await dispatcher.start()
     servicer = TurnServicer(

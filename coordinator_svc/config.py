@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from coordinator_svc.core.model import TurnKind
+from coordinator_svc.core.quotas import PrincipalLimits
 from turnwire.limits import MessageLimits
 
 
@@ -82,3 +83,8 @@ class CoordinatorConfig:
     address_file: str | None = None
     # The message-size chain, from the runners' receive limit (turnwire.limits).
     limits: MessageLimits = field(default_factory=MessageLimits)
+    # Scheduling (issue 9): every principal's limits and fair-share weight,
+    # overrides per principal, and the default queue timeout (seconds).
+    quota: PrincipalLimits = field(default_factory=PrincipalLimits)
+    principal_quotas: tuple[tuple[str, PrincipalLimits], ...] = ()
+    queue_timeout: float | None = None

@@ -114,6 +114,13 @@ class Journal(Protocol):
         """The operation only if it belongs to ``principal`` (§7: else None)."""
         ...
 
+    async def by_idempotency_key(
+        self, principal: str, idempotency_key_digest: str
+    ) -> OperationRecord | None:
+        """The operation the principal submitted with this key, if any (a quota
+        refusal first looks here: a retried submit is never refused)."""
+        ...
+
     async def list_for_principal(
         self,
         principal: str,
@@ -145,10 +152,12 @@ class Journal(Protocol):
 
     async def attempts(self, operation_id: str) -> list[AttemptRecord]: ...
 
-    async def due(self, now: datetime, limit: int) -> list[OperationRecord]:
+    async def due(self, now: datetime, limit: int, *, queued: bool = True) -> list[OperationRecord]:
         """Non-terminal operations whose next_action_at is unset or <= now,
         plus terminal ones not yet released; oldest first (created_at,
-        operation_id). Lease-blind: a replica claims before it acts."""
+        operation_id). Lease-blind: a replica claims before it acts.
+        ``queued=False`` leaves QUEUED operations out: the scheduler holds
+        those in memory, and a backlog of them must not hide the rest."""
         ...
 
     async def claim(

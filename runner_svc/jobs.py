@@ -1,9 +1,18 @@
-"""The life of one admitted turn: launch check, two-step launch, limits, settlement.
+"""The async shell around each admitted turn's state machine (core/job_lifecycle.py).
 
 A job is made by a successful admission (it holds one slot) and ends when its
 settlement is durable, which is the only moment its slot is freed (R6, R7).
+Every decision about it is made by ``job_lifecycle.step``: this module feeds
+it what happened (the row read for the launch check, writes that landed or
+failed, the executor's start and outcome, limit timers, Cancels, the drain)
+and performs the commands it returns, in order, answering each request
+before the next command.
+
 The per-operation lock (shared with the service's Dispatch/Cancel) makes the
-launch check and the launch intent one step with respect to a Cancel.
+launch check, the launch intent and the executor's start one step with
+respect to a Cancel. The crash points sit between the same durable writes as
+ever: after the launch intent, and after the executor finished but before its
+settlement is written.
 """
 
 from __future__ import annotations
@@ -11,20 +20,45 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import assert_never
 
 from runner_svc.core.admission import SlotPools
-from runner_svc.core.model import Execution, RowState, SlotKind, StopReason, TurnFailure
-from runner_svc.core.settlement import (
-    ReportedOutcome,
-    SettlementDecision,
-    decide_settlement,
-    due_stop_reason,
-    first_stop_reason,
-    launch_block,
-    unlaunched_settlement,
+from runner_svc.core.job_lifecycle import (
+    ArmLimitTimer,
+    CancelRequested,
+    Command,
+    DrainDeadlinePassed,
+    DrainStarted,
+    ExecutorFinished,
+    ExecutorStarted,
+    ExecutorStartFailed,
+    FreeSlot,
+    JobAbandoned,
+    JobCrashed,
+    JobEvent,
+    JobState,
+    LaunchChecked,
+    LaunchCheckFailed,
+    LaunchIntentFailed,
+    LaunchIntentWritten,
+    LimitTimerFired,
+    NoteNotLaunched,
+    RecordProcessGroup,
+    SettlementWriteFailed,
+    SettlementWritten,
+    StartExecutor,
+    StopExecutor,
+    WriteConfirmStart,
+    WriteLaunchIntent,
+    WriteSettlement,
+    WriteStopReason,
+    admitted,
+    step,
 )
+from runner_svc.core.model import OperationRow, SlotKind, StopReason
+from runner_svc.core.settlement import ReportedOutcome
 from runner_svc.core.transitions import (
     ConfirmStart,
     IllegalRowEvent,
@@ -53,30 +87,23 @@ _LOCK_STRIPES = 256
 
 @dataclass
 class Job:
-    """One admitted operation while it holds a slot."""
+    """One admitted operation while it holds a slot: its machine state and its I/O."""
 
     operation_id: str
     kind: SlotKind
     attempt: int
     envelope: runner_pb2.TurnEnvelope
     envelope_bytes: bytes
-    stop_reason: StopReason | None = None
+    state: JobState
     handle: ExecutionHandle | None = None
-    started_at: float | None = None
-    slot_held: bool = True
-    result_not_saved: bool = False
+    # When the limit timer next wakes (set by ArmLimitTimer, taken by the watchdog).
+    limit_alarm: float | None = None
     task: asyncio.Task[None] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def deadline(self) -> float | None:
-        limits = self.envelope.limits
-        if not limits.HasField("deadline"):
-            return None
-        return limits.deadline.seconds + limits.deadline.nanos / 1e9
-
-    def budget_seconds(self) -> float | None:
-        budget_ms = self.envelope.limits.budget_ms
-        return budget_ms / 1000.0 if budget_ms else None
+    @property
+    def result_not_saved(self) -> bool:
+        return self.state.result_not_saved
 
 
 class JobRunner:
@@ -109,65 +136,127 @@ class JobRunner:
     def held_result_not_saved(self) -> int:
         return sum(1 for job in self.jobs.values() if job.result_not_saved)
 
-    def start(self, job: Job) -> None:
-        """Register an admitted job and launch it in the background (after the reply)."""
-        self.jobs[job.operation_id] = job
-        job.task = asyncio.create_task(self._run(job), name=f"job-{job.operation_id}")
+    def admit(
+        self,
+        operation_id: str,
+        kind: SlotKind,
+        attempt: int,
+        envelope: runner_pb2.TurnEnvelope,
+        envelope_bytes: bytes,
+        *,
+        draining: bool,
+    ) -> Job:
+        """Register the job of a row just admitted (its slot is reserved) and
+        launch it in the background (after the reply)."""
+        state = admitted(
+            self.incarnation_id,
+            deadline=_deadline(envelope),
+            budget_seconds=_budget_seconds(envelope),
+            draining=draining,
+        )
+        job = Job(operation_id, kind, attempt, envelope, envelope_bytes, state)
+        self.jobs[operation_id] = job
+        job.task = asyncio.create_task(self._run(job), name=f"job-{operation_id}")
+        return job
+
+    async def cancel(self, job: Job, row: OperationRow) -> None:
+        """A Cancel for this job (R6). The caller holds the operation's lock and
+        read ``row`` under it."""
+        await self._feed(job, CancelRequested(row))
 
     async def _run(self, job: Job) -> None:
+        op = job.operation_id
         try:
-            handle = await self._launch(job)
-            if handle is None:
+            async with self.lock(op):
+                await self._feed(job, await self._launch_check(job))
+            if job.handle is None:  # nothing started: the job is settled, released or held
                 return
-            outcome = await self._wait_with_limits(job, handle)
+            outcome = await self._wait_with_limits(job, job.handle)
             crash_point("runner.after_executor_finished")
-            decision = decide_settlement(job.stop_reason, _reported(outcome), REASONS)
-            async with self.lock(job.operation_id):
-                await self.write_settlement(job, decision, Execution.STARTED)
+            # Decided before the lock is taken: a Cancel that gets the lock
+            # first is recorded (R6) but does not rewrite this outcome.
+            settle = self._step(job, ExecutorFinished(_reported(outcome), REASONS))
+            async with self.lock(op):
+                await self._perform(job, settle)
+        except asyncio.CancelledError:
+            self._step(job, JobAbandoned())  # no commands: it only ends the job's run
+            raise
         except Exception:
             # Fail closed: the slot stays held and the row says what is durable.
-            job.result_not_saved = True
-            log.exception("job %s crashed; slot held until restart", job.operation_id)
+            self._step(job, JobCrashed())  # no commands: it only ends the job's run
+            log.exception("job %s crashed; slot held until restart", op)
         finally:
             job.done.set()
 
-    # --- launch (R3) ----------------------------------------------------------
+    # --- feeding the machine ---------------------------------------------------------
 
-    async def _launch(self, job: Job) -> ExecutionHandle | None:
-        op = job.operation_id
-        async with self.lock(op):
-            try:
-                row = await self.store.get(op)
-            except StoreError:
-                job.result_not_saved = True
-                log.exception("launch check of %s could not read the store; slot held", op)
-                return None
-            due = due_stop_reason(
-                now=self._clock(), deadline=job.deadline(), started_at=None, budget_seconds=None
+    def _step(self, job: Job, event: JobEvent) -> tuple[Command, ...]:
+        job.state, commands = step(job.state, event)
+        return commands
+
+    async def _feed(self, job: Job, event: JobEvent) -> None:
+        await self._perform(job, self._step(job, event))
+
+    async def _perform(self, job: Job, commands: Iterable[Command]) -> None:
+        for command in commands:
+            answer = await self._do(job, command)
+            if answer is not None:  # a request's answer goes in before the next command
+                await self._feed(job, answer)
+
+    async def _do(self, job: Job, command: Command) -> JobEvent | None:
+        """Perform one command; a request returns its answer."""
+        match command:
+            case NoteNotLaunched():
+                log.info("operation %s not launched: %s", job.operation_id, command.why)
+            case WriteLaunchIntent():
+                return await self._write_launch_intent(job)
+            case StartExecutor():
+                return await self._start_executor(job)
+            case RecordProcessGroup():
+                await self._record_process(job, command.started_at)
+            case WriteConfirmStart():
+                await self._confirm_start(job, command.started_at)
+            case WriteStopReason():
+                await self._write_stop_reason(job, command.reason)
+            case StopExecutor():
+                if job.handle is not None:
+                    await job.handle.cancel(self._grace)
+            case ArmLimitTimer():
+                job.limit_alarm = command.at
+            case WriteSettlement():
+                return await self._write_settlement(job, command)
+            case FreeSlot():
+                self.pools.free(job.kind)
+                if self.jobs.get(job.operation_id) is job:
+                    del self.jobs[job.operation_id]
+            case _:
+                assert_never(command)
+        return None
+
+    # --- launch (R3) -------------------------------------------------------------------
+
+    async def _launch_check(self, job: Job) -> JobEvent:
+        try:
+            row = await self.store.get(job.operation_id)
+        except StoreError:
+            log.exception(
+                "launch check of %s could not read the store; slot held", job.operation_id
             )
-            if due is not None:
-                job.stop_reason = first_stop_reason(job.stop_reason, due)
-            block = launch_block(row, self.incarnation_id, job.stop_reason)
-            if block:
-                log.info("operation %s not launched: %s", op, block)
-                reason = job.stop_reason or (row.stop_reason if row is not None else None)
-                if row is not None and row.state is RowState.ACCEPTED and reason is not None:
-                    decision = unlaunched_settlement(reason)
-                    await self.write_settlement(job, decision, Execution.NOT_STARTED)
-                else:  # nothing of ours was launched: the slot is free again
-                    self.free_slot(job)
-                return None
-            return await self._launch_locked(job)
+            return LaunchCheckFailed()
+        return LaunchChecked(row, now=self._clock())
 
-    async def _launch_locked(self, job: Job) -> ExecutionHandle | None:
+    async def _write_launch_intent(self, job: Job) -> JobEvent:
         op = job.operation_id
         try:
             await self.store.write(op, LaunchIntent(self.incarnation_id))
         except (StoreError, IllegalRowEvent):
-            job.result_not_saved = True
             log.exception("launch intent of %s not saved; not launched, slot held", op)
-            return None
+            return LaunchIntentFailed()
         crash_point("runner.after_launch_intent")
+        return LaunchIntentWritten()
+
+    async def _start_executor(self, job: Job) -> JobEvent:
+        op = job.operation_id
         request = ExecutionRequest(
             op, self.incarnation_id, job.attempt, job.envelope, job.envelope_bytes
         )
@@ -175,39 +264,22 @@ class JobRunner:
             handle = await self.executor.start(request)
         except ExecutorStartError as exc:
             log.warning("executor refused to start %s: %s", op, exc)
-            failed = SettlementDecision(
-                RowState.FAILED, error=_failure("EXECUTOR_UNAVAILABLE", exc)
-            )
-            await self.write_settlement(job, failed, Execution.NOT_STARTED)
-            return None
+            return ExecutorStartFailed(_detail(exc), may_have_started=False)
         except Exception as exc:
             log.exception("executor start of %s failed oddly: it may have started", op)
-            failed = SettlementDecision(
-                RowState.FAILED, error=_failure("EXECUTOR_UNAVAILABLE", exc)
-            )
-            await self.write_settlement(job, failed, Execution.UNKNOWN)
-            return None
+            return ExecutorStartFailed(_detail(exc), may_have_started=True)
         job.handle = handle
-        job.started_at = self._clock()
-        await self._record_process(job, handle)
-        await self._confirm_start(job)
-        if job.stop_reason is not None:  # a stop came while the executor was starting
-            await handle.cancel(self._grace)
-        return handle
+        return ExecutorStarted(at=self._clock())
 
-    async def _record_process(self, job: Job, handle: ExecutionHandle) -> None:
+    async def _record_process(self, job: Job, started_at: float) -> None:
         """R10: write down the executor's process group, so the next incarnation
         can end it if this one dies first (runner_svc/executor_sweep.py)."""
-        process = getattr(handle, "process", None)
+        process = getattr(job.handle, "process", None)
         if not isinstance(process, ExecutorProcess):
             return
         try:
             await self.store.record_executor_process(
-                job.operation_id,
-                process.pgid,
-                process.start_time,
-                process.boot_id,
-                job.started_at or self._clock(),
+                job.operation_id, process.pgid, process.start_time, process.boot_id, started_at
             )
         except StoreError as exc:
             # The death signal and the watchdog still end it with this runner.
@@ -218,12 +290,9 @@ class JobRunner:
                 exc,
             )
 
-    async def _confirm_start(self, job: Job) -> None:
-        assert job.started_at is not None
+    async def _confirm_start(self, job: Job, started_at: float) -> None:
         try:
-            await self.store.write(
-                job.operation_id, ConfirmStart(self.incarnation_id, job.started_at)
-            )
+            await self.store.write(job.operation_id, ConfirmStart(self.incarnation_id, started_at))
         except (StoreError, IllegalRowEvent):
             # The row stays LAUNCHING: after a crash it says UNKNOWN, which is true.
             log.exception("start confirmation of %s not saved", job.operation_id)
@@ -231,7 +300,7 @@ class JobRunner:
         log.info("operation %s started (incarnation %s)", job.operation_id, self.incarnation_id)
         self._on_change()
 
-    # --- limits and stops (R6) -------------------------------------------------
+    # --- limits and stops (R6) -----------------------------------------------------------
 
     async def _wait_with_limits(self, job: Job, handle: ExecutionHandle) -> ExecutionOutcome:
         watchdog = asyncio.create_task(self._watch_limits(job))
@@ -241,31 +310,18 @@ class JobRunner:
             watchdog.cancel()
 
     async def _watch_limits(self, job: Job) -> None:
-        budget = job.budget_seconds()
-        ends = [t for t in (job.deadline(), _plus(job.started_at, budget)) if t is not None]
-        for _ in range(len(ends)):  # at most one wake-up per limit
-            await asyncio.sleep(max(0.0, min(ends) - self._clock()))
-            due = due_stop_reason(
-                now=self._clock(),
-                deadline=job.deadline(),
-                started_at=job.started_at,
-                budget_seconds=budget,
-            )
-            if due is not None:
-                async with self.lock(job.operation_id):
-                    await self.record_stop(job, due)
-                await self.ask_to_stop(job)
-                return
-            ends.remove(min(ends))
+        """Sleep until each alarm the machine arms, then tell it the time."""
+        while (alarm := job.limit_alarm) is not None:
+            job.limit_alarm = None
+            await asyncio.sleep(max(0.0, alarm - self._clock()))
+            fired = LimitTimerFired(now=self._clock())
+            async with self.lock(job.operation_id):
+                commands = self._step(job, fired)
+                await self._perform(job, (c for c in commands if not isinstance(c, StopExecutor)))
+            # Asked outside the lock, as ever: a Cancel need not wait behind it.
+            await self._perform(job, (c for c in commands if isinstance(c, StopExecutor)))
 
-    async def record_stop(self, job: Job, reason: StopReason) -> None:
-        """Keep the first stop reason in memory and, when possible, durably (R6).
-
-        The caller holds the operation's lock.
-        """
-        if job.stop_reason is not None:
-            return
-        job.stop_reason = reason
+    async def _write_stop_reason(self, job: Job, reason: StopReason) -> None:
         log.info(
             "operation %s stop reason %s (incarnation %s)",
             job.operation_id,
@@ -279,19 +335,10 @@ class JobRunner:
             return
         self._on_change()
 
-    async def ask_to_stop(self, job: Job) -> None:
-        if job.handle is not None and not job.done.is_set():
-            await job.handle.cancel(self._grace)
+    # --- settlement (R7) ------------------------------------------------------------------
 
-    # --- settlement (R7) --------------------------------------------------------
-
-    async def write_settlement(
-        self, job: Job, decision: SettlementDecision, execution: Execution
-    ) -> bool:
-        """Write the terminal state once; free the slot only if it is durable.
-
-        The caller holds the operation's lock.
-        """
+    async def _write_settlement(self, job: Job, command: WriteSettlement) -> JobEvent:
+        decision, execution = command.decision, command.execution
         change = Settle(
             self.incarnation_id,
             decision.state,
@@ -303,7 +350,6 @@ class JobRunner:
         try:
             await self.store.write(job.operation_id, change)
         except (StoreError, IllegalRowEvent) as exc:
-            job.result_not_saved = True
             log.error(
                 "settlement of %s as %s NOT saved (incarnation %s): %s; slot held until restart",
                 job.operation_id,
@@ -311,7 +357,7 @@ class JobRunner:
                 self.incarnation_id,
                 exc,
             )
-            return False
+            return SettlementWriteFailed()
         log.info(
             "operation %s settled %s execution %s (incarnation %s)",
             job.operation_id,
@@ -319,30 +365,21 @@ class JobRunner:
             execution,
             self.incarnation_id,
         )
-        self.free_slot(job)
         self._on_change()
-        return True
+        return SettlementWritten()
 
-    def free_slot(self, job: Job) -> None:
-        """Give the slot back once (the executor has settled, or never started)."""
-        if job.slot_held:
-            job.slot_held = False
-            self.pools.free(job.kind)
-        if self.jobs.get(job.operation_id) is job:
-            del self.jobs[job.operation_id]
-
-    # --- shutdown (R8) ------------------------------------------------------------
+    # --- shutdown (R8) -------------------------------------------------------------------
 
     async def drain(self, drain_seconds: float) -> None:
         """Record SHUTDOWN where no reason exists, wait, then cancel, then give up."""
         for job in list(self.jobs.values()):
             async with self.lock(job.operation_id):
-                await self.record_stop(job, StopReason.SHUTDOWN)
+                await self._feed(job, DrainStarted())
         if await self._wait_all(drain_seconds):
             return
         log.warning("drain deadline passed: cancelling %d jobs", len(self._pending()))
         for job in self._pending():
-            await self.ask_to_stop(job)
+            await self._feed(job, DrainDeadlinePassed())
         if await self._wait_all(self._grace + 1.0):
             return
         for job in self._pending():
@@ -370,12 +407,20 @@ class JobRunner:
         return True
 
 
-def _plus(start: float | None, seconds: float | None) -> float | None:
-    return start + seconds if start is not None and seconds is not None else None
+def _deadline(envelope: runner_pb2.TurnEnvelope) -> float | None:
+    limits = envelope.limits
+    if not limits.HasField("deadline"):
+        return None
+    return limits.deadline.seconds + limits.deadline.nanos / 1e9
 
 
-def _failure(reason: str, exc: BaseException) -> TurnFailure:
-    return TurnFailure(reason, str(exc) or type(exc).__name__)
+def _budget_seconds(envelope: runner_pb2.TurnEnvelope) -> float | None:
+    budget_ms = envelope.limits.budget_ms
+    return budget_ms / 1000.0 if budget_ms else None
+
+
+def _detail(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
 
 
 def _reported(outcome: object) -> ReportedOutcome:

@@ -46,7 +46,7 @@ from runner_svc.core.transitions import (
 from runner_svc.core.witness import StoreOpening
 from runner_svc.executors import Executor
 from runner_svc.floor_keeper import FloorKeeper
-from runner_svc.jobs import Job, JobRunner
+from runner_svc.jobs import JobRunner
 from runner_svc.storage.async_store import AsyncRunnerStore
 from runner_svc.storage.sqlite_store import StoreError
 from turnwire.common.v1 import turn_pb2
@@ -250,10 +250,15 @@ class RunnerService:
             self._pools.free(facts.kind)
             raise
         crash_point("runner.after_dedupe_commit")
-        job = Job(call.operation_id, facts.kind, call.attempt, envelope, call.envelope)
-        if not self.accepting:  # shutdown began while the row was being written
-            job.stop_reason = StopReason.SHUTDOWN
-        self.jobs.start(job)
+        self.jobs.admit(
+            call.operation_id,
+            facts.kind,
+            call.attempt,
+            envelope,
+            call.envelope,
+            # Shutdown began while the row was being written: never launched (R8).
+            draining=not self.accepting,
+        )
         return row
 
     def _admission_change(
@@ -311,33 +316,24 @@ class RunnerService:
         return CancelOutcome(self._view(row), tombstoned=row.state is RowState.TOMBSTONED)
 
     async def _stop_for_cancel(self, row: OperationRow) -> None:
-        """Caller holds the lock. Never-launched rows settle now; running ones are asked."""
+        """Caller holds the lock. Our jobs decide for themselves (R6, runner_svc.jobs)."""
         job = self.jobs.jobs.get(row.operation_id)
-        if row.state is RowState.ACCEPTED:
-            reason = first_stop_reason(
-                job.stop_reason if job else row.stop_reason, StopReason.CANCEL
+        if job is not None:
+            await self.jobs.cancel(job, row)
+        elif row.state is RowState.ACCEPTED:
+            # An earlier incarnation accepted it and nobody took it over: never launched.
+            reason = first_stop_reason(row.stop_reason, StopReason.CANCEL)
+            decision = unlaunched_settlement(reason)
+            await self._write(
+                row.operation_id,
+                Settle(
+                    self.incarnation_id,
+                    decision.state,
+                    Execution.NOT_STARTED,
+                    self._clock(),
+                    error=decision.error,
+                ),
             )
-            if job is not None:
-                job.stop_reason = reason
-                await self.jobs.write_settlement(
-                    job, unlaunched_settlement(reason), Execution.NOT_STARTED
-                )
-            else:  # an earlier incarnation accepted it and nobody took it over
-                decision = unlaunched_settlement(reason)
-                await self._write(
-                    row.operation_id,
-                    Settle(
-                        self.incarnation_id,
-                        decision.state,
-                        Execution.NOT_STARTED,
-                        self._clock(),
-                        error=decision.error,
-                    ),
-                )
-            return
-        if job is not None and row.incarnation_id == self.incarnation_id:
-            await self.jobs.record_stop(job, StopReason.CANCEL)
-            await self.jobs.ask_to_stop(job)
         # else: an earlier incarnation's launch; it can no longer run here.
 
     # --- Release (R9) ------------------------------------------------------------

@@ -13,6 +13,7 @@ failure, an untyped error): callers must treat ``None`` as "unknown" (C7).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -52,6 +53,8 @@ class TypedError:
     reason: str
     message: str
     metadata: dict[str, str] = field(default_factory=dict)
+    # From a google.rpc.RetryInfo detail: seconds to wait before retrying.
+    retry_after: float | None = None
 
 
 def rich_status(
@@ -61,6 +64,18 @@ def rich_status(
     **metadata: str,
 ) -> grpc.Status:
     """A grpc.Status carrying an ErrorInfo with our domain and reason (bounded in size)."""
+    return status_with_details(code, reason_value, message, metadata)
+
+
+def status_with_details(
+    code: grpc.StatusCode,
+    reason_value: errors_pb2.ErrorReason.ValueType,
+    message: str,
+    metadata: Mapping[str, str],
+    retry_after: float | None = None,
+) -> grpc.Status:
+    """:func:`rich_status`, plus a google.rpc.RetryInfo when ``retry_after``
+    (seconds) is given."""
     info = error_details_pb2.ErrorInfo(reason=reason(reason_value), domain=DOMAIN)
     for key, value in metadata.items():
         if len(value.encode("utf-8")) <= MAX_METADATA_VALUE_BYTES:
@@ -70,7 +85,14 @@ def rich_status(
         message = encoded[: MAX_MESSAGE_BYTES - 3].decode("utf-8", "ignore") + "…"
     detail = any_pb2.Any()
     detail.Pack(info)
-    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=[detail])
+    details = [detail]
+    if retry_after is not None:
+        retry = error_details_pb2.RetryInfo()
+        retry.retry_delay.FromNanoseconds(max(0, round(retry_after * 1e9)))
+        packed = any_pb2.Any()
+        packed.Pack(retry)
+        details.append(packed)
+    status = status_pb2.Status(code=getattr(code_pb2, code.name), message=message, details=details)
     return rpc_status.to_status(status)
 
 
@@ -94,6 +116,7 @@ def error_info(error: grpc.RpcError) -> TypedError | None:
         if key != _STATUS_DETAILS_KEY:
             continue
         status = status_pb2.Status.FromString(value)
+        retry_after = _retry_after(status)
         for detail in status.details:
             info = error_details_pb2.ErrorInfo()
             if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == DOMAIN:
@@ -102,7 +125,16 @@ def error_info(error: grpc.RpcError) -> TypedError | None:
                     reason=info.reason,
                     message=status.message,
                     metadata=dict(info.metadata),
+                    retry_after=retry_after,
                 )
+    return None
+
+
+def _retry_after(status: status_pb2.Status) -> float | None:
+    for detail in status.details:
+        retry = error_details_pb2.RetryInfo()
+        if detail.Is(retry.DESCRIPTOR) and detail.Unpack(retry):
+            return float(retry.retry_delay.ToNanoseconds()) / 1e9
     return None
 
 

@@ -10,6 +10,11 @@ Decisions recorded here:
 - ``turn.replay_policy`` UNSPECIFIED means PROBE_FIRST (turn.proto says so).
 - ``turn.max_attempts`` 0 means the configured default; above 100 is refused.
 - ``turn.pool`` empty means ``"default"``.
+- ``turn.limits.queue_timeout``: a valid Duration, 0 .. 10 years (0: none).
+- Quotas (``core.quotas``) are checked after validation, before anything is
+  stored: over a limit is RESOURCE_EXHAUSTED / QUOTA_EXCEEDED with a
+  google.rpc.RetryInfo, except for a retry of a turn already accepted under
+  the same key, which is answered as a replay as always (C1).
 - ``request_digest`` hashes the Turn exactly as submitted (deterministic
   serialization), before any defaulting, so a retry is recognised even if the
   coordinator's defaults changed in between.
@@ -51,8 +56,9 @@ from coordinator_svc.core.model import (
     ReplayPolicy,
     TurnKind,
 )
+from coordinator_svc.core.quotas import QuotaRefusal
 from coordinator_svc.feed import ChangeFeed
-from coordinator_svc.ports import Journal
+from coordinator_svc.ports import IdempotencyKeyReused, Journal
 from turnwire.common.v1 import errors_pb2
 from turnwire.coordinator.v1 import coordinator_pb2
 from turnwire.ids import new_operation_id, sha256_hex
@@ -143,7 +149,17 @@ def _replay_policy(turn: coordinator_pb2.Turn) -> ReplayPolicy:
         raise _turn_invalid("turn.replay_policy", "turn.replay_policy is not known") from None
 
 
+MAX_QUEUE_TIMEOUT_SECONDS = 10 * 365 * 24 * 3600
+
+
 def _check_limits(turn: coordinator_pb2.Turn) -> None:
+    if turn.limits.HasField("queue_timeout"):
+        timeout = turn.limits.queue_timeout
+        if not (0 <= timeout.seconds <= MAX_QUEUE_TIMEOUT_SECONDS and 0 <= timeout.nanos < 10**9):
+            raise _turn_invalid(
+                "turn.limits.queue_timeout",
+                "turn.limits.queue_timeout must be a duration from 0 to 10 years",
+            )
     if not turn.limits.HasField("deadline"):
         return
     deadline = turn.limits.deadline
@@ -279,8 +295,33 @@ async def accept(
             f"{limits.max_envelope_bytes} fit a runner's {limits.runner_max_receive_bytes}-byte "
             "Dispatch",
         )
+    refusal = dispatch.quota_check(principal)
+    if refusal is not None:
+        return await _over_quota(journal, record, refusal)
     stored, replayed = await journal.submit(record, event)
-    if not replayed:
-        dispatch.wake(stored.operation_id)
+    if replayed:
+        dispatch.quota_refund(principal)
+    else:
+        dispatch.accepted(stored)
         feed.publish(stored.operation_id)
     return Accepted(stored, replayed)
+
+
+async def _over_quota(journal: Journal, record: OperationRecord, refusal: QuotaRefusal) -> Accepted:
+    """The principal is at a limit: a retry of a turn it already submitted is
+    still answered (C1: same key, same request), anything else is refused with
+    RESOURCE_EXHAUSTED and a RetryInfo; nothing is stored either way."""
+    existing = await journal.by_idempotency_key(record.principal, record.idempotency_key_digest)
+    if existing is not None:
+        if existing.request_digest != record.request_digest:
+            raise IdempotencyKeyReused(existing.operation_id)
+        return Accepted(existing, True)
+    raise ApiError(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        _R.ERROR_REASON_QUOTA_EXCEEDED,
+        refusal.message,
+        retry_after=refusal.retry_after,
+        limit=refusal.limit,
+        allowed=f"{refusal.allowed:g}",
+        current=f"{refusal.current:g}",
+    )

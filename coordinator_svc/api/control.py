@@ -10,11 +10,25 @@ from __future__ import annotations
 from typing import Protocol
 
 from coordinator_svc.core.model import OperationRecord, TurnKind
+from coordinator_svc.core.quotas import QuotaRefusal
 
 
 class DispatchControl(Protocol):
-    def wake(self, operation_id: str) -> None:
-        """Look at this operation soon (it was just accepted or changed)."""
+    def accepted(self, record: OperationRecord) -> None:
+        """A turn was just accepted (stored QUEUED): schedule it."""
+        ...
+
+    def quota_check(self, principal: str) -> QuotaRefusal | None:
+        """May ``principal`` submit one more turn now? None if so (a submit
+        token is taken); else which limit refuses and when to retry."""
+        ...
+
+    def quota_refund(self, principal: str) -> None:
+        """The submit that took a token was a retry of an accepted turn."""
+        ...
+
+    def waiting_for(self, record: OperationRecord) -> str:
+        """What a non-terminal operation waits for right now, in words ("" if nothing)."""
         ...
 
     async def request_cancel(self, record: OperationRecord) -> OperationRecord:

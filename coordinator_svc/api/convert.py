@@ -73,8 +73,11 @@ def timestamp(value: datetime) -> timestamp_pb2.Timestamp:
     return stamp
 
 
-def operation_to_proto(record: OperationRecord) -> coordinator_pb2.Operation:
+def operation_to_proto(record: OperationRecord, waiting_for: str = "") -> coordinator_pb2.Operation:
+    """``waiting_for``: the dispatcher's live account of what the operation
+    waits for (not stored in the journal; see Operation.waiting_for)."""
     op = coordinator_pb2.Operation(
+        waiting_for=waiting_for,
         operation_id=record.operation_id,
         state=op_state_to_proto(record.state),
         execution=execution_to_proto(record.execution),

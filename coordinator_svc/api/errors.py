@@ -48,7 +48,7 @@ from coordinator_svc.ports import (
     WriteConflict,
 )
 from turnwire.common.v1 import errors_pb2
-from turnwire.errors import rich_status
+from turnwire.errors import status_with_details
 from turnwire.guard import EdgeRefusal, uint64_overflow
 
 _log = logging.getLogger(__name__)
@@ -63,6 +63,8 @@ class ApiError(Exception):
         code: grpc.StatusCode,
         reason: errors_pb2.ErrorReason.ValueType,
         message: str,
+        *,
+        retry_after: float | None = None,
         **metadata: str,
     ) -> None:
         super().__init__(message)
@@ -70,6 +72,8 @@ class ApiError(Exception):
         self.reason = reason
         self.message = message
         self.metadata = metadata
+        # Seconds after which a retry may succeed (google.rpc.RetryInfo).
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ class WireError:
     reason: errors_pb2.ErrorReason.ValueType
     message: str
     metadata: dict[str, str] = field(default_factory=dict)
+    retry_after: float | None = None
 
 
 # Order matters: the first matching class wins (subclasses before bases).
@@ -127,7 +132,7 @@ _TABLE: tuple[_Row, ...] = (
 def wire_error(exc: Exception) -> WireError | None:
     """The wire form of ``exc``, or None for an unexpected error (a bug)."""
     if isinstance(exc, ApiError):
-        return WireError(exc.code, exc.reason, exc.message, dict(exc.metadata))
+        return WireError(exc.code, exc.reason, exc.message, dict(exc.metadata), exc.retry_after)
     for kind, code, reason_value, message in _TABLE:
         if isinstance(exc, kind):
             metadata = {}
@@ -145,7 +150,9 @@ async def abort_with(context: Any, exc: Exception) -> None:
         _log.error("unexpected error in TurnService", exc_info=exc)
         await context.abort(grpc.StatusCode.INTERNAL, "internal error")
         return
-    status = rich_status(mapped.code, mapped.reason, mapped.message, **mapped.metadata)
+    status = status_with_details(
+        mapped.code, mapped.reason, mapped.message, mapped.metadata, mapped.retry_after
+    )
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 

@@ -135,6 +135,9 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
             await abort_with(context, exc)
             raise AssertionError("context.abort returned") from exc  # pragma: no cover
 
+    def _proto(self, record: OperationRecord) -> coordinator_pb2.Operation:
+        return operation_to_proto(record, self._dispatch.waiting_for(record))
+
     async def _owned(self, principal: str, operation_id: str) -> OperationRecord:
         _check_operation_id(operation_id)
         record = await self._journal.get_for_principal(principal, operation_id)
@@ -158,7 +161,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
                 limits=self._limits,
             )
             return coordinator_pb2.SubmitTurnResponse(
-                operation=operation_to_proto(accepted.operation), replayed=accepted.replayed
+                operation=self._proto(accepted.operation), replayed=accepted.replayed
             )
 
         return await self._guard(context, body)
@@ -169,7 +172,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
     ) -> coordinator_pb2.GetOperationResponse:
         async def body(principal: str) -> coordinator_pb2.GetOperationResponse:
             record = await self._owned(principal, request.operation_id)
-            return coordinator_pb2.GetOperationResponse(operation=operation_to_proto(record))
+            return coordinator_pb2.GetOperationResponse(operation=self._proto(record))
 
         return await self._guard(context, body)
 
@@ -189,7 +192,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
             records = await self._journal.list_for_principal(principal, states, size + 1, after)
             page = records[:size]
             response = coordinator_pb2.ListOperationsResponse(
-                operations=[operation_to_proto(r) for r in page]
+                operations=[self._proto(r) for r in page]
             )
             if len(records) > size:
                 last = page[-1]
@@ -206,7 +209,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
     ) -> coordinator_pb2.CancelOperationResponse:
         async def body(principal: str) -> coordinator_pb2.CancelOperationResponse:
             record = await self._cancel(principal, request.operation_id)
-            return coordinator_pb2.CancelOperationResponse(operation=operation_to_proto(record))
+            return coordinator_pb2.CancelOperationResponse(operation=self._proto(record))
 
         return await self._guard(context, body)
 
@@ -253,7 +256,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
                 if record is None:  # pragma: no cover - operations are never deleted
                     raise _not_found()
                 if events:
-                    operation = operation_to_proto(record)
+                    operation = self._proto(record)
                     for event in events:
                         yield coordinator_pb2.WatchOperationResponse(
                             event=event_to_proto(event), operation=operation

@@ -32,6 +32,7 @@ from coordinator_svc.core.model import (
 )
 from coordinator_svc.core.runner_view import Observed, RunnerOp, observe
 from coordinator_svc.core.truth import Evidence, joined_execution
+from turnwire.vocabulary import ErrorReason
 
 _BEFORE_ACK = (OpState.QUEUED, OpState.DISPATCHING, OpState.DISPATCH_UNKNOWN)
 
@@ -201,12 +202,14 @@ def _envelope_mismatch(record: OperationRecord, op: RunnerOp, ctx: Context) -> D
         record,
         OpState.PROTOCOL_ERROR,
         ctx,
-        reason="ENVELOPE_MISMATCH",
+        reason=ErrorReason.ENVELOPE_MISMATCH,
         detail=detail,
         attempt_updates=updates,
         execution=joined_execution(record, with_updates(ctx.attempts, updates), None),
-        error_reason="ENVELOPE_MISMATCH",
+        error_reason=ErrorReason.ENVELOPE_MISMATCH,
         error_message=detail,
         released=True,
     )
-    return Decision(change, (Alarm("ENVELOPE_MISMATCH", detail),), tags=frozenset({"alarm"}))
+    return Decision(
+        change, (Alarm(ErrorReason.ENVELOPE_MISMATCH, detail),), tags=frozenset({"alarm"})
+    )

@@ -32,6 +32,7 @@ from coordinator_svc.core.model import (
 )
 from coordinator_svc.core.truth import Evidence, joined_execution
 from turnwire.ids import dispatch_stamp
+from turnwire.vocabulary import ErrorReason
 
 
 def may_send_again(record: OperationRecord, ctx: Context) -> bool:
@@ -57,7 +58,7 @@ def write_ahead(
         return give_up(
             record,
             ctx,
-            "MAX_ATTEMPTS_EXCEEDED",
+            ErrorReason.MAX_ATTEMPTS_EXCEEDED,
             f"attempt {number} would exceed max_attempts={record.max_attempts} "
             f"({counted} counted; refusals by a full runner do not count)",
             runner=runner,
@@ -67,7 +68,7 @@ def write_ahead(
         return give_up(
             record,
             ctx,
-            "MAX_ATTEMPTS_EXCEEDED",
+            ErrorReason.MAX_ATTEMPTS_EXCEEDED,
             "replay policy NEVER_AUTOMATIC: no replay after the first send",
             runner=runner,
             incarnation_id=incarnation_id,

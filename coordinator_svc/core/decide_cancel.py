@@ -27,6 +27,7 @@ from coordinator_svc.core.decision import (
 from coordinator_svc.core.events import CancelAnswered, CancelFailed
 from coordinator_svc.core.model import OperationRecord, OpState, StopReason
 from coordinator_svc.core.runner_view import RunnerOp, RunnerOpState
+from turnwire.vocabulary import ErrorReason
 
 _TOMBSTONE = RunnerOp(RunnerOpState.TOMBSTONED)
 
@@ -42,7 +43,14 @@ def on_requested(record: OperationRecord, ctx: Context) -> Decision:
     }
     if record.state is OpState.QUEUED:
         # No unresolved attempt: the C14 join gives NOT_STARTED.
-        return end(record, ctx, OpState.CANCELLED, "CANCELLED", "cancelled before dispatch", **stop)
+        return end(
+            record,
+            ctx,
+            OpState.CANCELLED,
+            ErrorReason.CANCELLED,
+            "cancelled before dispatch",
+            **stop,
+        )
     if record.state is OpState.DISPATCHING:
         return Decision(bookkeeping(record, ctx, **stop))
     if record.state is OpState.CANCELLING:
@@ -57,7 +65,7 @@ def start_cancelling(record: OperationRecord, ctx: Context, **fields: Any) -> De
         record,
         OpState.CANCELLING,
         ctx,
-        reason="CANCELLED",
+        reason=ErrorReason.CANCELLED,
         detail="cancel requested",
         next_action_at=next_poll(ctx).at,
         **fields,
@@ -102,7 +110,7 @@ def on_failed(record: OperationRecord, ev: CancelFailed, ctx: Context) -> Decisi
     if record.state is not OpState.CANCELLING:
         return nothing(f"Cancel failure while {record.state}")
     assert record.runner is not None
-    if ev.reason == "INCARNATION_MISMATCH":
+    if ev.reason == ErrorReason.INCARNATION_MISMATCH:
         return nothing("Cancel refused: the runner restarted", Preflight(record.runner))
     retry = ScheduleAt(ctx.now + backoff(ctx, ev.retry_streak))
     return nothing(f"Cancel failed ({ev.reason or 'no answer'}): {ev.detail}", retry)

@@ -32,23 +32,24 @@ from coordinator_svc.core.model import (
     OpState,
 )
 from coordinator_svc.core.truth import Evidence, joined_execution
+from turnwire.vocabulary import ErrorReason
 
 # C6: the typed reasons that prove this attempt was not accepted and will not run.
 DEFINITE_REFUSALS = frozenset(
     {
-        "INCARNATION_MISMATCH",
-        "NO_FREE_SLOT",
-        "SHUTTING_DOWN",
-        "STORE_WRITE_FAILED",
-        "STALE_FENCING_TOKEN",
+        ErrorReason.INCARNATION_MISMATCH,
+        ErrorReason.NO_FREE_SLOT,
+        ErrorReason.SHUTTING_DOWN,
+        ErrorReason.STORE_WRITE_FAILED,
+        ErrorReason.STALE_FENCING_TOKEN,
         # §6.1: below the runner's admission floor, never admitted.
-        "DISPATCH_STALE",
+        ErrorReason.DISPATCH_STALE,
     }
 )
 # Refusals that end the operation.
-ENVELOPE_MISMATCH = "ENVELOPE_MISMATCH"
-ENVELOPE_INVALID = "ENVELOPE_INVALID"
-CANCELLED_BEFORE_DISPATCH = "CANCELLED_BEFORE_DISPATCH"
+ENVELOPE_MISMATCH = ErrorReason.ENVELOPE_MISMATCH
+ENVELOPE_INVALID = ErrorReason.ENVELOPE_INVALID
+CANCELLED_BEFORE_DISPATCH = ErrorReason.CANCELLED_BEFORE_DISPATCH
 # Not a runner ErrorReason: the shell's name for a Dispatch over the runner's
 # receive limit, refused before any runner code saw it (the coordinator's own
 # size check before the send, or gRPC's check on the runner before the
@@ -86,7 +87,9 @@ def on_refused(record: OperationRecord, event: DispatchRefused, ctx: Context) ->
     if reason == ENVELOPE_MISMATCH:
         return end(record, ctx, OpState.PROTOCOL_ERROR, reason, detail, updates=updates)
     if reason in (ENVELOPE_INVALID, MESSAGE_TOO_LARGE):
-        return end(record, ctx, OpState.REJECTED, "DISPATCH_REJECTED", detail, updates=updates)
+        return end(
+            record, ctx, OpState.REJECTED, ErrorReason.DISPATCH_REJECTED, detail, updates=updates
+        )
     if reason == CANCELLED_BEFORE_DISPATCH:
         # R5: a tombstone on this incarnation: no Dispatch to it ever runs.
         tombstone = Evidence(Execution.NOT_STARTED, record.incarnation_id or "")
@@ -94,7 +97,7 @@ def on_refused(record: OperationRecord, event: DispatchRefused, ctx: Context) ->
             record,
             ctx,
             OpState.CANCELLED,
-            "CANCELLED",
+            ErrorReason.CANCELLED,
             detail,
             updates=updates,
             evidence=tombstone,
@@ -118,7 +121,7 @@ def _definitely_refused(
                 record,
                 ctx,
                 OpState.CANCELLED,
-                "CANCELLED",
+                ErrorReason.CANCELLED,
                 f"cancelled; {detail}",
                 updates=attempt_updates,
             )

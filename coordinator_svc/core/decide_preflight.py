@@ -31,9 +31,10 @@ from coordinator_svc.core.events import PreflightAnswer, PreflightFailed
 from coordinator_svc.core.model import OperationRecord, OpState, ReplayPolicy
 from coordinator_svc.core.runner_view import RunnerOp, RunnerOpState
 from coordinator_svc.core.witness import store_vouches
+from turnwire.vocabulary import ErrorReason
 
-DISAPPEARED = "ACKNOWLEDGED_OPERATION_DISAPPEARED"
-INCARNATION_CHANGED = "INCARNATION_CHANGED"
+DISAPPEARED = ErrorReason.ACKNOWLEDGED_OPERATION_DISAPPEARED
+INCARNATION_CHANGED = ErrorReason.INCARNATION_CHANGED
 
 
 def _asked_before_a_transition(record: OperationRecord, asked_sequence: int | None) -> bool:
@@ -301,7 +302,7 @@ def on_failed(record: OperationRecord, ev: PreflightFailed, ctx: Context) -> Dec
         return give_up(  # one Cancel first: a tombstone would prove NOT_STARTED (C14)
             record,
             ctx,
-            "RECONCILE_DEADLINE",
+            ErrorReason.RECONCILE_DEADLINE,
             f"{ev.runner} unreachable past the reconcile deadline: {ev.detail}",
             runner=ev.runner,
             incarnation_id=record.incarnation_id or "",

@@ -14,7 +14,6 @@ from coordinator_svc.core.decide_preflight import past_reconcile_deadline
 from coordinator_svc.core.decision import (
     Context,
     Decision,
-    backoff,
     bookkeeping,
     close_current,
     nothing,
@@ -22,6 +21,7 @@ from coordinator_svc.core.decision import (
 )
 from coordinator_svc.core.events import RunnerReported, Tick
 from coordinator_svc.core.model import AttemptOutcome, Execution, OperationRecord, OpState
+from turnwire.vocabulary import ErrorReason
 
 
 def on_tick(record: OperationRecord, ev: Tick, ctx: Context) -> Decision:
@@ -29,22 +29,7 @@ def on_tick(record: OperationRecord, ev: Tick, ctx: Context) -> Decision:
     if state.terminal:
         return _release_owed(record, ctx)
     if state is OpState.QUEUED:
-        deadline = ctx.turn_deadline
-        if deadline is not None and ctx.now >= deadline:
-            # Issue 9: the coordinator enforces the deadline on a waiting turn.
-            # QUEUED means every attempt was refused: NOT_STARTED (C14).
-            return end(
-                record,
-                ctx,
-                OpState.TIMED_OUT,
-                "DEADLINE_EXCEEDED",
-                f"the turn's deadline {deadline.isoformat()} passed while it waited QUEUED",
-            )
-        if ev.route is None:
-            at = ctx.now + backoff(ctx, ev.retry_streak)
-            retry = ScheduleAt(min(at, deadline) if deadline is not None else at)
-            return nothing("no runner free for this pool and kind", retry)
-        return nothing("route chosen: preflight", Preflight(ev.route))
+        return _queued_tick(record, ev, ctx)
     if state is OpState.DISPATCHING:
         abandoned = record.last_attempt_at is not None and ctx.now >= (
             record.last_attempt_at + timedelta(seconds=2 * ctx.dispatch_timeout)
@@ -57,7 +42,7 @@ def on_tick(record: OperationRecord, ev: Tick, ctx: Context) -> Decision:
         return give_up(
             record,
             ctx,
-            "RECONCILE_DEADLINE",
+            ErrorReason.RECONCILE_DEADLINE,
             "no definite answer before the reconcile deadline",
             runner=record.runner,
             incarnation_id=record.incarnation_id or "",
@@ -66,6 +51,27 @@ def on_tick(record: OperationRecord, ev: Tick, ctx: Context) -> Decision:
         return start_cancelling(record, ctx)  # C11: a cancel stored while DISPATCHING
     # C8 (DISPATCH_UNKNOWN) or the fallback status poll (RUNNING, CANCELLING).
     return nothing("status check", Preflight(record.runner))
+
+
+def _queued_tick(record: OperationRecord, ev: Tick, ctx: Context) -> Decision:
+    # Issue 9: the coordinator enforces the turn's deadline and its queue
+    # timeout on a waiting turn. QUEUED means every attempt was refused, so
+    # nothing ran: NOT_STARTED (C14).
+    limits = (
+        (ctx.turn_deadline, ErrorReason.DEADLINE_EXCEEDED, "the turn's deadline"),
+        (ctx.queue_deadline, ErrorReason.QUEUE_TIMEOUT, "the turn's queue timeout"),
+    )
+    for at, reason, what in limits:
+        if at is not None and ctx.now >= at:
+            detail = f"{what} ({at.isoformat()}) passed while it waited QUEUED"
+            return end(record, ctx, OpState.TIMED_OUT, reason, detail)
+    if ev.route is not None:
+        return nothing("route chosen: preflight", Preflight(ev.route))
+    # No route: the scheduler holds the turn and grants it a slot when one
+    # frees (fair across principals). Look again at the first time limit.
+    first = min((at for at, _, _ in limits if at is not None), default=None)
+    wake = (ScheduleAt(first),) if first is not None else ()
+    return nothing(ev.waiting or "waiting for a free slot", *wake)
 
 
 def _release_owed(record: OperationRecord, ctx: Context) -> Decision:

@@ -31,6 +31,8 @@ from coordinator_svc.core.model import (
     OpState,
     StopReason,
 )
+from turnwire.backoff import backoff_seconds
+from turnwire.vocabulary import ErrorReason
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,9 @@ class Context:
     # The turn's own deadline (its envelope's limits), if it has one: a turn
     # still QUEUED when it passes ends TIMED_OUT, NOT_STARTED (issue 9).
     turn_deadline: datetime | None = None
+    # When the turn's queue timeout runs out (accepted + queue timeout): a
+    # turn still QUEUED then ends TIMED_OUT, QUEUE_TIMEOUT, NOT_STARTED.
+    queue_deadline: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -84,8 +89,9 @@ def nothing(note: str, *commands: Command) -> Decision:
 
 def backoff(ctx: Context, streak: int) -> timedelta:
     """Exponential backoff, capped (C6, C8)."""
-    seconds = min(ctx.backoff_max, ctx.backoff_initial * (2 ** max(streak, 0)))
-    return timedelta(seconds=seconds)
+    return timedelta(
+        seconds=backoff_seconds(streak, initial=ctx.backoff_initial, cap=ctx.backoff_max)
+    )
 
 
 def _lease_fields(record: OperationRecord, ctx: Context) -> dict[str, Any]:
@@ -181,7 +187,7 @@ def close_current(
 # A refusal that says only "full right now" (issue 9): it proves the attempt
 # did not run (C6) and says nothing against the turn, so it never counts
 # toward max_attempts and never fails a turn.
-CAPACITY_REFUSALS = frozenset({"NO_FREE_SLOT", "SHUTTING_DOWN"})
+CAPACITY_REFUSALS = frozenset({ErrorReason.NO_FREE_SLOT, ErrorReason.SHUTTING_DOWN})
 
 
 def refusal_reason(attempt: AttemptRecord) -> str:

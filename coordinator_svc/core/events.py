@@ -23,6 +23,8 @@ class Tick:
     route: str | None = None
     # Consecutive fruitless tries (unreachable runner), for backoff.
     retry_streak: int = 0
+    # QUEUED without a route: why it waits (the scheduler's words), for the log.
+    waiting: str = ""
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from coordinator_svc.core.model import (
 )
 from coordinator_svc.core.runner_view import RunnerOp, RunnerOpState, observe
 from coordinator_svc.core.truth import Evidence, joined_execution
+from turnwire.vocabulary import ErrorReason
 
 _WAITING = (OpState.DISPATCH_UNKNOWN, OpState.CANCELLING)
 
@@ -102,7 +103,9 @@ def _tombstoned(
     if record.cancel_requested:
         # The principal asked to cancel, and it provably never ran.
         detail = f"cancelled; {give_up.detail}; {why}"
-        return end(record, ctx, OpState.CANCELLED, "CANCELLED", detail, evidence=tombstone)
+        return end(
+            record, ctx, OpState.CANCELLED, ErrorReason.CANCELLED, detail, evidence=tombstone
+        )
     return _end(record, ctx, give_up, why, tombstone)
 
 

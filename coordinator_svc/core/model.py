@@ -11,6 +11,11 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 
+# Shared with the runner, defined once (the names other modules import from here).
+from turnwire.vocabulary import Execution as Execution
+from turnwire.vocabulary import StopReason as StopReason
+from turnwire.vocabulary import TurnKind as TurnKind
+
 
 class OpState(enum.StrEnum):
     QUEUED = "QUEUED"
@@ -42,28 +47,10 @@ TERMINAL_STATES = frozenset(
 )
 
 
-class Execution(enum.StrEnum):
-    NOT_STARTED = "NOT_STARTED"
-    STARTED = "STARTED"
-    UNKNOWN = "UNKNOWN"
-
-
-class StopReason(enum.StrEnum):
-    CANCEL = "CANCEL"
-    DEADLINE = "DEADLINE"
-    BUDGET = "BUDGET"
-    SHUTDOWN = "SHUTDOWN"
-
-
 class ReplayPolicy(enum.StrEnum):
     PROBE_FIRST = "PROBE_FIRST"
     NEVER_AUTOMATIC = "NEVER_AUTOMATIC"
     SAFE = "SAFE"
-
-
-class TurnKind(enum.StrEnum):
-    WRITABLE = "WRITABLE"
-    READ_ONLY = "READ_ONLY"
 
 
 class AttemptOutcome(enum.StrEnum):

@@ -14,22 +14,13 @@ C14):
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 from coordinator_svc.core.model import Execution, OpState, StopReason
+from turnwire.vocabulary import ErrorReason, RunnerOperationState
 
-
-class RunnerOpState(enum.StrEnum):
-    ACCEPTED = "ACCEPTED"
-    LAUNCHING = "LAUNCHING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    TIMED_OUT = "TIMED_OUT"
-    INTERRUPTED = "INTERRUPTED"
-    TOMBSTONED = "TOMBSTONED"
+# The runner's row states (runner.proto), shared with the runner.
+RunnerOpState = RunnerOperationState
 
 
 UNSETTLED_RUNNER_STATES = frozenset(
@@ -82,10 +73,10 @@ _TERMINAL_MAP = {
 }
 
 _STOP_REASON_TIMEOUTS = {
-    StopReason.DEADLINE: "DEADLINE_EXCEEDED",
-    StopReason.BUDGET: "BUDGET_EXHAUSTED",
-    StopReason.SHUTDOWN: "SHUTDOWN",
-    StopReason.CANCEL: "CANCELLED",
+    StopReason.DEADLINE: ErrorReason.DEADLINE_EXCEEDED,
+    StopReason.BUDGET: ErrorReason.BUDGET_EXHAUSTED,
+    StopReason.SHUTDOWN: ErrorReason.SHUTDOWN,
+    StopReason.CANCEL: ErrorReason.CANCELLED,
 }
 
 
@@ -93,14 +84,14 @@ def _default_reason(op: RunnerOp) -> str:
     if op.state is RunnerOpState.SUCCEEDED:
         return ""
     if op.state is RunnerOpState.FAILED:
-        return "EXECUTOR_FAILED"
+        return ErrorReason.EXECUTOR_FAILED
     if op.state in (RunnerOpState.CANCELLED, RunnerOpState.TOMBSTONED):
-        return "CANCELLED"
+        return ErrorReason.CANCELLED
     if op.state is RunnerOpState.INTERRUPTED:
-        return "INTERRUPTED"
+        return ErrorReason.INTERRUPTED
     if op.stop_reason is not None:
         return _STOP_REASON_TIMEOUTS[op.stop_reason]
-    return "DEADLINE_EXCEEDED"
+    return ErrorReason.DEADLINE_EXCEEDED
 
 
 def _row_execution(op: RunnerOp) -> Execution:
@@ -122,8 +113,10 @@ def observe(op: RunnerOp) -> Observed:
     if not op.settled:
         return Observed(OpState.RUNNING, execution, stop_reason=op.stop_reason)
     if op.state is RunnerOpState.TOMBSTONED:
-        return Observed(OpState.CANCELLED, Execution.NOT_STARTED, "CANCELLED", "tombstone")
-    reason = "INTERRUPTED" if op.state is RunnerOpState.INTERRUPTED else op.error_reason
+        return Observed(
+            OpState.CANCELLED, Execution.NOT_STARTED, ErrorReason.CANCELLED, "tombstone"
+        )
+    reason = ErrorReason.INTERRUPTED if op.state is RunnerOpState.INTERRUPTED else op.error_reason
     return Observed(
         _TERMINAL_MAP[op.state],
         execution,

@@ -33,6 +33,7 @@ from coordinator_svc.core.runner_view import RunnerOp
 from coordinator_svc.dispatcher.batching import StatusBatcher
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.runner_client import RunnerClient
+from turnwire.backoff import backoff_seconds
 from turnwire.crashpoints import crash_point
 from turnwire.limits import MessageLimits
 
@@ -202,11 +203,13 @@ class RunnerCalls:
         the settled row unreleased and the terminal operation releases it again.
         """
         client = self.clients[command.runner]
+        t = self._timings
         for attempt in range(RELEASE_TRIES):
             if await client.release(operation_id, command):
                 return True
-            delay = self._timings.backoff_initial * 2**attempt
-            await asyncio.sleep(min(self._timings.backoff_max, delay))
+            await asyncio.sleep(
+                backoff_seconds(attempt, initial=t.backoff_initial, cap=t.backoff_max)
+            )
         log.warning(
             "%s: Release to %s failed %d times", operation_id, command.runner, RELEASE_TRIES
         )

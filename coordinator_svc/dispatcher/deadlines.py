@@ -1,12 +1,14 @@
-"""Each waiting turn's own deadline, read once from its envelope (issue 9).
+"""Each waiting turn's time limits, read once from its envelope (issue 9).
 
-The core enforces it on a QUEUED turn (decide_tick); the shell only reads it,
-once per operation, and forgets it at the operation's terminal commit.
+Two limits apply to a QUEUED turn: its own deadline (``limits.deadline``) and
+its queue timeout (``limits.queue_timeout``, else the coordinator's default,
+counted from acceptance). The core enforces them (decide_tick); the shell only
+reads them, once per operation, and forgets them at the terminal commit.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from google.protobuf.message import DecodeError
 
@@ -15,28 +17,47 @@ from turnwire.runner.v1 import runner_pb2
 
 
 class TurnDeadlines:
-    """Each waiting turn's own deadline, read once from its envelope's limits."""
+    """(deadline, queue deadline) per waiting turn, from its envelope's limits.
 
-    def __init__(self) -> None:
-        self._known: dict[str, datetime | None] = {}
+    ``queue_timeout``: the coordinator's default in seconds (None: none); a
+    turn's own ``limits.queue_timeout`` replaces it, and zero there means none.
+    """
+
+    def __init__(self, queue_timeout: float | None = None) -> None:
+        self._default_queue_timeout = queue_timeout
+        self._known: dict[str, tuple[datetime | None, datetime | None]] = {}
+
+    def limits(self, record: OperationRecord) -> tuple[datetime | None, datetime | None]:
+        if record.state.terminal:
+            return None, None
+        known = self._known.get(record.operation_id)
+        if known is None:
+            known = self._known[record.operation_id] = self._read(record)
+        return known
 
     def of(self, record: OperationRecord) -> datetime | None:
-        if record.state.terminal:
-            return None
-        if record.operation_id not in self._known:
-            self._known[record.operation_id] = _envelope_deadline(record.envelope)
-        return self._known[record.operation_id]
+        return self.limits(record)[0]
+
+    def first(self, record: OperationRecord) -> datetime | None:
+        """The earlier of the two limits, if any."""
+        return min((at for at in self.limits(record) if at is not None), default=None)
 
     def forget(self, operation_id: str) -> None:
         self._known.pop(operation_id, None)
 
-
-def _envelope_deadline(envelope: bytes) -> datetime | None:
-    parsed = runner_pb2.TurnEnvelope()
-    try:
-        parsed.ParseFromString(envelope)
-    except DecodeError:
-        return None  # acceptance built these bytes; nothing to enforce if unreadable
-    if not parsed.limits.HasField("deadline"):
-        return None
-    return parsed.limits.deadline.ToDatetime(tzinfo=UTC)
+    def _read(self, record: OperationRecord) -> tuple[datetime | None, datetime | None]:
+        parsed = runner_pb2.TurnEnvelope()
+        try:
+            parsed.ParseFromString(record.envelope)
+        except DecodeError:
+            parsed = runner_pb2.TurnEnvelope()  # acceptance built these bytes; nothing to read
+        limits = parsed.limits
+        deadline = limits.deadline.ToDatetime(tzinfo=UTC) if limits.HasField("deadline") else None
+        timeout = self._default_queue_timeout
+        if limits.HasField("queue_timeout"):
+            own = limits.queue_timeout.ToTimedelta().total_seconds()
+            timeout = own if own > 0 else None
+        queue_deadline = (
+            record.created_at + timedelta(seconds=timeout) if timeout is not None else None
+        )
+        return deadline, queue_deadline

@@ -29,36 +29,37 @@ import collections
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
 
 from coordinator_svc.config import DispatchTimings, RunnerEndpoint
-from coordinator_svc.core import commands as cmd
 from coordinator_svc.core.decide import decide
 from coordinator_svc.core.decision import Context, Decision, nothing
 from coordinator_svc.core.edges import IllegalTransition
 from coordinator_svc.core.events import (
-    CancelFailed,
     CancelRequested,
     Event,
-    PreflightFailed,
-    ReleaseDone,
     Restarted,
     Tick,
 )
 from coordinator_svc.core.model import AttemptRecord, OperationRecord, OpState, TurnKind
-from coordinator_svc.core.routing import route, serves
+from coordinator_svc.core.quotas import QuotaRefusal, Quotas
+from coordinator_svc.core.routing import serves
 from coordinator_svc.core.runner_view import RunnerOp
+from coordinator_svc.core.scheduler import Grant
 from coordinator_svc.dispatcher.calls import RunnerCalls
-from coordinator_svc.dispatcher.capacity import Capacity
 from coordinator_svc.dispatcher.deadlines import TurnDeadlines
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
+from coordinator_svc.dispatcher.performing import CommandPerformer
+from coordinator_svc.dispatcher.visibility import describe_wait
+from coordinator_svc.dispatcher.waiting_room import WaitingRoom
 from coordinator_svc.dispatcher.watching import RunnerWatch
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import Journal, JournalError, LeaseLost, StaleVersion
+from turnwire.backoff import backoff_seconds
 from turnwire.crashpoints import crash_point
 from turnwire.limits import MessageLimits
 
@@ -74,6 +75,8 @@ LOCK_STRIPES = 1024
 UNREACHABLE_PENALTY = 1000
 # Consecutive unanswered calls after which routing avoids a runner.
 UNREACHABLE_AFTER = 3
+# Every how many due scans QUEUED turns not held in memory are looked for.
+DISCOVERY_EVERY = 20
 
 
 def utc_now() -> datetime:
@@ -112,6 +115,8 @@ class Dispatcher:
         settle_grace: float | None = None,
         max_concurrency: int = 64,
         limits: MessageLimits | None = None,
+        quotas: Quotas | None = None,
+        queue_timeout: float | None = None,
     ) -> None:
         self._journal = journal
         self._runners = tuple(runners)
@@ -131,16 +136,24 @@ class Dispatcher:
             limits=limits or MessageLimits(),
         )
         self._watches = [RunnerWatch(c, self, timings) for c in self._calls.clients.values()]
+        self._performer = CommandPerformer(self._calls, self._bump, self._schedule_at)
         # Striped per-operation locks: one load-decide-commit at a time per
         # operation, without a lock object per operation ever seen.
         self._locks = [asyncio.Lock() for _ in range(LOCK_STRIPES)]
         self._active: set[str] = set()
         self._not_before: dict[str, datetime] = {}
         self._streak: collections.Counter[str] = collections.Counter()
-        self.capacity = Capacity()
-        self._deadlines = TurnDeadlines()
+        self._deadlines = TurnDeadlines(queue_timeout)
+        quotas = quotas or Quotas()
+        self.room = WaitingRoom(self._runners, quotas, self._deadlines, clock, self.wake)
+        # Operations a grant is routing right now (their slot is reserved).
+        self._routing: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._limit = asyncio.Semaphore(max_concurrency)
+        # Results first: runner reports get their own lane, never queued
+        # behind dispatch work (issue 9).
+        self._report_limit = asyncio.Semaphore(max_concurrency)
+        self._scans = 0
         self._poke = asyncio.Event()
         self._running = False
 
@@ -150,6 +163,7 @@ class Dispatcher:
         """C12 recovery first, then the due scan and one watch per runner."""
         await self._recover()
         self._running = True
+        self._pump()
         self._spawn(self._scan_loop())
         for watch in self._watches:
             self._spawn(watch.run())
@@ -162,12 +176,40 @@ class Dispatcher:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self.room.close()
         await self._calls.close()
 
     def wake(self, operation_id: str) -> None:
-        """Look at a just-accepted (or changed) operation now."""
+        """Look at a changed operation now."""
         self._not_before.pop(operation_id, None)
         self._schedule_tick(operation_id)
+
+    def accepted(self, record: OperationRecord) -> None:
+        """A just-accepted turn waits for a slot (no journal read needed)."""
+        if not self._running:
+            return  # start() holds every QUEUED turn it finds
+        self.room.hold(record)
+        self._pump()
+
+    def quota_check(self, principal: str) -> QuotaRefusal | None:
+        return self.room.quota_check(principal)
+
+    def quota_refund(self, principal: str) -> None:
+        self.room.quotas.refund(principal)
+
+    def waiting_for(self, record: OperationRecord) -> str:
+        """What a non-terminal operation waits for now (PROTOCOL §8.2: visible
+        with its reason), from what this process knows; "" if nothing."""
+        return describe_wait(
+            record,
+            self.room.scheduler,
+            self._runners,
+            routing=record.operation_id in self._routing,
+            retry_at=self._not_before.get(record.operation_id),
+            now=self._clock(),
+            trouble=self._calls.trouble,
+            watches=self._watches,
+        )
 
     async def request_cancel(self, record: OperationRecord) -> OperationRecord:
         """C11: store the cancel (first stop reason wins); act on it in the background."""
@@ -207,8 +249,9 @@ class Dispatcher:
         self._calls.note_answered(runner)
 
     def deliver(self, operation_id: str, event: Event) -> None:
-        """An event from outside a drive (a watch report): handle it in its own task."""
-        self._spawn(self._drive(operation_id, event))
+        """An event from outside a drive (a watch report): handle it in its own
+        task, in the reports' own lane (results are recorded first)."""
+        self._spawn(self._drive(operation_id, event, lane=self._report_limit))
 
     async def _drive(
         self,
@@ -217,11 +260,14 @@ class Dispatcher:
         *,
         first: Step | None = None,
         exclusive: bool = False,
-    ) -> None:
-        """Step, perform, feed replies back: until nothing is left (bounded)."""
+        lane: asyncio.Semaphore | None = None,
+    ) -> OperationRecord | None:
+        """Step, perform, feed replies back: until nothing is left (bounded).
+        Returns the record as last seen (None if never loaded)."""
         queue: collections.deque[Event] = collections.deque([event] if event else [])
+        last: OperationRecord | None = first.record if first is not None else None
         try:
-            async with self._limit:
+            async with lane or self._limit:
                 step = first
                 for _ in range(MAX_STEPS_PER_DRIVE):
                     if step is None:
@@ -230,6 +276,7 @@ class Dispatcher:
                         step = await self._step(operation_id, queue.popleft())
                         if step is None:
                             break
+                    last = step.record
                     queue.extend(await self._perform_all(step))
                     if step.decision.again:
                         queue.append(Tick())
@@ -243,21 +290,69 @@ class Dispatcher:
         finally:
             if exclusive:
                 self._active.discard(operation_id)
+        return last
 
     def _backoff(self, operation_id: str) -> None:
         self._streak[operation_id] += 1
-        delay = min(
-            self._timings.backoff_max,
-            self._timings.backoff_initial * 2 ** self._streak[operation_id],
+        t = self._timings
+        delay = backoff_seconds(
+            self._streak[operation_id], initial=t.backoff_initial, cap=t.backoff_max
         )
-        self._not_before[operation_id] = self._clock() + timedelta(seconds=delay)
+        self._tick_at(operation_id, self._clock() + timedelta(seconds=delay))
+
+    def _tick_at(self, operation_id: str, at: datetime) -> None:
+        """Tick the operation at ``at`` from memory (the due scan is the fallback)."""
+        self._not_before[operation_id] = at
+        delay = max(0.0, (at - self._clock()).total_seconds())
+        asyncio.get_running_loop().call_later(delay, self._tick_when_due, operation_id)
+
+    # --- the scheduler's grants (issue 9) ---
+
+    def _pump(self) -> None:
+        """Route every waiting turn that fits a free slot now, fairest first."""
+        trouble = self._calls.trouble
+        self.room.scheduler.avoid(
+            {r: UNREACHABLE_PENALTY * n for r, n in trouble.items() if n >= UNREACHABLE_AFTER}
+        )
+        for grant in self.room.grants():
+            self._routing.add(grant.operation_id)
+            self._spawn(self._drive_grant(grant))
+
+    async def _drive_grant(self, grant: Grant) -> None:
+        op_id = grant.operation_id
+        last: OperationRecord | None = None
+        try:
+            tick = Tick(route=grant.runner, retry_streak=self._streak[op_id])
+            last = await self._drive(op_id, tick)
+        finally:
+            self._routing.discard(op_id)
+            # The grant ends here: bound for real (a commit counted it), or
+            # not (a preflight that went nowhere, a refusal): free its slot.
+            unbound = last is None or last.state is OpState.QUEUED or last.state.terminal
+            if unbound and self.room.scheduler.unbind(op_id):
+                self._pump()
+            if last is not None and last.state is OpState.QUEUED:
+                self._after_grant_queued(last)
+
+    def _after_grant_queued(self, record: OperationRecord) -> None:
+        """Still QUEUED after its grant: wait out the backoff, or wait again now."""
+        at = self._not_before.get(record.operation_id)
+        if at is not None and at > self._clock():
+            self._tick_at(record.operation_id, at)
+        else:
+            self.room.hold(record)
+            self._pump()
 
     def _context(
         self, attempts: tuple[AttemptRecord, ...], record: OperationRecord | None = None
     ) -> Context:
         t = self._timings
+        deadline, queue_deadline = (
+            self._deadlines.limits(record) if record is not None else (None, None)
+        )
         return Context(
-            turn_deadline=self._deadlines.of(record) if record is not None else None,
+            turn_deadline=deadline,
+            queue_deadline=queue_deadline,
             now=self._clock(),
             attempts=attempts,
             backoff_initial=t.backoff_initial,
@@ -270,25 +365,16 @@ class Dispatcher:
         )
 
     def _routed(self, record: OperationRecord, event: Event) -> Event:
+        """Only the scheduler routes a QUEUED turn (C6): any other tick holds it
+        for a grant. A grant's own tick carries the runner (slot reserved)."""
         if not isinstance(event, Tick) or record.state is not OpState.QUEUED:
             return event
-        # Its own earlier reservation (a preflight that went nowhere) is not in the way.
-        self.capacity.unbind(record.operation_id)
-        load = self.capacity.load()
-        # Routing avoids a runner that is not answering (only QUEUED is routed, C6).
-        for runner, failures in self._calls.trouble.items():
-            if failures >= UNREACHABLE_AFTER:  # one lost call is not an outage
-                load[runner] += UNREACHABLE_PENALTY * failures
-        free = self.capacity.frees(record.kind, [r.name for r in self._runners])
-        chosen = route(record.pool, record.kind, self._runners, load, free)
-        if chosen is not None:
-            # Reserve the slot from the preflight on: the write-ahead that binds
-            # the turn comes a round trip later, and other turns route meanwhile.
-            self.capacity.bind(record.operation_id, chosen.name, record.kind)
-        elif self.has_runner_for(record.pool, record.kind):
-            self.capacity.wait(record.operation_id)  # woken when a slot frees
-        streak = self._streak[record.operation_id]
-        return Tick(route=chosen.name if chosen else None, retry_streak=streak)
+        if event.route is not None or record.operation_id in self._routing:
+            return event
+        self.room.hold(record)
+        self._pump()  # a grant for it runs after this step (it waits for the lock)
+        reason = self.room.scheduler.wait_reason(record.operation_id) or "a slot was granted"
+        return Tick(waiting=reason)
 
     async def _step(self, operation_id: str, event: Event) -> Step | None:
         """Load, decide, commit (CAS; reload on StaleVersion). None if unknown."""
@@ -327,17 +413,25 @@ class Dispatcher:
         return None
 
     def _committed(self, before: OperationRecord, after: OperationRecord, d: Decision) -> None:
+        op_id = after.operation_id
         self.metrics.commits += 1
         self.metrics.count_tags(d.tags)
-        self._streak.pop(after.operation_id, None)
+        self._streak.pop(op_id, None)
+        self.room.committed(after)
         if after.state.terminal:
-            self._not_before.pop(after.operation_id, None)
-            self._deadlines.forget(after.operation_id)
-        if after.state.terminal or after.runner is None:
-            if self.capacity.unbind(after.operation_id):
-                self._wake_a_waiter()
+            self._not_before.pop(op_id, None)
+            self._deadlines.forget(op_id)
+        scheduler = self.room.scheduler
+        if after.state.terminal or after.runner is None or after.state is OpState.QUEUED:
+            # Unbound: free its slot, unless a grant is routing it (the grant's
+            # end decides).
+            if (after.state.terminal or op_id not in self._routing) and scheduler.unbind(op_id):
+                self._pump()
         else:
-            self.capacity.bind(after.operation_id, after.runner, after.kind)
+            scheduler.bind(op_id, after.runner, after.kind)
+        retry_at = after.next_action_at if after.state is OpState.QUEUED else None
+        if retry_at is not None and retry_at > self._clock():
+            self._not_before[op_id] = retry_at  # a refusal's backoff (C6a)
         event = d.change.event if d.change is not None else None
         if event is not None:
             log.info(
@@ -361,80 +455,28 @@ class Dispatcher:
 
     async def _perform_all(self, step: Step) -> list[Event]:
         results = await asyncio.gather(
-            *(self._perform(step.record, c) for c in step.decision.commands)
+            *(self._performer.perform(step.record, c) for c in step.decision.commands)
         )
         return [event for events in results for event in events]
 
-    async def _perform(self, record: OperationRecord, command: cmd.Command) -> list[Event]:
-        op_id = record.operation_id
-        runner = getattr(command, "runner", None)
-        if runner is not None and not self._calls.configured(runner):
-            return self._unconfigured(record, command)
-        match command:
-            case cmd.Preflight(runner=runner):
-                answer = await self._calls.preflight(runner, op_id, record.attempt_count)
-                # Tie the answer to the transition it was asked after (C8a).
-                answer = replace(answer, asked_sequence=record.last_event_sequence)
-                if isinstance(answer, PreflightFailed):
-                    answer = replace(answer, retry_streak=self._bump(op_id))
-                return [answer]
-            case cmd.Dispatch():
-                return [await self._calls.dispatch(record, command)]
-            case cmd.Cancel():
-                reply = await self._calls.cancel(record, command)
-                if command.give_up is not None:  # the reply goes back to core.give_up
-                    reply = replace(reply, give_up=command.give_up)
-                if isinstance(reply, CancelFailed):
-                    reply = replace(reply, retry_streak=self._bump(op_id))
-                return [reply]
-            case cmd.Release():
-                released = await self._calls.release(op_id, command)
-                return [ReleaseDone()] if released and command.record else []
-            case cmd.ScheduleAt(at=at):
-                self._not_before[op_id] = at
-                if record.next_action_at is None or at < record.next_action_at:
-                    # The due scan finds it only at the journal's next_action_at
-                    # (a lost Cancel would wait a whole status poll): tick it
-                    # from memory at `at`. A restart falls back to the journal.
-                    delay = max(0.0, (at - self._clock()).total_seconds())
-                    asyncio.get_running_loop().call_later(delay, self._tick_when_due, op_id)
-                return []
-            case cmd.Alarm(reason=reason, detail=detail):
-                log.warning("%s: protocol alarm %s: %s", op_id, reason, detail)
-                return []
-        return []  # pragma: no cover - Command is closed
+    def _schedule_at(self, record: OperationRecord, at: datetime) -> None:
+        """A decision's ScheduleAt: look again at ``at``."""
+        self._not_before[record.operation_id] = at
+        queued = record.state is OpState.QUEUED  # the due scan leaves QUEUED out
+        if queued or record.next_action_at is None or at < record.next_action_at:
+            # The due scan finds it only at the journal's next_action_at (a lost
+            # Cancel would wait a whole status poll): tick it from memory at `at`.
+            # A restart falls back to the journal.
+            self._tick_at(record.operation_id, at)
 
     def _bump(self, operation_id: str) -> int:
         self._streak[operation_id] += 1
         return self._streak[operation_id]
 
-    def _unconfigured(self, record: OperationRecord, command: cmd.Command) -> list[Event]:
-        """The bound runner is no longer configured: it is unreachable (C8)."""
-        detail = f"runner {getattr(command, 'runner', '?')} is not configured"
-        streak = self._bump(record.operation_id)
-        if isinstance(command, cmd.Preflight):
-            return [PreflightFailed(command.runner, detail, record.attempt_count, streak)]
-        if isinstance(command, cmd.Cancel):
-            return [CancelFailed(command.runner, "", detail=detail, retry_streak=streak)]
-        log.warning("%s: %s; %s not sent", record.operation_id, detail, type(command).__name__)
-        return []
-
     def runner_slots(self, runner: str, sizes: Mapping[TurnKind, int]) -> None:
         """A runner's pool sizes (its watch read GetRunnerInfo); waiters may now fit."""
-        self.capacity.learned(runner, sizes)
-        for _ in range(sum(sizes.values())):
-            if not self._wake_a_waiter():
-                break
-
-    def _wake_a_waiter(self) -> bool:
-        """A slot freed: the longest-waiting turn looks again now (FIFO)."""
-        waiter = self.capacity.next_waiting()
-        if waiter is None:
-            return False
-        self._not_before.pop(waiter, None)
-        self._streak.pop(waiter, None)
-        self.wake(waiter)
-        return True
+        self.room.scheduler.learned(runner, sizes)
+        self._pump()
 
     def dispatching(self, operation_id: str) -> bool:
         return self._calls.dispatching(operation_id)
@@ -460,8 +502,12 @@ class Dispatcher:
                 break
         for state in (OpState.DISPATCH_UNKNOWN, OpState.RUNNING, OpState.CANCELLING):
             for record in await self._journal.in_state(state, 100_000):
+                self.room.occupancy.note(record.operation_id, record.principal, record.state)
                 if record.runner is not None:
-                    self.capacity.bind(record.operation_id, record.runner, record.kind)
+                    self.room.scheduler.bind(record.operation_id, record.runner, record.kind)
+        # Every QUEUED turn waits for a grant again (a backoff does not survive a restart).
+        for record in await self._journal.in_state(OpState.QUEUED, 1_000_000):
+            self.room.hold(record)
 
     async def _scan_loop(self) -> None:
         while self._running:
@@ -475,14 +521,22 @@ class Dispatcher:
                     await self._poke.wait()
 
     async def _scan_due(self) -> None:
+        """The fallback for timers lost to a restart or a race. QUEUED turns wait
+        in memory (held, or ticked at their backoff); a backlog of them must not
+        crowd out the rest, so they are looked for only every DISCOVERY_EVERY
+        scans (turns another replica accepted, anything missed)."""
         now = self._clock()
-        for record in await self._journal.due(now, 512):
+        self._scans += 1
+        discover = self._scans % DISCOVERY_EVERY == 0
+        for record in await self._journal.due(now, 512, queued=discover):
             op_id = record.operation_id
             not_before = self._not_before.get(op_id)
             if not_before is not None and not_before > now:
                 continue
             if self._calls.dispatching(op_id):
                 continue  # its Dispatch reply is on the way
+            if self.room.scheduler.holding(op_id) or op_id in self._routing:
+                continue
             self._not_before.pop(op_id, None)
             self._schedule_tick(op_id)
 

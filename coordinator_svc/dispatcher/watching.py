@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import grpc
@@ -22,6 +23,7 @@ from coordinator_svc.core.events import RunnerReported
 from coordinator_svc.core.model import Execution, OpState
 from coordinator_svc.dispatcher.runner_client import RunnerClient, describe
 from coordinator_svc.dispatcher.translate import RunnerContractViolation, runner_op
+from turnwire.backoff import backoff_seconds
 from turnwire.runner.v1 import runner_pb2
 
 if TYPE_CHECKING:
@@ -43,6 +45,23 @@ class RunnerWatch:
         self.cursor = 0
         self.incarnation: str | None = None
         self._failures = 0
+        # Since when the runner has not answered the watch (shown on every
+        # operation that waits for it, PROTOCOL §8.2), and the last error.
+        self.down_since: datetime | None = None
+        self.last_error = ""
+
+    @property
+    def runner(self) -> str:
+        return self._client.name
+
+    def _down(self, error: str) -> None:
+        if self.down_since is None:
+            self.down_since = datetime.now(UTC)
+        self.last_error = error
+
+    def _up(self) -> None:
+        self.down_since = None
+        self.last_error = ""
 
     def stop(self) -> None:
         self._stopped = True
@@ -53,6 +72,7 @@ class RunnerWatch:
             try:
                 if fresh:
                     incarnation, sizes = await self._client.info()
+                    self._up()
                     self._dispatcher.runner_slots(self._client.name, sizes)
                     await self._check_incarnation(incarnation)
                 await self._follow()
@@ -67,16 +87,18 @@ class RunnerWatch:
                 self._failures = 0 if window_over else self._failures + 1
                 if not window_over:
                     log.info("%s: watch interrupted: %s", self._client.name, describe(error))
+                    self._down(describe(error))
                     await asyncio.sleep(self._delay())
             except Exception:  # e.g. the journal is unavailable: never end the watch
                 log.exception("%s: watch step failed", self._client.name)
+                self._down("the watch step failed (see the log)")
                 fresh = True
                 self._failures += 1
                 await asyncio.sleep(self._delay())
 
     def _delay(self) -> float:
         t = self._timings
-        return float(min(t.backoff_max, t.backoff_initial * 2**self._failures))
+        return backoff_seconds(self._failures, initial=t.backoff_initial, cap=t.backoff_max)
 
     async def _check_incarnation(self, incarnation: str) -> None:
         if incarnation == self.incarnation:
@@ -103,6 +125,7 @@ class RunnerWatch:
                 # A live stream (heartbeats included) means the runner answers:
                 # routing stops avoiding it even if no turn was routed there.
                 self._dispatcher.runner_answered(self._client.name)
+                self._up()
                 if message.incarnation_id != self.incarnation:
                     await self._check_incarnation(message.incarnation_id)
                     return  # re-open from the reset cursor

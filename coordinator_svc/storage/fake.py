@@ -93,6 +93,13 @@ class FakeJournal:
         record = self._operations.get(operation_id)
         return record if record is not None and record.principal == principal else None
 
+    async def by_idempotency_key(
+        self, principal: str, idempotency_key_digest: str
+    ) -> OperationRecord | None:
+        self._check_open()
+        existing_id = self._by_key.get((principal, idempotency_key_digest))
+        return self._operations[existing_id] if existing_id is not None else None
+
     async def list_for_principal(
         self,
         principal: str,
@@ -151,10 +158,14 @@ class FakeJournal:
         rows = self._attempts.get(operation_id, {})
         return [rows[number] for number in sorted(rows)]
 
-    async def due(self, now: datetime, limit: int) -> list[OperationRecord]:
+    async def due(self, now: datetime, limit: int, *, queued: bool = True) -> list[OperationRecord]:
         self._check_open()
         now = rules.as_utc(now, "due time")
-        found = [r for r in self._operations.values() if rules.is_due(r, now)]
+        found = [
+            r
+            for r in self._operations.values()
+            if rules.is_due(r, now) and (queued or r.state is not OpState.QUEUED)
+        ]
         return sorted(found, key=_order_key)[: max(limit, 0)]
 
     async def claim(

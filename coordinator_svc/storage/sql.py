@@ -172,6 +172,15 @@ class SqlJournal:
         found = await self._call(self._select_ops, query)
         return found[0] if found else None
 
+    async def by_idempotency_key(
+        self, principal: str, idempotency_key_digest: str
+    ) -> OperationRecord | None:
+        query = sa.select(operations).where(
+            _OP.principal == principal, _OP.idempotency_key_digest == idempotency_key_digest
+        )
+        found = await self._call(self._select_ops, query)
+        return found[0] if found else None
+
     async def list_for_principal(
         self,
         principal: str,
@@ -192,10 +201,11 @@ class SqlJournal:
             )
         return await self._call(self._select_ops, _op_order(query).limit(max(limit, 0)))
 
-    async def due(self, now: datetime, limit: int) -> list[OperationRecord]:
+    async def due(self, now: datetime, limit: int, *, queued: bool = True) -> list[OperationRecord]:
         now = rules.as_utc(now, "due time")
+        waiting = _TERMINAL_NAMES if queued else (*_TERMINAL_NAMES, OpState.QUEUED.value)
         ready = sa.and_(
-            _OP.state.not_in(_TERMINAL_NAMES),
+            _OP.state.not_in(waiting),
             sa.or_(_OP.next_action_at.is_(None), _OP.next_action_at <= now),
         )
         unreleased = sa.and_(_OP.state.in_(_TERMINAL_NAMES), _OP.released.is_(False))

@@ -11,6 +11,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from turnwire import vocabulary
+
 
 class RowState(enum.StrEnum):
     """What the runner's store says about one operation (runner.proto)."""
@@ -41,28 +43,11 @@ SETTLED_STATES: frozenset[RowState] = frozenset(
 IN_FLIGHT_STATES: frozenset[RowState] = frozenset({RowState.LAUNCHING, RowState.RUNNING})
 
 
-class Execution(enum.StrEnum):
-    """The billing truth (PROTOCOL.md §2): did an executor start?"""
-
-    NOT_STARTED = "NOT_STARTED"
-    STARTED = "STARTED"
-    UNKNOWN = "UNKNOWN"
-
-
-class StopReason(enum.StrEnum):
-    """Why a turn was asked to stop; the first one wins (R6)."""
-
-    CANCEL = "CANCEL"
-    DEADLINE = "DEADLINE"
-    BUDGET = "BUDGET"
-    SHUTDOWN = "SHUTDOWN"
-
-
-class SlotKind(enum.StrEnum):
-    """The slot pool a turn needs (R4): separate pools per kind."""
-
-    WRITABLE = "WRITABLE"
-    READ_ONLY = "READ_ONLY"
+# One vocabulary for both services (checked against the proto in
+# tests/contract/test_vocabulary.py); the runner calls the turn kind its slot kind.
+Execution = vocabulary.Execution
+StopReason = vocabulary.StopReason
+SlotKind = vocabulary.TurnKind
 
 
 class Refusal(enum.StrEnum):

@@ -59,6 +59,7 @@ from tests.simulation.world import (
     StatusRequest,
     at,
 )
+from turnwire.backoff import backoff_seconds
 
 Policy = Callable[[OperationRecord, Event, Context], Decision]
 
@@ -315,7 +316,16 @@ class SimCoordinator:
         return found
 
     def tick(self, operation_id: str, route: str | None) -> None:
-        self.handle(operation_id, Tick(route=route, retry_streak=self.streaks[operation_id]))
+        streak = self.streaks[operation_id]
+        self.handle(operation_id, Tick(route=route, retry_streak=streak))
+        record = self.journal.operations.get(operation_id)
+        if route is None and record is not None and record.state is OpState.QUEUED:
+            # No route: the real engine holds the turn until its scheduler grants a
+            # slot (issue 9). Model "a slot frees later" as a timer with the backoff.
+            delay = backoff_seconds(
+                streak, initial=Context.backoff_initial, cap=Context.backoff_max
+            )
+            self.timers[operation_id] = self.now + delay
 
     def expire_calls(self) -> None:
         """Abandon every call past its deadline (C7, C8a)."""

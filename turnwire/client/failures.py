@@ -30,19 +30,24 @@ class TurnwireError(Exception):
         code: grpc.StatusCode | None = None,
         reason: str = "",
         metadata: Mapping[str, str] | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.reason = reason
         self.metadata: Mapping[str, str] = MappingProxyType(dict(metadata or {}))
+        # Seconds the server asked the caller to wait (google.rpc.RetryInfo).
+        self.retry_after = retry_after
 
     def __str__(self) -> str:
         return f"{self.message} ({self.reason})" if self.reason else self.message
 
 
 class RetryLater(TurnwireError):
-    """Transient: the coordinator was unreachable or its journal unavailable.
+    """Transient: the coordinator was unreachable or its journal unavailable,
+    or (reason ``QUOTA_EXCEEDED``) the principal is at one of its limits; then
+    ``retry_after`` says how long to wait and ``metadata["limit"]`` which limit.
 
     Nothing is lost by retrying; for a submit, retry with the same
     idempotency key. ``resume_after`` is set when a watch gave up: pass it as
@@ -91,6 +96,7 @@ _BY_REASON: Mapping[str, type[TurnwireError]] = MappingProxyType(
     {
         "JOURNAL_UNAVAILABLE": RetryLater,
         "SHUTTING_DOWN": RetryLater,
+        "QUOTA_EXCEEDED": RetryLater,
         "TURN_INVALID": FixTheRequest,
         "IDEMPOTENCY_KEY_INVALID": FixTheRequest,
         "ARGUMENT_INVALID": FixTheRequest,
@@ -153,7 +159,13 @@ def exception_for(error: grpc.RpcError, *, attempts: int = 1) -> TurnwireError:
     if typed is not None:
         kind = _BY_REASON.get(typed.reason) or _BY_CODE.get(code, ReportABug)
         message = typed.message or _details(error)
-        return kind(message, code=code, reason=typed.reason, metadata=typed.metadata)
+        return kind(
+            message,
+            code=code,
+            reason=typed.reason,
+            metadata=typed.metadata,
+            retry_after=typed.retry_after,
+        )
     kind = _BY_CODE.get(code, ReportABug)
     message = f"{code.name}: {_details(error)}"
     if attempts > 1:

@@ -10,6 +10,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from turnwire.backoff import backoff_seconds
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -38,10 +40,14 @@ class RetryPolicy:
 
     def pause(self, retry_number: int, rng: random.Random) -> float:
         """The pause before retry ``retry_number`` (1 = the first retry)."""
-        ceiling = min(
-            self.max_backoff, self.initial_backoff * self.multiplier ** (retry_number - 1)
+        return backoff_seconds(
+            retry_number - 1,
+            initial=self.initial_backoff,
+            cap=self.max_backoff,
+            multiplier=self.multiplier,
+            jitter=self.jitter,
+            rng=rng,
         )
-        return rng.uniform((1.0 - self.jitter) * ceiling, ceiling)
 
 
 NO_RETRY = RetryPolicy(attempts=1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from coordinator_svc.core.model import (
     StopReason,
     TurnKind,
 )
+from coordinator_svc.core.quotas import Occupancy, QuotaRefusal, Quotas
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import Journal
 from turnwire.common.v1 import turn_pb2
@@ -79,14 +81,33 @@ def submit_request(key: str = "key-1", **turn_fields: Any) -> coordinator_pb2.Su
 
 @dataclass
 class FakeDispatch:
-    """DispatchControl for API tests: serves the given pools, cancels QUEUED at once."""
+    """DispatchControl for API tests: serves the given pools, cancels QUEUED at
+    once, and checks the real quotas (``core.quotas``) against what it accepted."""
 
     journal: Journal
     pools: frozenset[str] = frozenset({"default"})
     woken: list[str] = field(default_factory=list)
+    quotas: Quotas = field(default_factory=Quotas)
+    occupancy: Occupancy = field(default_factory=Occupancy)
+    clock: Callable[[], float] = time.monotonic
 
-    def wake(self, operation_id: str) -> None:
-        self.woken.append(operation_id)
+    def accepted(self, record: OperationRecord) -> None:
+        self.woken.append(record.operation_id)
+        self.occupancy.note(record.operation_id, record.principal, record.state)
+
+    def quota_check(self, principal: str) -> QuotaRefusal | None:
+        return self.quotas.admit(
+            principal,
+            self.clock(),
+            queued=self.occupancy.queued[principal],
+            in_flight=self.occupancy.in_flight[principal],
+        )
+
+    def quota_refund(self, principal: str) -> None:
+        self.quotas.refund(principal)
+
+    def waiting_for(self, record: OperationRecord) -> str:
+        return "" if record.state.terminal else "waiting (FakeDispatch)"
 
     def has_runner_for(self, pool: str, kind: TurnKind) -> bool:
         del kind
@@ -114,7 +135,9 @@ class FakeDispatch:
                 at,
                 reason="CANCELLED",
             )
-        return await self.journal.commit(Change(before=record, after=after, event=event))
+        stored = await self.journal.commit(Change(before=record, after=after, event=event))
+        self.occupancy.note(stored.operation_id, stored.principal, stored.state)
+        return stored
 
 
 @dataclass

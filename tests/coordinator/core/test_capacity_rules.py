@@ -70,3 +70,27 @@ def test_a_waiting_turn_looks_again_no_later_than_its_deadline() -> None:
     decision = decide(queued(), Tick(route=None, retry_streak=9), ctx(turn_deadline=soon))
     assert decision.change is None
     assert decision.commands == (cmd.ScheduleAt(soon),)
+
+
+def test_a_queued_turn_past_its_queue_timeout_ends_timed_out_queue_timeout() -> None:
+    """Issue 9: the queue timeout ends a turn that waited QUEUED too long: NOT_STARTED (C14)."""
+    before = queued()
+    late = ctx(queue_deadline=NOW - timedelta(milliseconds=1))
+    record, decision = step(before, Tick(), late)
+    assert record.state is OpState.TIMED_OUT and record.error_reason == "QUEUE_TIMEOUT"
+    assert record.execution is Execution.NOT_STARTED
+    assert "queue timeout" in (record.error_message or "")
+    assert not any(isinstance(c, cmd.Preflight) for c in decision.commands)
+
+
+def test_a_held_turn_looks_again_at_its_first_time_limit_only() -> None:
+    """Issue 9: a turn held by the scheduler is not polled: it is looked at again only at
+    the earlier of its deadline and its queue timeout, or when a slot is granted."""
+    deadline, queue_deadline = NOW + timedelta(seconds=9), NOW + timedelta(seconds=3)
+    held = decide(queued(), Tick(waiting="waiting for a free slot"), ctx(turn_deadline=deadline))
+    assert held.change is None and held.commands == (cmd.ScheduleAt(deadline),)
+    both = ctx(turn_deadline=deadline, queue_deadline=queue_deadline)
+    assert decide(queued(), Tick(), both).commands == (cmd.ScheduleAt(queue_deadline),)
+    assert decide(queued(), Tick(), ctx()).commands == ()
+    granted = decide(queued(), Tick(route="runner-a"), both)
+    assert granted.commands == (cmd.Preflight("runner-a"),)

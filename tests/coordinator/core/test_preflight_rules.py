@@ -36,11 +36,13 @@ def test_queued_tick_asks_the_routed_runner_first() -> None:
     assert decision.commands == (cmd.Preflight(RUNNER),)
 
 
-def test_queued_without_a_runner_backs_off() -> None:
-    """C6: no runner to route to: nothing is written, look again later."""
-    decision = decide(queued(), Tick(route=None), ctx())
+def test_queued_without_a_route_waits_for_the_schedulers_grant() -> None:
+    """C6, issue 9: no route yet: nothing is written and nothing polls; the scheduler
+    holds the turn and grants it a slot (a Tick with a route) when one frees."""
+    decision = decide(queued(), Tick(route=None, waiting="waiting for a free slot"), ctx())
     assert decision.change is None
-    assert isinstance(decision.commands[0], cmd.ScheduleAt)
+    assert decision.commands == ()
+    assert decision.note == "waiting for a free slot"
 
 
 def test_absent_preflight_writes_the_attempt_ahead_then_dispatches() -> None:

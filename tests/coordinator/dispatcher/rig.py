@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -62,14 +63,16 @@ _POLICY = {
 }
 
 
-def envelope_for(operation_id: str, parameters: dict[str, str], policy: ReplayPolicy) -> bytes:
+def envelope_for(
+    operation_id: str, parameters: dict[str, str], policy: ReplayPolicy, principal: str = "alice"
+) -> bytes:
     envelope = runner_pb2.TurnEnvelope(
         operation_id=operation_id,
         routing=runner_pb2.Routing(pool="default"),
         model=turn_pb2.ModelRef(provider="test", name="metered", parameters=parameters),
         kind=turn_pb2.TURN_KIND_WRITABLE,
         replay_policy=_POLICY[policy],
-        principal="alice",
+        principal=principal,
     )
     return envelope.SerializeToString(deterministic=True)
 
@@ -80,14 +83,15 @@ def new_operation(
     policy: ReplayPolicy = ReplayPolicy.PROBE_FIRST,
     max_attempts: int = 5,
     now: datetime | None = None,
+    principal: str = "alice",
 ) -> tuple[OperationRecord, EventRecord]:
     """A QUEUED record and its first event, as C1 acceptance builds them."""
     now = now or utc_now()
     op_id = new_operation_id()
-    envelope = envelope_for(op_id, parameters or {}, policy)
+    envelope = envelope_for(op_id, parameters or {}, policy, principal)
     record = OperationRecord(
         operation_id=op_id,
-        principal="alice",
+        principal=principal,
         idempotency_key_digest=sha256_hex(op_id.encode()),
         request_digest=sha256_hex(envelope),
         envelope=envelope,
@@ -154,6 +158,7 @@ class Rig:
         timings: DispatchTimings = TIMINGS,
         extra: Sequence[RunnerEndpoint] = (),
         status_poll: float | None = None,
+        **options: Any,
     ) -> Dispatcher:
         endpoints = [RunnerEndpoint(name, r.address) for name, r in self.runners.items()]
         self.dispatcher = Dispatcher(
@@ -164,6 +169,7 @@ class Rig:
             replica_id="test-replica",
             interceptors=self.interceptors,
             status_poll=status_poll,
+            **options,
         )
         return self.dispatcher
 

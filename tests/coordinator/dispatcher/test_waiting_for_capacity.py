@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-from coordinator_svc.core.model import AttemptOutcome, Execution, OpState, TurnKind
+from coordinator_svc.core.model import AttemptOutcome, Execution, OpState
 from coordinator_svc.dispatcher import Dispatcher, utc_now
 from coordinator_svc.storage import FakeJournal
 from tests.coordinator.dispatcher.rig import Rig, new_operation
@@ -94,7 +94,7 @@ def test_a_turn_that_finds_every_runner_full_waits_without_a_dispatch(tmp_path: 
             await rig.wait_for(first, lambda r: r.state is OpState.RUNNING)
             second = await rig.submit(max_attempts=1)
             for _ in range(100):  # bounded: 5 s, until it is parked waiting for the slot
-                if dispatcher.capacity.waiting():
+                if dispatcher.room.scheduler.waiting():
                     break
                 await asyncio.sleep(0.05)
             waiting = await rig.journal.get(second)
@@ -148,13 +148,13 @@ async def _sized_runner(rig: Rig, slots: int) -> Dispatcher:
     await rig.start_runner(slots=slots)
     dispatcher = rig.make_dispatcher()
     await dispatcher.start()
-    await _wait_sizes_known(dispatcher.capacity.free, "r1")
+    await _wait_sizes_known(dispatcher.room.scheduler.known, "r1")
     return dispatcher
 
 
-async def _wait_sizes_known(free: Callable[[str, TurnKind], int | None], runner: str) -> None:
+async def _wait_sizes_known(known: Callable[[str], bool], runner: str) -> None:
     for _ in range(200):  # bounded: 10 s
-        if free(runner, TurnKind.WRITABLE) is not None:
+        if known(runner):
             return
         await asyncio.sleep(0.05)
     raise AssertionError("the runner's slot sizes never became known")

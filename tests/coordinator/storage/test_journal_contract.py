@@ -106,6 +106,19 @@ def test_same_key_under_two_principals_makes_two_operations(backend: Backend) ->
     backend.run(scenario)
 
 
+def test_by_idempotency_key_finds_only_the_principals_own(backend: Backend) -> None:
+    """§1, §7: the key lookup a quota refusal makes sees only the caller's own submit."""
+
+    async def scenario(journal: Journal) -> None:
+        alice = await _submitted(journal, 1, principal="alice", key="k")
+        key = alice.idempotency_key_digest
+        assert await journal.by_idempotency_key("alice", key) == alice
+        assert await journal.by_idempotency_key("bob", key) is None
+        assert await journal.by_idempotency_key("alice", "0" * 64) is None
+
+    backend.run(scenario)
+
+
 def test_concurrent_submits_with_one_key_make_one_row(backend: Backend) -> None:
     """C1/§7: racing submits with one key from two handles store one operation; all see it."""
 
@@ -401,7 +414,7 @@ def test_due_lists_ready_work_and_unreleased_terminals(backend: Backend) -> None
         backing_off = await _submitted(journal, 2)
         await journal.commit(bookkeeping(backing_off, next_action_at=T0 + timedelta(hours=1)))
         at_now = await _submitted(journal, 3)
-        await journal.commit(bookkeeping(at_now, next_action_at=T0))
+        at_now = await journal.commit(bookkeeping(at_now, next_action_at=T0))
         finished = await _submitted(journal, 4)
         finished = await journal.commit(transition(finished, OpState.CANCELLED))
         released = await _submitted(journal, 5)
@@ -411,6 +424,11 @@ def test_due_lists_ready_work_and_unreleased_terminals(backend: Backend) -> None
         assert [r.operation_id for r in await journal.due(T0, 1)] == [ready.operation_id]
         later = await journal.due(T0 + timedelta(hours=2), 10)
         assert "op-0002" in [r.operation_id for r in later]
+        # Issue 9: the scheduler holds QUEUED turns in memory; its scan for the
+        # rest must not be crowded out by a backlog of them.
+        running = await journal.commit(dispatch(at_now))
+        not_queued = await journal.due(T0 + timedelta(hours=2), 10, queued=False)
+        assert [r.operation_id for r in not_queued] == [running.operation_id, "op-0004"]
 
     backend.run(scenario)
 

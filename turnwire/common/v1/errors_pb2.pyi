@@ -79,6 +79,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     wire format, or invalid UTF-8 in a string field). Sent by both services;
     nothing was read or changed.
     """
+    ERROR_REASON_QUOTA_EXCEEDED: _ErrorReason.ValueType  # 31
+    """RESOURCE_EXHAUSTED at submit: the principal is at one of its limits
+    (metadata "limit": max_queued, max_in_flight or submit_rate; "allowed",
+    "current"). A google.rpc.RetryInfo detail says when to try again; nothing
+    was stored.
+    """
     ERROR_REASON_INCARNATION_CHANGED: _ErrorReason.ValueType  # 40
     """--- Terminal outcome reasons (Operation.error.reason). ---
     The bound runner restarted while the operation was ambiguous (C8, C9).
@@ -107,6 +113,10 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The runner was shutting down and stopped the turn."""
     ERROR_REASON_DISPATCH_REJECTED: _ErrorReason.ValueType  # 52
     """The dispatch was refused for good (for example ENVELOPE_INVALID)."""
+    ERROR_REASON_QUEUE_TIMEOUT: _ErrorReason.ValueType  # 53
+    """The turn waited QUEUED past its queue timeout (Limits.queue_timeout or
+    the coordinator's default) and never started.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call was refused, or why an operation ended the way it did."""
@@ -166,6 +176,12 @@ ERROR_REASON_REQUEST_MALFORMED: ErrorReason.ValueType  # 30
 wire format, or invalid UTF-8 in a string field). Sent by both services;
 nothing was read or changed.
 """
+ERROR_REASON_QUOTA_EXCEEDED: ErrorReason.ValueType  # 31
+"""RESOURCE_EXHAUSTED at submit: the principal is at one of its limits
+(metadata "limit": max_queued, max_in_flight or submit_rate; "allowed",
+"current"). A google.rpc.RetryInfo detail says when to try again; nothing
+was stored.
+"""
 ERROR_REASON_INCARNATION_CHANGED: ErrorReason.ValueType  # 40
 """--- Terminal outcome reasons (Operation.error.reason). ---
 The bound runner restarted while the operation was ambiguous (C8, C9).
@@ -194,6 +210,10 @@ ERROR_REASON_SHUTDOWN: ErrorReason.ValueType  # 51
 """The runner was shutting down and stopped the turn."""
 ERROR_REASON_DISPATCH_REJECTED: ErrorReason.ValueType  # 52
 """The dispatch was refused for good (for example ENVELOPE_INVALID)."""
+ERROR_REASON_QUEUE_TIMEOUT: ErrorReason.ValueType  # 53
+"""The turn waited QUEUED past its queue timeout (Limits.queue_timeout or
+the coordinator's default) and never started.
+"""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
 ERROR_DOMAIN_FIELD_NUMBER: _builtins.int

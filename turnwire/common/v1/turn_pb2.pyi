@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -261,21 +262,31 @@ class Limits(_message.Message):
 
     DEADLINE_FIELD_NUMBER: _builtins.int
     BUDGET_MS_FIELD_NUMBER: _builtins.int
+    QUEUE_TIMEOUT_FIELD_NUMBER: _builtins.int
     budget_ms: _builtins.int
     """The most run time the executor may use, in milliseconds; 0 means none."""
     @_builtins.property
     def deadline(self) -> _timestamp_pb2.Timestamp:
         """Wall-clock time by which the turn must be finished; unset means none."""
 
+    @_builtins.property
+    def queue_timeout(self) -> _duration_pb2.Duration:
+        """How long the turn may wait QUEUED (for a free slot, or after refusals)
+        from acceptance; past it the coordinator ends it TIMED_OUT, QUEUE_TIMEOUT,
+        NOT_STARTED. Unset means the coordinator's default (--queue-timeout);
+        zero means no queue timeout. Runners ignore it.
+        """
+
     def __init__(
         self,
         *,
         deadline: _timestamp_pb2.Timestamp | None = ...,
         budget_ms: _builtins.int = ...,
+        queue_timeout: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "queue_timeout", b"queue_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget_ms", b"budget_ms", "deadline", b"deadline"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget_ms", b"budget_ms", "deadline", b"deadline", "queue_timeout", b"queue_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -153,6 +153,7 @@ class Operation(_message.Message):
     LAST_EVENT_SEQUENCE_FIELD_NUMBER: _builtins.int
     POOL_FIELD_NUMBER: _builtins.int
     ENVELOPE_DIGEST_FIELD_NUMBER: _builtins.int
+    WAITING_FOR_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     state: Global___OperationState.ValueType
     execution: _turn_pb2.Execution.ValueType
@@ -176,6 +177,12 @@ class Operation(_message.Message):
     pool: _builtins.str
     envelope_digest: _builtins.str
     """sha256 of the persisted envelope, lowercase hex."""
+    waiting_for: _builtins.str
+    """While not terminal: what the operation is waiting for right now, in words
+    ("waiting for a free WRITABLE slot in pool default: ...", "runner r1 has
+    not answered 4 calls in a row", ...); empty when it is not waiting. A
+    snapshot taken when the message was built: it changes without an event.
+    """
     @_builtins.property
     def last_attempt_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -215,10 +222,11 @@ class Operation(_message.Message):
         last_event_sequence: _builtins.int = ...,
         pool: _builtins.str = ...,
         envelope_digest: _builtins.str = ...,
+        waiting_for: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "error", b"error", "finished_at", b"finished_at", "last_attempt_at", b"last_attempt_at", "result", b"result", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "envelope_digest", b"envelope_digest", "error", b"error", "execution", b"execution", "finished_at", b"finished_at", "incarnation_id", b"incarnation_id", "kind", b"kind", "last_attempt_at", b"last_attempt_at", "last_event_sequence", b"last_event_sequence", "max_attempts", b"max_attempts", "operation_id", b"operation_id", "pool", b"pool", "replay_policy", b"replay_policy", "result", b"result", "runner", b"runner", "state", b"state", "stop_reason", b"stop_reason", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "envelope_digest", b"envelope_digest", "error", b"error", "execution", b"execution", "finished_at", b"finished_at", "incarnation_id", b"incarnation_id", "kind", b"kind", "last_attempt_at", b"last_attempt_at", "last_event_sequence", b"last_event_sequence", "max_attempts", b"max_attempts", "operation_id", b"operation_id", "pool", b"pool", "replay_policy", b"replay_policy", "result", b"result", "runner", b"runner", "state", b"state", "stop_reason", b"stop_reason", "updated_at", b"updated_at", "waiting_for", b"waiting_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

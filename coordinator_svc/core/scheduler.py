@@ -1,0 +1,186 @@
+"""Which waiting turn gets which free slot (issue 9): the scheduler, pure.
+
+The shell tells it what happened (a runner's pool sizes, a turn bound to a
+runner or let go, a turn ready to be routed) and asks it for grants: pairs
+(turn, runner) it should route now. No clock, no I/O, no asyncio: the shell
+performs each grant as a routed Tick through the core (``decide_tick``).
+
+Slots. Each runner reports the size of its slot pools (GetRunnerInfo); the
+scheduler counts the turns bound to each runner per kind (bound, or granted
+and being preflighted). A runner whose sizes are not known yet gets
+``UNKNOWN_SIZE_ALLOWANCE`` turns per kind, so a coordinator that starts before
+its runners does not flood them; anything it gets wrong is a NO_FREE_SLOT
+refusal, which C6a makes harmless. The count is the coordinator's view (bound,
+not yet terminal in the journal), so it can only overstate use: the cost is a
+moment of idle slot, never an oversubscribed runner.
+
+Order. Turns wait per slot class (pool, kind): one runner serves one pool,
+and its slots are per kind, so classes never compete for a slot. Within a
+class, principals share fairly (``core.fair_queue``). A turn bound to a
+runner (an earlier attempt unresolved, C6) never waits here: it waits for
+*that* runner, in DISPATCH_UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from coordinator_svc.config import RunnerEndpoint
+from coordinator_svc.core.fair_queue import FairQueue
+from coordinator_svc.core.model import TurnKind
+from coordinator_svc.core.routing import route, serves
+
+# Turns per kind sent to a runner before its pool sizes are known.
+UNKNOWN_SIZE_ALLOWANCE = 4
+
+SlotClass = tuple[str, TurnKind]
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Route ``operation_id`` to ``runner`` now; its slot is already reserved."""
+
+    operation_id: str
+    runner: str
+
+
+class Scheduler:
+    def __init__(
+        self,
+        runners: Sequence[RunnerEndpoint],
+        weight_of: Callable[[str], float] = lambda principal: 1.0,
+    ) -> None:
+        self._runners = tuple(runners)
+        self._weight_of = weight_of
+        self._sizes: dict[str, dict[TurnKind, int]] = {}
+        self._bound: dict[str, tuple[str, TurnKind]] = {}
+        self._in_use: collections.Counter[tuple[str, TurnKind]] = collections.Counter()
+        self._queues: dict[SlotClass, FairQueue] = {}
+        self._class_of: dict[str, SlotClass] = {}
+        self._penalty: dict[str, int] = {}
+
+    # --- what the runners have ---
+
+    def learned(self, runner: str, sizes: Mapping[TurnKind, int]) -> None:
+        """The runner's pool sizes (GetRunnerInfo)."""
+        self._sizes[runner] = dict(sizes)
+
+    def size(self, runner: str, kind: TurnKind) -> int:
+        sizes = self._sizes.get(runner)
+        return UNKNOWN_SIZE_ALLOWANCE if sizes is None else sizes.get(kind, 0)
+
+    def known(self, runner: str) -> bool:
+        return runner in self._sizes
+
+    def free(self, runner: str, kind: TurnKind) -> int:
+        return max(0, self.size(runner, kind) - self._in_use[(runner, kind)])
+
+    def in_use(self, runner: str, kind: TurnKind) -> int:
+        return self._in_use[(runner, kind)]
+
+    def avoid(self, penalties: Mapping[str, int]) -> None:
+        """Extra routing weight per runner (one that stops answering is tried last)."""
+        self._penalty = dict(penalties)
+
+    # --- the ledger ---
+
+    def bind(self, operation_id: str, runner: str, kind: TurnKind) -> None:
+        """The turn holds a slot on ``runner`` (bound, or granted and routing)."""
+        self.unbind(operation_id)
+        self.drop(operation_id)
+        self._bound[operation_id] = (runner, kind)
+        self._in_use[(runner, kind)] += 1
+
+    def unbind(self, operation_id: str) -> bool:
+        """Forget the turn's slot; True if that freed a counted slot."""
+        bound = self._bound.pop(operation_id, None)
+        if bound is None:
+            return False
+        self._in_use[bound] -= 1
+        if self._in_use[bound] <= 0:
+            del self._in_use[bound]
+        return True
+
+    def bound_to(self, operation_id: str) -> str | None:
+        bound = self._bound.get(operation_id)
+        return bound[0] if bound is not None else None
+
+    def load(self) -> collections.Counter[str]:
+        """Slots held per runner (the router's tie-breaker)."""
+        load: collections.Counter[str] = collections.Counter()
+        for (runner, _), count in self._in_use.items():
+            load[runner] += count
+        return load
+
+    # --- the waiting turns ---
+
+    def hold(self, operation_id: str, principal: str, pool: str, kind: TurnKind) -> None:
+        """A QUEUED turn is ready to be routed: it waits for a grant (keeps its place
+        if it already waits)."""
+        if operation_id in self._class_of:
+            return
+        slot_class = (pool, kind)
+        queue = self._queues.setdefault(slot_class, FairQueue())
+        queue.push(operation_id, principal, self._weight_of(principal))
+        self._class_of[operation_id] = slot_class
+
+    def drop(self, operation_id: str) -> bool:
+        """The turn no longer waits here (cancelled, timed out, bound)."""
+        slot_class = self._class_of.pop(operation_id, None)
+        if slot_class is None:
+            return False
+        return self._queues[slot_class].remove(operation_id)
+
+    def holding(self, operation_id: str) -> bool:
+        return operation_id in self._class_of
+
+    def waiting(self) -> int:
+        return len(self._class_of)
+
+    def waiting_of(self, principal: str) -> int:
+        return sum(q.waiting_of(principal) for q in self._queues.values())
+
+    def grants(self) -> list[Grant]:
+        """Every (waiting turn, runner) pair that fits now, fairest first; each
+        grant's slot is reserved (``bind``) before it is returned."""
+        granted: list[Grant] = []
+        for (pool, kind), queue in self._queues.items():
+            while len(queue):
+                runner = self._route(pool, kind)
+                if runner is None:
+                    break
+                operation_id = queue.pop()
+                if operation_id is None:  # pragma: no cover - len() said one waits
+                    break
+                del self._class_of[operation_id]
+                self.bind(operation_id, runner, kind)
+                granted.append(Grant(operation_id, runner))
+        return granted
+
+    def _route(self, pool: str, kind: TurnKind) -> str | None:
+        load = self.load()
+        for runner, penalty in self._penalty.items():
+            load[runner] += penalty
+        free: dict[str, int | None] = {r.name: self.free(r.name, kind) for r in self._runners}
+        chosen = route(pool, kind, self._runners, load, free)
+        return chosen.name if chosen is not None else None
+
+    # --- why a turn waits (shown to the caller, §8.2) ---
+
+    def wait_reason(self, operation_id: str) -> str | None:
+        """Why a held turn waits, in words; None if it does not wait here."""
+        slot_class = self._class_of.get(operation_id)
+        if slot_class is None:
+            return None
+        pool, kind = slot_class
+        queue = self._queues[slot_class]
+        serving = [r.name for r in self._runners if serves(r, pool, kind)]
+        used = sum(self.in_use(r, kind) for r in serving)
+        total = sum(self.size(r, kind) for r in serving)
+        ahead = queue.ahead_of(operation_id) or 0
+        return (
+            f"waiting for a free {kind.value} slot in pool {pool}: {used} of {total} in use "
+            f"on {len(serving)} runner(s); {ahead} waiting turn(s) go first"
+        )

@@ -1,0 +1,80 @@
+"""Performing a decision's commands (the I/O half of the engine's step).
+
+Each command becomes runner calls (``calls.RunnerCalls``) whose replies come
+back as events for the next step; ScheduleAt goes back to the engine's timers.
+A command for a runner that is no longer configured is answered as if the
+runner were unreachable (C8), without a call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+
+from coordinator_svc.core import commands as cmd
+from coordinator_svc.core.events import CancelFailed, Event, PreflightFailed, ReleaseDone
+from coordinator_svc.core.model import OperationRecord
+from coordinator_svc.dispatcher.calls import RunnerCalls
+
+log = logging.getLogger("coordinator_svc.dispatcher")
+
+
+class CommandPerformer:
+    """``bump``: count one more fruitless try of an operation (its backoff
+    streak) and return the streak; ``schedule_at``: look at it again then."""
+
+    def __init__(
+        self,
+        calls: RunnerCalls,
+        bump: Callable[[str], int],
+        schedule_at: Callable[[OperationRecord, datetime], None],
+    ) -> None:
+        self._calls = calls
+        self._bump = bump
+        self._schedule_at = schedule_at
+
+    async def perform(self, record: OperationRecord, command: cmd.Command) -> list[Event]:
+        op_id = record.operation_id
+        runner = getattr(command, "runner", None)
+        if runner is not None and not self._calls.configured(runner):
+            return self._unconfigured(record, command)
+        match command:
+            case cmd.Preflight(runner=runner):
+                answer = await self._calls.preflight(runner, op_id, record.attempt_count)
+                # Tie the answer to the transition it was asked after (C8a).
+                answer = replace(answer, asked_sequence=record.last_event_sequence)
+                if isinstance(answer, PreflightFailed):
+                    answer = replace(answer, retry_streak=self._bump(op_id))
+                return [answer]
+            case cmd.Dispatch():
+                return [await self._calls.dispatch(record, command)]
+            case cmd.Cancel():
+                reply = await self._calls.cancel(record, command)
+                if command.give_up is not None:  # the reply goes back to core.give_up
+                    reply = replace(reply, give_up=command.give_up)
+                if isinstance(reply, CancelFailed):
+                    reply = replace(reply, retry_streak=self._bump(op_id))
+                return [reply]
+            case cmd.Release():
+                released = await self._calls.release(op_id, command)
+                return [ReleaseDone()] if released and command.record else []
+            case cmd.ScheduleAt(at=at):
+                self._schedule_at(record, at)
+                return []
+            case cmd.Alarm(reason=reason, detail=detail):
+                log.warning("%s: protocol alarm %s: %s", op_id, reason, detail)
+                return []
+        return []  # pragma: no cover - Command is closed
+
+    def _unconfigured(self, record: OperationRecord, command: cmd.Command) -> list[Event]:
+        """The bound runner is no longer configured: it is unreachable (C8)."""
+        detail = f"runner {getattr(command, 'runner', '?')} is not configured"
+        streak = self._bump(record.operation_id)
+        if isinstance(command, cmd.Preflight):
+            return [PreflightFailed(command.runner, detail, record.attempt_count, streak)]
+        if isinstance(command, cmd.Cancel):
+            return [CancelFailed(command.runner, "", detail=detail, retry_streak=streak)]
+        log.warning("%s: %s; %s not sent", record.operation_id, detail, type(command).__name__)
+        return []

@@ -1,0 +1,77 @@
+"""Why an operation waits, in words (issue 9, PROTOCOL §8.2).
+
+Every non-terminal operation is either moving or visibly waiting for
+something: a free slot (with the slot count and how many turns go first), a
+backoff, a runner that stopped answering (since when, and the last error).
+The answer is built from the dispatcher's memory when an API response is
+built (``Operation.waiting_for``); nothing is written to the journal for it,
+so a flood of waiting turns costs no commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Protocol
+
+from coordinator_svc.config import RunnerEndpoint
+from coordinator_svc.core.model import OperationRecord, OpState
+from coordinator_svc.core.routing import serves
+from coordinator_svc.core.scheduler import Scheduler
+
+
+class WatchState(Protocol):
+    @property
+    def runner(self) -> str: ...
+
+    down_since: datetime | None
+    last_error: str
+
+
+def describe_wait(
+    record: OperationRecord,
+    scheduler: Scheduler,
+    runners: Sequence[RunnerEndpoint],
+    *,
+    routing: bool,
+    retry_at: datetime | None,
+    now: datetime,
+    trouble: Mapping[str, int],
+    watches: Sequence[WatchState],
+) -> str:
+    if record.state.terminal:
+        return ""
+    op_id = record.operation_id
+
+    def down(runner: str) -> str:
+        return runner_down(runner, trouble.get(runner, 0), watches)
+
+    runner = scheduler.bound_to(op_id) or record.runner
+    if record.state is not OpState.QUEUED:
+        return down(runner) if runner is not None else ""
+    # QUEUED: not bound (C6), so every runner that could take it matters.
+    held = scheduler.wait_reason(op_id)
+    if held is not None:
+        said = held
+    elif routing:
+        said = f"being routed to runner {runner}"
+    elif retry_at is not None and retry_at > now:
+        said = f"trying again at {retry_at.isoformat()} (backing off)"
+    else:
+        said = "waiting to be scheduled"
+    serving = [r.name for r in runners if serves(r, record.pool, record.kind)]
+    return said + "".join(f"; {d}" for d in map(down, serving) if d)
+
+
+def runner_down(runner: str, failures: int, watches: Sequence[WatchState]) -> str:
+    """ "" while the runner answers; else what is known of its silence."""
+    watch = next((w for w in watches if w.runner == runner), None)
+    since = watch.down_since if watch is not None else None
+    if not failures and since is None:
+        return ""
+    said = f"runner {runner} is not answering"
+    if watch is not None and since is not None:
+        said += f" since {since.isoformat()} ({watch.last_error})"
+    if failures:
+        said += f"; {failures} call(s) in a row unanswered"
+    return said

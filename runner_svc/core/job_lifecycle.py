@@ -1,0 +1,468 @@
+"""The life of one admitted turn as a pure state machine (R3, R6, R7, R8).
+
+``step(state, event)`` returns the job's next state and the commands the shell
+(``runner_svc.jobs``) performs, in order. Events say what happened: the row
+read for the launch check, a durable write that landed or failed, the
+executor's start and outcome, a limit timer, a Cancel, the drain. Time comes
+in on events; nothing here awaits, reads a clock or touches the store.
+
+A job is made by a successful admission, which reserved its slot::
+
+    ADMITTED --launch check passes--> LAUNCHING --intent durable--> STARTING
+      --executor started--> RUNNING --outcome in--> SETTLING --durable--> SETTLED
+
+Side exits: a launch check that is blocked settles the never-launched row when
+a stop reason blocked it, or gives the slot back unsettled when nothing of
+ours can launch (RELEASED); a write that fails leaves the slot held, marked
+result-not-saved, until restart (HELD, R7). The slot is given back
+(``FreeSlot``) at most once, and once a launch intent exists only after the
+settlement is durable (R6).
+
+Three commands are requests (``WriteLaunchIntent``, ``StartExecutor``,
+``WriteSettlement``): the shell answers each with one event before it performs
+the next command. An answer that matches no open request changes nothing, so
+no event, however misplaced, can start an executor or free a slot.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+from typing import assert_never
+
+from runner_svc.core.model import Execution, OperationRow, RowState, StopReason, TurnFailure
+from runner_svc.core.settlement import (
+    ReportedOutcome,
+    SettlementDecision,
+    decide_settlement,
+    due_stop_reason,
+    first_stop_reason,
+    launch_block,
+    unlaunched_settlement,
+)
+
+
+class Phase(enum.StrEnum):
+    ADMITTED = "ADMITTED"  # holds its slot; the launch check is still to come
+    LAUNCHING = "LAUNCHING"  # the launch check passed; the launch intent is being written
+    STARTING = "STARTING"  # the launch intent is durable; the executor is being started
+    RUNNING = "RUNNING"  # the executor started; its outcome is awaited
+    SETTLING = "SETTLING"  # the job's own settlement is decided and being written
+    SETTLED = "SETTLED"  # the settlement is durable and the slot given back
+    RELEASED = "RELEASED"  # nothing of ours launched: the slot given back, nothing to settle
+    HELD = "HELD"  # the job's run is over without a durable settlement: slot held (R7)
+
+
+# Phases after which nothing more happens to the job: its slot is back in the pool.
+FINAL_PHASES = frozenset({Phase.SETTLED, Phase.RELEASED})
+
+
+@dataclass(frozen=True)
+class JobState:
+    """One job as the machine knows it; the shell keeps it and replaces it each step."""
+
+    incarnation_id: str
+    deadline: float | None = None  # limits.deadline, unix seconds
+    budget_seconds: float | None = None  # limits.budget_ms, counted from the start
+    phase: Phase = Phase.ADMITTED
+    # R6: the first reason wins. Kept here always; written durably when the
+    # machine says so (WriteStopReason), which is not every time (see step).
+    stop_reason: StopReason | None = None
+    started_at: float | None = None
+    limit_wakeups: tuple[float, ...] = ()  # the limit timer's wake-ups to come, earliest first
+    settlement_pending: bool = False  # a WriteSettlement awaits its answer
+    result_not_saved: bool = False  # a write the turn's truth needed failed: slot held (R7)
+
+    @property
+    def slot_held(self) -> bool:
+        return self.phase not in FINAL_PHASES
+
+    @property
+    def executor_live(self) -> bool:
+        """The job started an executor and has not finished with it: a stop is passed
+        on (one that already finished ignores it: ExecutionHandle.cancel contract)."""
+        return self.started_at is not None and self.phase in (Phase.RUNNING, Phase.SETTLING)
+
+
+def admitted(
+    incarnation_id: str,
+    *,
+    deadline: float | None,
+    budget_seconds: float | None,
+    draining: bool = False,
+) -> JobState:
+    """A job fresh from admission (R4). One admitted while the runner began to
+    drain carries SHUTDOWN (in memory), so its launch check settles it unlaunched."""
+    return JobState(
+        incarnation_id,
+        deadline=deadline,
+        budget_seconds=budget_seconds,
+        stop_reason=StopReason.SHUTDOWN if draining else None,
+    )
+
+
+# --- events: what happened ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaunchChecked:
+    """The row as read under the operation's lock just before launching (R3)."""
+
+    row: OperationRow | None
+    now: float
+
+
+@dataclass(frozen=True)
+class LaunchCheckFailed:
+    """The store could not be read for the launch check."""
+
+
+@dataclass(frozen=True)
+class LaunchIntentWritten:
+    """The launch intent is durable (answers WriteLaunchIntent)."""
+
+
+@dataclass(frozen=True)
+class LaunchIntentFailed:
+    """The launch intent was not saved (answers WriteLaunchIntent)."""
+
+
+@dataclass(frozen=True)
+class ExecutorStarted:
+    """The executor has really started (answers StartExecutor)."""
+
+    at: float
+
+
+@dataclass(frozen=True)
+class ExecutorStartFailed:
+    """The executor did not start (answers StartExecutor). Only a typed refusal
+    proves nothing started; any other failure may have started it."""
+
+    detail: str
+    may_have_started: bool
+
+
+@dataclass(frozen=True)
+class LimitTimerFired:
+    """The timer armed by ArmLimitTimer woke at ``now``."""
+
+    now: float
+
+
+@dataclass(frozen=True)
+class ExecutorFinished:
+    """The executor's outcome as plain values, and the error reasons it may name."""
+
+    outcome: ReportedOutcome
+    known_reasons: frozenset[str]
+
+
+@dataclass(frozen=True)
+class SettlementWritten:
+    """The settlement is durable (answers WriteSettlement)."""
+
+
+@dataclass(frozen=True)
+class SettlementWriteFailed:
+    """The settlement was not saved (answers WriteSettlement)."""
+
+
+@dataclass(frozen=True)
+class CancelRequested:
+    """A Cancel for this operation, with its row as read under the operation's lock."""
+
+    row: OperationRow
+
+
+@dataclass(frozen=True)
+class DrainStarted:
+    """The runner began to drain (R8): SHUTDOWN is recorded where no reason exists."""
+
+
+@dataclass(frozen=True)
+class DrainDeadlinePassed:
+    """The drain waited long enough: running executors are asked to stop."""
+
+
+@dataclass(frozen=True)
+class JobCrashed:
+    """The job's run failed unexpectedly: fail closed, the slot stays held."""
+
+
+@dataclass(frozen=True)
+class JobAbandoned:
+    """Shutdown gave up on the job's run (it will read INTERRUPTED after restart)."""
+
+
+JobEvent = (
+    LaunchChecked
+    | LaunchCheckFailed
+    | LaunchIntentWritten
+    | LaunchIntentFailed
+    | ExecutorStarted
+    | ExecutorStartFailed
+    | LimitTimerFired
+    | ExecutorFinished
+    | SettlementWritten
+    | SettlementWriteFailed
+    | CancelRequested
+    | DrainStarted
+    | DrainDeadlinePassed
+    | JobCrashed
+    | JobAbandoned
+)
+
+
+# --- commands: what the shell does --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NoteNotLaunched:
+    """Log why the launch check blocked the launch."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class WriteLaunchIntent:
+    """Write the launch intent (R3). Answer: LaunchIntentWritten or LaunchIntentFailed."""
+
+
+@dataclass(frozen=True)
+class StartExecutor:
+    """Start the executor. Answer: ExecutorStarted or ExecutorStartFailed."""
+
+
+@dataclass(frozen=True)
+class RecordProcessGroup:
+    """Write down the executor's process group, if it has one (R10)."""
+
+    started_at: float
+
+
+@dataclass(frozen=True)
+class WriteConfirmStart:
+    """Write the start confirmation (R3). Unsaved, the row says UNKNOWN: still true."""
+
+    started_at: float
+
+
+@dataclass(frozen=True)
+class WriteStopReason:
+    """Write the first stop reason (R6). Unsaved, it is kept in memory only."""
+
+    reason: StopReason
+
+
+@dataclass(frozen=True)
+class StopExecutor:
+    """Ask the running executor to stop (it then finishes; the slot waits for that)."""
+
+
+@dataclass(frozen=True)
+class ArmLimitTimer:
+    """Wake the job at ``at`` (LimitTimerFired) to check its deadline and budget."""
+
+    at: float
+
+
+@dataclass(frozen=True)
+class WriteSettlement:
+    """Write the terminal state once (R7). Answer: SettlementWritten or SettlementWriteFailed."""
+
+    decision: SettlementDecision
+    execution: Execution
+
+
+@dataclass(frozen=True)
+class FreeSlot:
+    """Give the job's slot back to its pool and forget the job."""
+
+
+Command = (
+    NoteNotLaunched
+    | WriteLaunchIntent
+    | StartExecutor
+    | RecordProcessGroup
+    | WriteConfirmStart
+    | WriteStopReason
+    | StopExecutor
+    | ArmLimitTimer
+    | WriteSettlement
+    | FreeSlot
+)
+
+Step = tuple[JobState, tuple[Command, ...]]
+
+
+def step(state: JobState, event: JobEvent) -> Step:
+    """The job after ``event``, and what the shell must do, in order."""
+    match event:
+        case LaunchChecked():
+            return _launch_checked(state, event)
+        case LaunchCheckFailed():
+            if state.phase is not Phase.ADMITTED:
+                return state, ()
+            return replace(state, phase=Phase.HELD, result_not_saved=True), ()
+        case LaunchIntentWritten():
+            if state.phase is not Phase.LAUNCHING:
+                return state, ()
+            return replace(state, phase=Phase.STARTING), (StartExecutor(),)
+        case LaunchIntentFailed():
+            if state.phase is not Phase.LAUNCHING:
+                return state, ()
+            # Not launched; the slot stays held (the row may still say ACCEPTED:
+            # a Cancel can settle it then).
+            return replace(state, phase=Phase.HELD, result_not_saved=True), ()
+        case ExecutorStarted():
+            return _executor_started(state, event)
+        case ExecutorStartFailed():
+            if state.phase is not Phase.STARTING:
+                return state, ()
+            failure = TurnFailure("EXECUTOR_UNAVAILABLE", event.detail)
+            execution = Execution.UNKNOWN if event.may_have_started else Execution.NOT_STARTED
+            settling = replace(state, phase=Phase.SETTLING)
+            return _settle(settling, SettlementDecision(RowState.FAILED, error=failure), execution)
+        case LimitTimerFired():
+            return _limit_timer_fired(state, event)
+        case ExecutorFinished():
+            if state.phase is not Phase.RUNNING:
+                return state, ()
+            decision = decide_settlement(state.stop_reason, event.outcome, event.known_reasons)
+            settling = replace(state, phase=Phase.SETTLING, limit_wakeups=())
+            return _settle(settling, decision, Execution.STARTED)
+        case SettlementWritten():
+            if not state.settlement_pending:
+                return state, ()
+            if state.phase in FINAL_PHASES:  # its slot is back already: never twice
+                return replace(state, settlement_pending=False), ()
+            settled = replace(state, phase=Phase.SETTLED, settlement_pending=False)
+            return settled, (FreeSlot(),)
+        case SettlementWriteFailed():
+            if not state.settlement_pending:
+                return state, ()
+            if state.phase in FINAL_PHASES:
+                return replace(state, settlement_pending=False), ()
+            # R7: never report a result that could not be saved; the slot stays
+            # held. A Cancel's settlement that failed before the launch check
+            # leaves the job ADMITTED: the launch check still comes and settles
+            # it again.
+            phase = Phase.HELD if state.phase is Phase.SETTLING else state.phase
+            return replace(state, phase=phase, settlement_pending=False, result_not_saved=True), ()
+        case CancelRequested():
+            return _cancel_requested(state, event)
+        case DrainStarted():
+            if state.phase in FINAL_PHASES:
+                return state, ()
+            # R8: recorded, but the executor is let finish until the drain deadline.
+            return _record_stop(state, StopReason.SHUTDOWN, ask_executor=False)
+        case DrainDeadlinePassed():
+            return state, (StopExecutor(),) if state.executor_live else ()
+        case JobCrashed():
+            if state.phase in FINAL_PHASES:
+                return state, ()
+            return replace(
+                state, phase=Phase.HELD, settlement_pending=False, result_not_saved=True
+            ), ()
+        case JobAbandoned():
+            if state.phase in FINAL_PHASES:
+                return state, ()
+            return replace(state, phase=Phase.HELD, settlement_pending=False), ()
+        case _:
+            assert_never(event)
+
+
+def _launch_checked(state: JobState, event: LaunchChecked) -> Step:
+    """R3's launch check: launch only an ACCEPTED row of ours that nothing stopped."""
+    if state.phase not in (Phase.ADMITTED, Phase.SETTLED):
+        return state, ()
+    # A deadline that passed while the job waited blocks the launch. It is
+    # kept in memory only: the unlaunched settlement says what stopped it.
+    due = due_stop_reason(
+        now=event.now, deadline=state.deadline, started_at=None, budget_seconds=None
+    )
+    if due is not None:
+        state = replace(state, stop_reason=first_stop_reason(state.stop_reason, due))
+    row = event.row
+    block = launch_block(row, state.incarnation_id, state.stop_reason)
+    if state.phase is Phase.SETTLED:
+        # A Cancel settled the job before its check ran: nothing is left to do.
+        return state, (NoteNotLaunched(block or "it was settled before its launch check"),)
+    if not block:
+        return replace(state, phase=Phase.LAUNCHING), (WriteLaunchIntent(),)
+    note = NoteNotLaunched(block)
+    reason = state.stop_reason or (row.stop_reason if row is not None else None)
+    if row is not None and row.state is RowState.ACCEPTED and reason is not None:
+        # Stopped before its launch intent: it provably never started (C14).
+        settling = replace(state, phase=Phase.SETTLING)
+        settled, commands = _settle(settling, unlaunched_settlement(reason), Execution.NOT_STARTED)
+        return settled, (note, *commands)
+    # The row is gone, settled, or not ours: nothing of ours launched, so
+    # there is nothing to settle and the slot is free again.
+    return replace(state, phase=Phase.RELEASED), (note, FreeSlot())
+
+
+def _executor_started(state: JobState, event: ExecutorStarted) -> Step:
+    if state.phase is not Phase.STARTING:
+        return state, ()
+    at = event.at
+    budget_ends = at + state.budget_seconds if state.budget_seconds is not None else None
+    wakeups = tuple(sorted(t for t in (state.deadline, budget_ends) if t is not None))
+    commands: list[Command] = [RecordProcessGroup(at), WriteConfirmStart(at)]
+    if state.stop_reason is not None:  # a stop came while the executor was starting
+        commands.append(StopExecutor())
+    if wakeups:
+        commands.append(ArmLimitTimer(wakeups[0]))
+    running = replace(state, phase=Phase.RUNNING, started_at=at, limit_wakeups=wakeups)
+    return running, tuple(commands)
+
+
+def _limit_timer_fired(state: JobState, event: LimitTimerFired) -> Step:
+    """One wake-up per limit; the first limit found run out stops the turn."""
+    if state.phase is not Phase.RUNNING or not state.limit_wakeups:
+        return state, ()
+    due = due_stop_reason(
+        now=event.now,
+        deadline=state.deadline,
+        started_at=state.started_at,
+        budget_seconds=state.budget_seconds,
+    )
+    if due is not None:
+        return _record_stop(replace(state, limit_wakeups=()), due, ask_executor=True)
+    later = state.limit_wakeups[1:]
+    return replace(state, limit_wakeups=later), (ArmLimitTimer(later[0]),) if later else ()
+
+
+def _cancel_requested(state: JobState, event: CancelRequested) -> Step:
+    if state.phase in FINAL_PHASES:
+        return state, ()
+    row = event.row
+    if row.state is RowState.ACCEPTED and state.phase in (Phase.ADMITTED, Phase.HELD):
+        # Never launched: it settles now, NOT_STARTED (C14). The phase stays:
+        # if this write fails, a job still ADMITTED retries at its launch check.
+        reason = first_stop_reason(state.stop_reason, StopReason.CANCEL)
+        return _settle(
+            replace(state, stop_reason=reason),
+            unlaunched_settlement(reason),
+            Execution.NOT_STARTED,
+        )
+    if row.incarnation_id != state.incarnation_id:
+        return state, ()  # an earlier incarnation's launch: it can no longer run here
+    # Launched: record the reason and ask; the slot waits for the settlement (R6).
+    return _record_stop(state, StopReason.CANCEL, ask_executor=True)
+
+
+def _record_stop(state: JobState, reason: StopReason, *, ask_executor: bool) -> Step:
+    """R6: the first reason is kept and written; the executor is asked each time."""
+    commands: list[Command] = []
+    if state.stop_reason is None:
+        state = replace(state, stop_reason=reason)
+        commands.append(WriteStopReason(reason))
+    if ask_executor and state.executor_live:
+        commands.append(StopExecutor())
+    return state, tuple(commands)
+
+
+def _settle(state: JobState, decision: SettlementDecision, execution: Execution) -> Step:
+    return replace(state, settlement_pending=True), (WriteSettlement(decision, execution),)

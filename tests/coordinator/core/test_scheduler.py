@@ -1,0 +1,138 @@
+"""The scheduler (issue 9), pure: slots per runner and kind, fair order across
+principals, grants only where a slot is free."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coordinator_svc.config import RunnerEndpoint
+from coordinator_svc.core.fair_queue import FairQueue
+from coordinator_svc.core.model import TurnKind
+from coordinator_svc.core.routing import route
+from coordinator_svc.core.scheduler import UNKNOWN_SIZE_ALLOWANCE, Scheduler
+
+W, R = TurnKind.WRITABLE, TurnKind.READ_ONLY
+RUNNERS = (RunnerEndpoint("r1", "127.0.0.1:1"), RunnerEndpoint("r2", "127.0.0.1:2"))
+
+
+def test_free_slots_are_counted_per_runner_and_kind() -> None:
+    """C6a, R4: one count per (runner, kind) pool; a runner not heard from yet gets a
+    small allowance, not unlimited room."""
+    scheduler = Scheduler(RUNNERS)
+    assert scheduler.free("r1", W) == UNKNOWN_SIZE_ALLOWANCE and not scheduler.known("r1")
+    scheduler.learned("r1", {W: 2, R: 1})
+    scheduler.bind("op1", "r1", W)
+    scheduler.bind("op2", "r1", W)
+    scheduler.bind("op3", "r1", R)
+    assert (scheduler.free("r1", W), scheduler.free("r1", R)) == (0, 0)
+    assert scheduler.unbind("op1") and not scheduler.unbind("op1")
+    assert scheduler.free("r1", W) == 1
+    scheduler.bind("op2", "r1", W)  # re-binding the same operation counts it once
+    assert scheduler.free("r1", W) == 1
+    assert scheduler.load() == {"r1": 2}
+
+
+def test_grants_fill_free_slots_only_and_reserve_them() -> None:
+    """C6a: a turn is routed only where a slot of its kind is free; the grant holds the
+    slot until the engine binds or frees it; the rest keep waiting."""
+    scheduler = Scheduler(RUNNERS)
+    scheduler.learned("r1", {W: 1, R: 0})
+    scheduler.learned("r2", {W: 1, R: 1})
+    for n in range(4):
+        scheduler.hold(f"w{n}", "alice", "default", W)
+    scheduler.hold("ro", "alice", "default", R)
+    granted = scheduler.grants()
+    assert sorted(g.runner for g in granted if g.operation_id.startswith("w")) == ["r1", "r2"]
+    assert [g.runner for g in granted if g.operation_id == "ro"] == ["r2"]
+    assert scheduler.waiting() == 2 and scheduler.grants() == []
+    assert scheduler.unbind(granted[0].operation_id)
+    again = scheduler.grants()
+    assert len(again) == 1 and again[0].runner == granted[0].runner
+
+
+def test_a_pool_nobody_serves_waits_and_says_so() -> None:
+    """§8.2: a waiting turn is visible with its reason."""
+    scheduler = Scheduler(RUNNERS)
+    scheduler.learned("r1", {W: 1})
+    scheduler.learned("r2", {W: 0})
+    scheduler.hold("a", "alice", "default", W)
+    scheduler.hold("b", "bob", "default", W)
+    assert [g.operation_id for g in scheduler.grants()] == ["a"]
+    reason = scheduler.wait_reason("b")
+    assert reason is not None
+    assert "waiting for a free WRITABLE slot in pool default: 1 of 1 in use" in reason
+    assert scheduler.wait_reason("a") is None  # granted: no longer waiting
+
+
+def test_a_flood_does_not_push_a_newcomer_back() -> None:
+    """Fairness (issue 9): with one principal's 1,000 turns waiting, another principal's
+    turn is granted within one round (here: the very next slot)."""
+    scheduler = Scheduler(RUNNERS[:1])
+    scheduler.learned("r1", {W: 1})
+    for n in range(1000):
+        scheduler.hold(f"flood{n}", "flood", "default", W)
+    first = scheduler.grants()
+    assert [g.operation_id for g in first] == ["flood0"]
+    scheduler.hold("quiet", "quiet", "default", W)
+    scheduler.unbind("flood0")
+    assert [g.operation_id for g in scheduler.grants()] == ["quiet"]
+
+
+def test_weights_share_dispatches_in_proportion() -> None:
+    """Weighted fair queuing: weight 3 gets three dispatches for each one of weight 1."""
+    queue = FairQueue()
+    for n in range(40):
+        queue.push(f"heavy{n}", "heavy", weight=3.0)
+        queue.push(f"light{n}", "light", weight=1.0)
+    served = [queue.pop() or "" for _ in range(40)]
+    heavy = sum(op.startswith("heavy") for op in served)
+    assert heavy == 30, served
+
+
+def test_removed_turns_are_skipped_and_a_turn_keeps_its_place() -> None:
+    queue = FairQueue()
+    for op in ("a", "b", "c"):
+        queue.push(op, "alice")
+    queue.push("a", "alice")  # already waiting: keeps its place
+    assert queue.remove("b") and not queue.remove("b")
+    assert (len(queue), queue.pop(), queue.pop(), queue.pop()) == (2, "a", "c", None)
+
+
+def test_routing_skips_full_runners_and_treats_unknown_sizes_as_room() -> None:
+    """C6 (only QUEUED routes), C6a: a full runner is skipped; unknown sizes count as room."""
+    load = {"r1": 0, "r2": 5}
+    chosen = route("default", W, RUNNERS, load, {"r1": 0, "r2": 1})
+    assert chosen is not None and chosen.name == "r2"
+    assert route("default", W, RUNNERS, load, {"r1": 0, "r2": 0}) is None
+    unknown = route("default", W, RUNNERS, load, {"r1": None, "r2": 0})
+    assert unknown is not None and unknown.name == "r1"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    arrivals=st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=120),
+    weights=st.fixed_dictionaries({p: st.sampled_from([1.0, 2.0, 4.0]) for p in "abcd"}),
+)
+def test_no_backlogged_principal_falls_behind_its_share(
+    arrivals: list[str], weights: dict[str, float]
+) -> None:
+    """The start-time fair queuing bound: over any prefix of the service order, two
+    principals that both still have turns waiting differ in weighted service by at
+    most one turn each (service_i / w_i - service_j / w_j <= 1/w_i + 1/w_j)."""
+    queue = FairQueue()
+    counter = itertools.count()
+    for principal in arrivals:
+        queue.push(f"{principal}{next(counter)}", principal, weights[principal])
+    served: collections.Counter[str] = collections.Counter()
+    remaining = collections.Counter(arrivals)
+    while (op := queue.pop()) is not None:
+        served[op[0]] += 1
+        remaining[op[0]] -= 1
+        backlogged = [p for p in remaining if remaining[p] > 0]
+        for i, j in itertools.permutations(backlogged, 2):
+            lead = served[i] / weights[i] - served[j] / weights[j]
+            assert lead <= 1 / weights[i] + 1 / weights[j] + 1e-9, (i, j, served)

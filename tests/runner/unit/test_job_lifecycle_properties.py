@@ -1,0 +1,337 @@
+"""The job lifecycle machine at random (R3, R5-R8, C14).
+
+First as the shell really drives it: a store that applies the row transition
+table, an executor, Cancels, limit timers and the drain, every outcome drawn,
+with the rules checked against what the store holds. Then with any events at
+all, in any order: misplaced answers must change nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runner_svc.core.job_lifecycle import (
+    ArmLimitTimer,
+    CancelRequested,
+    Command,
+    DrainDeadlinePassed,
+    DrainStarted,
+    ExecutorFinished,
+    ExecutorStarted,
+    ExecutorStartFailed,
+    FreeSlot,
+    JobAbandoned,
+    JobCrashed,
+    JobEvent,
+    JobState,
+    LaunchChecked,
+    LaunchCheckFailed,
+    LaunchIntentFailed,
+    LaunchIntentWritten,
+    LimitTimerFired,
+    NoteNotLaunched,
+    Phase,
+    RecordProcessGroup,
+    SettlementWriteFailed,
+    SettlementWritten,
+    StartExecutor,
+    StopExecutor,
+    WriteConfirmStart,
+    WriteLaunchIntent,
+    WriteSettlement,
+    WriteStopReason,
+    admitted,
+    step,
+)
+from runner_svc.core.model import Execution, OperationRow, RowState
+from runner_svc.core.transitions import (
+    ConfirmStart,
+    IllegalRowEvent,
+    LaunchIntent,
+    RecordStopReason,
+    RowEvent,
+    Settle,
+    apply,
+)
+from tests.runner.unit.test_job_lifecycle import FAILURE, INVALID, KNOWN, SUCCESS, job
+from tests.runner.unit.test_row_transitions import OLD, OURS, row
+
+S = RowState
+
+
+def _applied(stored: OperationRow | None, change: RowEvent) -> OperationRow | None:
+    try:
+        return apply(stored, change, "op")
+    except IllegalRowEvent:
+        return None
+
+
+_MOSTLY_TRUE = st.sampled_from([True, True, True, True, False])
+
+
+@dataclass
+class World:
+    """A shell that behaves as runner_svc.jobs does, every outcome drawn. Its store
+    applies the real row transition table, so it holds what would be durable."""
+
+    draw: Callable[[st.SearchStrategy[Any]], Any]
+    state: JobState
+    stored: OperationRow | None
+    now: float = 100.0
+    task: str = "check"  # the job's own run: check, wait, settle, over
+    settle_commands: tuple[Command, ...] = ()
+    executor_running: bool = False
+    alarm: float | None = None
+    starts: int = 0
+    executor_started: bool = False
+    start_unknown: bool = False  # the start failed oddly: it may have started
+    drained: bool = False
+    frees: int = 0
+    stop_reason_writes: int = 0
+    stopped_before_check: bool = False
+    intent_durable: bool = False
+
+    def feed(self, event: JobEvent) -> None:
+        before = self.state.stop_reason
+        self.state, commands = step(self.state, event)
+        assert before is None or self.state.stop_reason is before  # R6: first wins
+        for command in commands:
+            answer = self.perform(command)
+            if answer is not None:
+                self.feed(answer)
+
+    def store_works(self) -> bool:
+        return bool(self.draw(_MOSTLY_TRUE))
+
+    def write(self, change: RowEvent, *, must_be_legal: bool) -> bool:
+        after = _applied(self.stored, change)
+        assert after is not None or not must_be_legal, f"illegal {change} on {self.stored}"
+        if after is None or not self.store_works():
+            return False
+        self.stored = after
+        return True
+
+    def perform(self, command: Command) -> JobEvent | None:
+        match command:
+            case WriteLaunchIntent():
+                if self.write(LaunchIntent(OURS), must_be_legal=True):
+                    self.intent_durable = True
+                    return LaunchIntentWritten()
+                return LaunchIntentFailed()
+            case StartExecutor():
+                # R3: an executor starts only on a durable launch intent of ours.
+                assert self.stored is not None and self.stored.state is S.LAUNCHING
+                assert self.stored.incarnation_id == OURS
+                self.starts += 1
+                how = self.draw(st.sampled_from(["started"] * 4 + ["refused", "odd"]))
+                if how == "started":
+                    self.executor_running = self.executor_started = True
+                    return ExecutorStarted(at=self.now)
+                self.start_unknown = how == "odd"
+                return ExecutorStartFailed("x", may_have_started=self.start_unknown)
+            case WriteConfirmStart():
+                self.write(ConfirmStart(OURS, command.started_at), must_be_legal=True)
+            case WriteStopReason():
+                self.stop_reason_writes += 1
+                self.write(RecordStopReason(command.reason), must_be_legal=False)
+            case StopExecutor():
+                assert self.executor_started  # never asked before it started
+            case ArmLimitTimer():
+                self.alarm = command.at
+            case WriteSettlement():
+                # C14: the execution the settlement claims is the truth.
+                truth = {
+                    Execution.NOT_STARTED: not (self.executor_started or self.start_unknown),
+                    Execution.STARTED: self.executor_started,
+                    Execution.UNKNOWN: self.start_unknown,
+                }
+                assert truth[command.execution]
+                decision = command.decision
+                settle = Settle(
+                    OURS,
+                    decision.state,
+                    command.execution,
+                    self.now,
+                    result=decision.result,
+                    error=decision.error,
+                )
+                saved = self.write(settle, must_be_legal=True)
+                return SettlementWritten() if saved else SettlementWriteFailed()
+            case FreeSlot():
+                self.frees += 1
+                assert self.frees == 1  # the slot goes back once
+                # R6/R7: once a launch intent is durable, only a durable settlement frees it.
+                assert not self.intent_durable or (self.stored is not None and self.stored.settled)
+            case NoteNotLaunched() | RecordProcessGroup():
+                pass
+        return None
+
+    def actions(self) -> list[str]:
+        """What may happen next; the job's own progress is drawn most often."""
+        found = ["clock", "clock"]
+        if self.task != "over":
+            # A running executor finishes less eagerly: stops and timers get their turn.
+            found += ["task"] * (3 if self.task == "wait" else 8) + ["crash"]
+        if self.task == "wait" and self.alarm is not None:
+            found += ["timer"] * 4
+        live = self.state.phase not in (Phase.SETTLED, Phase.RELEASED)
+        if live and self.stored is not None and not self.stored.settled:
+            found += ["cancel"] * 2  # the service passes a Cancel to a job it still has
+        if live and not self.drained:
+            found.append("drain")
+        if self.drained and self.task != "over":
+            found.append("drain deadline")  # only jobs still running are asked
+        return found
+
+    def act(self, action: str) -> None:
+        if action in ("cancel", "drain") and self.task == "check":
+            self.stopped_before_check = True
+        if action == "clock":
+            self.now += self.draw(st.sampled_from([0.1, 1.0, 5.0]))
+        elif action == "cancel":
+            assert self.stored is not None
+            self.feed(CancelRequested(self.stored))
+        elif action == "drain":
+            self.drained = True
+            self.feed(DrainStarted())
+        elif action == "drain deadline":
+            self.feed(DrainDeadlinePassed())
+        elif action == "crash":
+            self.feed(JobCrashed())
+            self.task = "over"
+        elif action == "timer":
+            assert self.alarm is not None
+            self.now = max(self.now, self.alarm - self.draw(st.sampled_from([0.0, 0.2])))
+            self.alarm = None
+            self.feed(LimitTimerFired(now=self.now))
+        else:
+            self.advance_task()
+
+    def advance_task(self) -> None:
+        if self.task == "check":
+            read = self.store_works()
+            self.feed(LaunchChecked(self.stored, now=self.now) if read else LaunchCheckFailed())
+            self.task = "wait" if self.executor_running else "over"
+        elif self.task == "wait":
+            self.executor_running, self.alarm = False, None  # the watchdog ends with the wait
+            outcome = self.draw(st.sampled_from([SUCCESS, FAILURE, INVALID]))
+            self.state, self.settle_commands = step(self.state, ExecutorFinished(outcome, KNOWN))
+            self.task = "settle"
+        else:  # settle: the decision made without the lock is written under it
+            commands, self.settle_commands = self.settle_commands, ()
+            self.task = "over"
+            for command in commands:
+                answer = self.perform(command)
+                if answer is not None:
+                    self.feed(answer)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.data(),
+    found=st.sampled_from(["ours", "ours", "ours", "gone", "not ours"]),
+    deadline=st.sampled_from([None, 100.5, 103.0]),
+    budget=st.sampled_from([None, 0.5, 2.0]),
+    draining=st.sampled_from([False, False, False, True]),
+)
+def test_random_runs_keep_the_runner_rules(
+    data: st.DataObject, found: str, deadline: float | None, budget: float | None, draining: bool
+) -> None:
+    """R3: no start without a durable intent. R6/R7: the slot goes back exactly once
+    when the job ends settled or released, and after a launch intent only once its
+    settlement is durable. R5/R8: a stop before the launch check means no start."""
+    stored = {"ours": row(S.ACCEPTED), "gone": None, "not ours": row(S.ACCEPTED, incarnation=OLD)}
+    state = admitted(OURS, deadline=deadline, budget_seconds=budget, draining=draining)
+    world = World(data.draw, state, stored[found], stopped_before_check=draining)
+    for _ in range(40):
+        world.act(data.draw(st.sampled_from(world.actions())))
+        if world.task == "over" and data.draw(st.booleans()):
+            break
+    while world.task != "over":
+        world.act("task")
+    assert world.starts <= 1 and world.stop_reason_writes <= 1
+    if world.stopped_before_check:
+        assert world.starts == 0
+    final = world.state
+    assert final.phase in (Phase.SETTLED, Phase.RELEASED, Phase.HELD)
+    assert world.frees == (0 if final.phase is Phase.HELD else 1)
+    if final.phase is Phase.HELD:
+        assert final.result_not_saved  # a held slot always says why (R7)
+
+
+_ROWS = st.sampled_from(
+    [
+        row(S.ACCEPTED),
+        row(S.LAUNCHING),
+        row(S.RUNNING),
+        row(S.CANCELLED),
+        row(S.ACCEPTED, incarnation=OLD),
+    ]
+)
+_TIMES = st.sampled_from([0.0, 100.0, 100.5, 101.0, 102.0, 1e9])
+_EVENTS: st.SearchStrategy[JobEvent] = st.one_of(
+    st.builds(LaunchChecked, st.one_of(st.none(), _ROWS), _TIMES),
+    st.builds(ExecutorStarted, _TIMES),
+    st.builds(ExecutorStartFailed, st.just("x"), st.booleans()),
+    st.builds(LimitTimerFired, _TIMES),
+    st.builds(ExecutorFinished, st.sampled_from([SUCCESS, FAILURE, INVALID]), st.just(KNOWN)),
+    st.builds(CancelRequested, _ROWS),
+    st.sampled_from(
+        [
+            LaunchCheckFailed(),
+            LaunchIntentWritten(),
+            LaunchIntentFailed(),
+            SettlementWritten(),
+            SettlementWriteFailed(),
+            DrainStarted(),
+            DrainDeadlinePassed(),
+            JobCrashed(),
+            JobAbandoned(),
+        ]
+    ),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    events=st.lists(_EVENTS, max_size=25),
+    deadline=st.sampled_from([None, 101.0]),
+    budget=st.sampled_from([None, 1.0]),
+)
+def test_no_event_sequence_starts_without_an_intent_or_frees_twice(
+    events: list[JobEvent], deadline: float | None, budget: float | None
+) -> None:
+    """Misplaced answers change nothing: StartExecutor only answers a LaunchIntentWritten
+    to an open WriteLaunchIntent; the slot goes back at most once, and once an intent
+    was asked for only as the answer to a durable settlement."""
+    state = job(deadline=deadline, budget=budget)
+    intent_open = intent_asked = settlement_open = False
+    frees = 0
+    for event in events:
+        before = state.stop_reason
+        state, commands = step(state, event)
+        assert before is None or state.stop_reason is before  # R6
+        if isinstance(event, LaunchIntentWritten | LaunchIntentFailed):
+            assert StartExecutor() not in commands or (
+                intent_open and isinstance(event, LaunchIntentWritten)
+            )
+            intent_open = False
+        else:
+            assert StartExecutor() not in commands
+        for command in commands:
+            if isinstance(command, FreeSlot):
+                frees += 1
+                assert not intent_asked or (
+                    settlement_open and isinstance(event, SettlementWritten)
+                )
+        if isinstance(event, SettlementWritten | SettlementWriteFailed):
+            settlement_open = False
+        intent_open |= WriteLaunchIntent() in commands
+        intent_asked |= intent_open
+        settlement_open |= any(isinstance(c, WriteSettlement) for c in commands)
+    assert frees <= 1
