@@ -167,11 +167,6 @@ def _serve_behaviour_flags(serve: argparse.ArgumentParser) -> None:
         help="upgrade the journal schema before starting (env TURNWIRE_MIGRATE=1)",
     )
     serve.add_argument(
-        "--replica-id",
-        default=_env("TURNWIRE_REPLICA_ID", ""),
-        help="lease owner name (env TURNWIRE_REPLICA_ID; default host-pid-random)",
-    )
-    serve.add_argument(
         "--default-max-attempts",
         type=_attempts,
         default=_env("TURNWIRE_DEFAULT_MAX_ATTEMPTS", "5"),
@@ -304,7 +299,6 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         tokens_file=args.tokens_file,
         default_max_attempts=args.default_max_attempts,
         limits=MessageLimits(args.runner_max_receive_bytes),
-        replica_id=args.replica_id,
         timings=timings,
         address_file=args.address_file,
     )

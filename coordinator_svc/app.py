@@ -18,9 +18,6 @@ close the journal. A failure half-way through start undoes what was started.
 from __future__ import annotations
 
 import logging
-import os
-import secrets
-import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,11 +37,6 @@ from turnwire.serving import RunningServer, ensure_port_free, start_server
 log = logging.getLogger("coordinator_svc")
 
 DEFAULT_GRACE_SECONDS = 5.0
-
-
-def new_replica_id() -> str:
-    """A replica name that is unique per process start (lease owner, §5)."""
-    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
 @dataclass
@@ -130,7 +122,6 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
         config.runners,
         config.timings,
         feed,
-        replica_id=config.replica_id or new_replica_id(),
         clock=wiring.clock,
         default_max_attempts=config.default_max_attempts,
         interceptors=wiring.interceptors,

@@ -53,8 +53,6 @@ class DispatchTimings:
     backoff_max: float = 2.0
     # How long DISPATCH_UNKNOWN may wait for an unreachable runner (C8).
     reconcile_deadline: float = 30.0
-    # Lease length for a replica's claim on an operation (§5).
-    lease_ttl: float = 15.0
     # How often the scheduler looks for due work when nothing woke it.
     idle_poll: float = 0.5
     # Fallback status poll of a RUNNING/CANCELLING operation, in case its
@@ -78,7 +76,6 @@ class CoordinatorConfig:
     runners: tuple[RunnerEndpoint, ...] = ()
     tokens_file: str | None = None
     default_max_attempts: int = 5
-    replica_id: str = field(default="")
     timings: DispatchTimings = field(default_factory=DispatchTimings)
     address_file: str | None = None
     # The message-size chain, from the runners' receive limit (turnwire.limits).

@@ -160,6 +160,23 @@ class Journal(Protocol):
         those in memory, and a backlog of them must not hide the rest."""
         ...
 
+    async def in_state(self, state: OpState, limit: int) -> list[OperationRecord]: ...
+
+    @property
+    def commits(self) -> int:
+        """Write transactions committed since start (for bench/)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class LeasingJournal(Journal, Protocol):
+    """A journal that also takes §5 leases. The adapters implement it and the
+    contract tests and the simulation hold it to §5; the engine does not use
+    it yet (one coordinator per journal until issue 12 wires ownership), so
+    it is kept out of the ``Journal`` port the engine depends on.
+    """
+
     async def claim(
         self, operation_id: str, owner: str, now: datetime, ttl_seconds: float
     ) -> OperationRecord | None:
@@ -173,12 +190,3 @@ class Journal(Protocol):
         appends no event; treating a taken-over DISPATCHING operation as
         DISPATCH_UNKNOWN (§5, C12) is the caller's commit."""
         ...
-
-    async def in_state(self, state: OpState, limit: int) -> list[OperationRecord]: ...
-
-    @property
-    def commits(self) -> int:
-        """Write transactions committed since start (for bench/)."""
-        ...
-
-    async def close(self) -> None: ...

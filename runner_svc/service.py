@@ -370,15 +370,18 @@ class RunnerService:
             raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, _STORE_UNREADABLE) from exc
         return [(op, self._view(rows[op]) if op in rows else None) for op in operation_ids]
 
-    def info(self) -> RunnerInfo:
-        pools = tuple(
+    def pool_use(self) -> tuple[PoolUse, ...]:
+        """Each slot pool's size and use now (GetRunnerInfo, every watch message)."""
+        return tuple(
             PoolUse(kind, self._pools.sizes[kind], self._pools.in_use[kind]) for kind in SlotKind
         )
+
+    def info(self) -> RunnerInfo:
         return RunnerInfo(
             self.incarnation_id,
             self.store.store_id,
             self.store.durable,
-            pools,
+            self.pool_use(),
             self.accepting,
             self.started_at,
             self.jobs.held_result_not_saved(),
@@ -389,6 +392,7 @@ class RunnerService:
     async def watch(self, after_sequence: int) -> AsyncIterator[OperationView | None]:
         """Every row change after the cursor, then live ones; None is a heartbeat."""
         cursor = after_sequence
+        opening = True
         while not self._closing:
             changed = self._changed  # taken before the read: no wake-up is missed
             try:
@@ -399,6 +403,9 @@ class RunnerService:
             for row in rows:
                 cursor = max(cursor, row.sequence)
                 yield self._view(row)
+            if opening and not rows:
+                yield None  # a stream with nothing to replay opens with a heartbeat
+            opening = False
             if rows:
                 continue
             try:

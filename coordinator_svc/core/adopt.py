@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
-from typing import Any
 
 from coordinator_svc.core.commands import Alarm, Release, ScheduleAt
 from coordinator_svc.core.decision import (
+    Binding,
     Context,
     Decision,
+    Started,
     bookkeeping,
     close_current,
     nothing,
@@ -41,7 +42,7 @@ def next_poll(ctx: Context) -> ScheduleAt:
     return ScheduleAt(ctx.now + timedelta(seconds=ctx.status_poll))
 
 
-def newly_started(record: OperationRecord, execution: Execution) -> dict[str, Any]:
+def newly_started(record: OperationRecord, execution: Execution) -> Started:
     """The field to write when a row on the bound incarnation shows a start the
     record does not have yet (R3, C14); empty when there is nothing new."""
     if execution is Execution.STARTED and record.execution is not Execution.STARTED:
@@ -49,7 +50,7 @@ def newly_started(record: OperationRecord, execution: Execution) -> dict[str, An
     return {}
 
 
-def started_fields(record: OperationRecord, op: RunnerOp) -> dict[str, Any]:
+def started_fields(record: OperationRecord, op: RunnerOp) -> Started:
     """``newly_started`` for an unsettled row read on the bound incarnation."""
     return newly_started(record, observe(op).execution)
 
@@ -128,7 +129,7 @@ def adopt(
         observed.execution, incarnation_id, store_id if durable and store_id else ""
     )
     execution = joined_execution(record, attempts, evidence)
-    binding: dict[str, Any] = {
+    binding: Binding = {
         "runner": runner,
         "incarnation_id": incarnation_id,
         "acknowledged": True,
@@ -161,7 +162,7 @@ def _adopt_unsettled(
     record: OperationRecord,
     ctx: Context,
     execution: Execution,
-    binding: dict[str, Any],
+    binding: Binding,
     updates: tuple[AttemptUpdate, ...],
     via: str,
 ) -> Decision:

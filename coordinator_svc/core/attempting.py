@@ -9,12 +9,13 @@ command is performed, and ``max_attempts`` bounds every policy.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Unpack
 
 from coordinator_svc.core.commands import Cancel, Dispatch, GiveUp
 from coordinator_svc.core.decision import (
     Context,
     Decision,
+    StopRequest,
     all_refused,
     counted_attempts,
     nothing,
@@ -115,7 +116,7 @@ def end(
     *,
     updates: tuple[AttemptUpdate, ...] = (),
     evidence: Evidence | None = None,
-    **fields: Any,
+    **fields: Unpack[StopRequest],
 ) -> Decision:
     """A terminal outcome the coordinator concludes itself (no runner row to
     adopt): its execution is the C14 join, nothing to release; its stop reason

@@ -10,7 +10,7 @@ it names (C8a).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Unpack
 
 from coordinator_svc.core import give_up
 from coordinator_svc.core.adopt import adopt, next_poll, started_fields, terminal_report
@@ -19,6 +19,8 @@ from coordinator_svc.core.commands import Cancel, Preflight, ScheduleAt
 from coordinator_svc.core.decision import (
     Context,
     Decision,
+    RecordChanges,
+    StopRequest,
     backoff,
     bookkeeping,
     nothing,
@@ -37,7 +39,7 @@ def on_requested(record: OperationRecord, ctx: Context) -> Decision:
         return nothing(f"already {record.state}: cancel has nothing to stop")
     if record.cancel_requested:
         return nothing("cancel already requested (the first stop reason wins)")
-    stop: dict[str, Any] = {
+    stop: StopRequest = {
         "cancel_requested": True,
         "stop_reason": record.stop_reason or StopReason.CANCEL,
     }
@@ -58,7 +60,9 @@ def on_requested(record: OperationRecord, ctx: Context) -> Decision:
     return start_cancelling(record, ctx, **stop)
 
 
-def start_cancelling(record: OperationRecord, ctx: Context, **fields: Any) -> Decision:
+def start_cancelling(
+    record: OperationRecord, ctx: Context, **fields: Unpack[StopRequest]
+) -> Decision:
     """RUNNING / DISPATCH_UNKNOWN -> CANCELLING, then send Cancel to the bound incarnation."""
     assert record.runner is not None and record.incarnation_id is not None
     change = transition(
@@ -93,12 +97,14 @@ def on_answered(record: OperationRecord, ev: CancelAnswered, ctx: Context) -> De
     if not op.settled:
         # The bound incarnation has it: acknowledged (no longer ambiguous), and
         # a start it confirmed is recorded (R3).
-        fields = started_fields(record, op)
+        started = started_fields(record, op)
+        fields: RecordChanges = {"execution": started["execution"]} if started else {}
         if not record.acknowledged:
-            fields.update(acknowledged=True, unknown_since=None)
+            fields["acknowledged"] = True
+            fields["unknown_since"] = None
         if fields:
-            later = bookkeeping(record, ctx, next_action_at=next_poll(ctx).at, **fields)
-            return Decision(later)
+            fields["next_action_at"] = next_poll(ctx).at
+            return Decision(bookkeeping(record, ctx, **fields))
         return nothing("stop requested; waiting for the runner to settle", next_poll(ctx))
     # A tombstone or a settled row on the bound incarnation decides (C11, C14).
     return adopt(record, op, ctx, runner=ev.runner, incarnation_id=ev.incarnation_id, via="cancel")

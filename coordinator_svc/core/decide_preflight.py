@@ -22,6 +22,7 @@ from coordinator_svc.core.commands import Cancel, ScheduleAt
 from coordinator_svc.core.decision import (
     Context,
     Decision,
+    RecordChanges,
     backoff,
     bookkeeping,
     nothing,
@@ -128,10 +129,13 @@ def _same_incarnation(record: OperationRecord, ev: PreflightAnswer, ctx: Context
             # Still stopping: ask again (idempotent) and poll again later; the
             # bound incarnation has it (acknowledged) and a confirmed start is
             # recorded on the same write (R3).
-            fields = started_fields(record, op)
+            started = started_fields(record, op)
+            fields: RecordChanges = {"execution": started["execution"]} if started else {}
             if not record.acknowledged:
-                fields.update(acknowledged=True, unknown_since=None)
-            later = bookkeeping(record, ctx, next_action_at=next_poll(ctx).at, **fields)
+                fields["acknowledged"] = True
+                fields["unknown_since"] = None
+            fields["next_action_at"] = next_poll(ctx).at
+            later = bookkeeping(record, ctx, **fields)
             return Decision(later, (_cancel(record, ev.incarnation_id),))
         return _adopt(record, ev, op, ctx)
     return _absent(record, ev, ctx)

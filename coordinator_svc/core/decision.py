@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from coordinator_svc.core.commands import Command
 from coordinator_svc.core.edges import assert_legal
@@ -27,6 +27,7 @@ from coordinator_svc.core.model import (
     AttemptUpdate,
     Change,
     EventRecord,
+    Execution,
     OperationRecord,
     OpState,
     StopReason,
@@ -94,6 +95,47 @@ def backoff(ctx: Context, streak: int) -> timedelta:
     )
 
 
+class Binding(TypedDict, total=False):
+    """Which runner incarnation (and store) the operation is bound to (C6)."""
+
+    runner: str | None
+    incarnation_id: str | None
+    store_id: str | None
+    acknowledged: bool
+
+
+class Started(TypedDict, total=False):
+    """A confirmed start to record (R3, C14)."""
+
+    execution: Execution
+
+
+class StopRequest(TypedDict, total=False):
+    """A stop asked for (C11, R6: the first stop reason wins)."""
+
+    cancel_requested: bool
+    stop_reason: StopReason | None
+
+
+class RecordChanges(Binding, Started, StopRequest, total=False):
+    """What a decision may change on a record besides its state, typed: a
+    misspelt field or a wrong type is a mypy error at the rule that wrote it.
+    Everything else (identity, envelope, version, fencing) is the journal's or
+    fixed at acceptance (storage.rules refuses a change to those). The parts
+    above are the groups rules pass around; mypy refuses a group that could
+    set a field the same call also sets by name."""
+
+    attempt_count: int
+    last_attempt_at: datetime | None
+    result: bytes | None
+    error_reason: str | None
+    error_message: str | None
+    next_action_at: datetime | None
+    unknown_since: datetime | None
+    released: bool
+    finished_at: datetime | None
+
+
 def _lease_fields(record: OperationRecord, ctx: Context) -> dict[str, Any]:
     """Single-replica mode: the lease rides on every state commit (§5)."""
     if not ctx.replica_id:
@@ -113,7 +155,7 @@ def transition(
     detail: str = "",
     new_attempt: AttemptRecord | None = None,
     attempt_updates: tuple[AttemptUpdate, ...] = (),
-    **fields: Any,
+    **fields: Unpack[RecordChanges],
 ) -> Change:
     """A state change with its event; raises IllegalTransition if not an edge."""
     assert_legal(record.operation_id, record.state, to)
@@ -151,7 +193,7 @@ def bookkeeping(
     ctx: Context,
     *,
     attempt_updates: tuple[AttemptUpdate, ...] = (),
-    **fields: Any,
+    **fields: Unpack[RecordChanges],
 ) -> Change:
     """A write that changes no state (cancel flag, released flag, rebinding)."""
     after = dataclasses.replace(

@@ -95,6 +95,10 @@ class FairQueue:
     def waiting_of(self, principal: str) -> int:
         return self._per_principal.get(principal, 0)
 
+    def principals(self) -> set[str]:
+        """The principals with turns waiting here."""
+        return set(self._per_principal)
+
     def ahead_of(self, operation_id: str) -> int | None:
         """How many waiting turns would be served before this one (O(n))."""
         entry = self._live.get(operation_id)

@@ -10,9 +10,25 @@ scheduler counts the turns bound to each runner per kind (bound, or granted
 and being preflighted). A runner whose sizes are not known yet gets
 ``UNKNOWN_SIZE_ALLOWANCE`` turns per kind, so a coordinator that starts before
 its runners does not flood them; anything it gets wrong is a NO_FREE_SLOT
-refusal, which C6a makes harmless. The count is the coordinator's view (bound,
-not yet terminal in the journal), so it can only overstate use: the cost is a
-moment of idle slot, never an oversubscribed runner.
+refusal, which C6a makes harmless.
+
+Two counts of use. The coordinator's own (bound, not yet terminal in the
+journal) misses what it cannot see: turns another coordinator replica
+dispatched there, a turn still running after this coordinator gave up on it.
+The runner's own (``in_use`` on every WatchOperations message, ``reported``)
+misses what it has not been sent yet: turns granted here and still being
+preflighted or dispatched. Each view can only undercount what the other
+knows, so a slot is counted in use when either says so: in use is the larger
+of the two, ``max(own, reported)``. Taking the larger never overstates use
+beyond what one of them really saw, so it never refuses a slot that both
+know to be free; its cost is a moment of idle slot (a report older than a
+settlement still counts it until the next report, at most the runner's
+heartbeat later). The report is a snapshot: one older than a grant may still
+show that slot free, which is fine because the coordinator's own count covers
+its grants. It is not a lock either: an undercount both views share (this
+replica's fresh grants while another replica's turns also hold slots) can
+still over-grant between two reports, and the runner's NO_FREE_SLOT refusal
+(C6a) covers that rarer case.
 
 Order. Turns wait per slot class (pool, kind): one runner serves one pool,
 and its slots are per kind, so classes never compete for a slot. Within a
@@ -57,6 +73,7 @@ class Scheduler:
         self._sizes: dict[str, dict[TurnKind, int]] = {}
         self._bound: dict[str, tuple[str, TurnKind]] = {}
         self._in_use: collections.Counter[tuple[str, TurnKind]] = collections.Counter()
+        self._reported: dict[str, dict[TurnKind, int]] = {}
         self._queues: dict[SlotClass, FairQueue] = {}
         self._class_of: dict[str, SlotClass] = {}
         self._penalty: dict[str, int] = {}
@@ -74,11 +91,21 @@ class Scheduler:
     def known(self, runner: str) -> bool:
         return runner in self._sizes
 
+    def reported(self, runner: str, in_use: Mapping[TurnKind, int]) -> None:
+        """The runner's own count of slots in use (its watch stream), a snapshot."""
+        self._reported[runner] = dict(in_use)
+
+    def heard_from(self, runner: str) -> bool:
+        """The runner has reported its own use (its watch stream has opened)."""
+        return runner in self._reported
+
     def free(self, runner: str, kind: TurnKind) -> int:
-        return max(0, self.size(runner, kind) - self._in_use[(runner, kind)])
+        return max(0, self.size(runner, kind) - self.in_use(runner, kind))
 
     def in_use(self, runner: str, kind: TurnKind) -> int:
-        return self._in_use[(runner, kind)]
+        """Slots in use as far as anyone knows: the larger of the two counts."""
+        reported = self._reported.get(runner, {}).get(kind, 0)
+        return max(self._in_use[(runner, kind)], reported)
 
     def avoid(self, penalties: Mapping[str, int]) -> None:
         """Extra routing weight per runner (one that stops answering is tried last)."""
@@ -110,16 +137,19 @@ class Scheduler:
     def load(self) -> collections.Counter[str]:
         """Slots held per runner (the router's tie-breaker)."""
         load: collections.Counter[str] = collections.Counter()
-        for (runner, _), count in self._in_use.items():
-            load[runner] += count
-        return load
+        counted = set(self._in_use)
+        counted.update((runner, kind) for runner, use in self._reported.items() for kind in use)
+        for runner, kind in counted:
+            load[runner] += self.in_use(runner, kind)
+        return +load  # runners with nothing in use are left out
 
     # --- the waiting turns ---
 
     def hold(self, operation_id: str, principal: str, pool: str, kind: TurnKind) -> None:
         """A QUEUED turn is ready to be routed: it waits for a grant (keeps its place
-        if it already waits)."""
-        if operation_id in self._class_of:
+        if it already waits). A turn holding a slot (granted, being routed) is not
+        queued again: one grant at a time per turn."""
+        if operation_id in self._class_of or operation_id in self._bound:
             return
         slot_class = (pool, kind)
         queue = self._queues.setdefault(slot_class, FairQueue())
@@ -141,6 +171,10 @@ class Scheduler:
 
     def waiting_of(self, principal: str) -> int:
         return sum(q.waiting_of(principal) for q in self._queues.values())
+
+    def waiting_principals(self, pool: str, kind: TurnKind) -> set[str]:
+        queue = self._queues.get((pool, kind))
+        return queue.principals() if queue is not None else set()
 
     def grants(self) -> list[Grant]:
         """Every (waiting turn, runner) pair that fits now, fairest first; each

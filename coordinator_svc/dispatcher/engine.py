@@ -9,11 +9,19 @@ LeaseLost it sends nothing more for that operation (§5). Only after the
 commit are the decision's commands performed (persist before you send); their
 replies come back as events and the loop goes on (:meth:`_drive`).
 
-Work arrives from four places: ``wake()`` (a new operation), the due scan
-(``Journal.due`` every ``idle_poll`` seconds, for backoff and the fallback
-status poll), one watch stream per runner (``watching``), and
-``request_cancel()`` from the API. Single-replica mode: the lease fields ride
-on the state commits; no separate claim writes.
+Work arrives from five places: ``accepted()`` (a new operation), the
+scheduler's grants (``core.scheduler`` via ``waiting_room``: a QUEUED turn
+is routed only by a grant, fairest first, where a slot is free; a waiting
+turn costs nothing until then), timers (backoff, ScheduleAt, time limits),
+one watch stream per runner (``watching``; its reports drive in a lane of
+their own, so results are recorded first), and ``request_cancel()`` from the
+API. The due scan (``Journal.due`` every ``idle_poll`` seconds, QUEUED left
+out) is the fallback for timers lost to a race.
+
+One coordinator per journal until issue 12 wires §5 leases: the engine
+writes no lease fields and never claims (``ports.LeasingJournal`` is the
+adapters' tested implementation, kept out of the engine's port); the
+compare-and-set on ``version`` still guards every commit.
 
 Commits per operation on the happy path: submit, DISPATCHING (write-ahead),
 terminal = 3 when the turn settles within ``settle_grace`` of the Dispatch
@@ -107,7 +115,6 @@ class Dispatcher:
         timings: DispatchTimings,
         feed: ChangeFeed,
         *,
-        replica_id: str,
         clock: Callable[[], datetime] = utc_now,
         default_max_attempts: int = 5,
         interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
@@ -122,7 +129,6 @@ class Dispatcher:
         self._runners = tuple(runners)
         self._timings = timings
         self._feed = feed
-        self._replica_id = replica_id
         self._clock = clock
         self.default_max_attempts = default_max_attempts
         self._status_poll = status_poll if status_poll is not None else timings.status_poll
@@ -310,6 +316,8 @@ class Dispatcher:
 
     def _pump(self) -> None:
         """Route every waiting turn that fits a free slot now, fairest first."""
+        if not self._running:
+            return  # stopping: a drive cut short must not start new ones
         trouble = self._calls.trouble
         self.room.scheduler.avoid(
             {r: UNREACHABLE_PENALTY * n for r, n in trouble.items() if n >= UNREACHABLE_AFTER}
@@ -360,8 +368,6 @@ class Dispatcher:
             reconcile_deadline=t.reconcile_deadline,
             dispatch_timeout=t.dispatch_timeout,
             status_poll=self._status_poll,
-            replica_id=self._replica_id,
-            lease_ttl=t.lease_ttl,
         )
 
     def _routed(self, record: OperationRecord, event: Event) -> Event:

@@ -69,3 +69,8 @@ _KINDS = {
 def slot_sizes(pools: Iterable[runner_pb2.SlotPool]) -> dict[TurnKind, int]:
     """GetRunnerInfo's pools as sizes per kind (unknown kinds are ignored)."""
     return {_KINDS[p.kind]: int(p.size) for p in pools if p.kind in _KINDS}
+
+
+def slot_use(pools: Iterable[runner_pb2.SlotPool]) -> dict[TurnKind, int]:
+    """The pools' slots in use per kind, as the runner counts them (unknown kinds ignored)."""
+    return {_KINDS[p.kind]: int(p.in_use) for p in pools if p.kind in _KINDS}

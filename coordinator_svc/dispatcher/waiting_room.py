@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from coordinator_svc.config import RunnerEndpoint
-from coordinator_svc.core.model import OperationRecord, OpState
+from coordinator_svc.core.model import OperationRecord, OpState, TurnKind
 from coordinator_svc.core.quotas import Occupancy, QuotaRefusal, Quotas
 from coordinator_svc.core.scheduler import Grant, Scheduler
 from coordinator_svc.dispatcher.deadlines import TurnDeadlines
@@ -78,6 +78,22 @@ class WaitingRoom:
 
     def grants(self) -> list[Grant]:
         return self.scheduler.grants()
+
+    # --- what the runners say they hold ---
+
+    def reported(
+        self, runner: str, sizes: Mapping[TurnKind, int], in_use: Mapping[TurnKind, int]
+    ) -> bool:
+        """A runner's own pool sizes and slots in use (its watch stream); True if
+        that changed what the scheduler knows (the caller then lets waiters try
+        again, ``Dispatcher.runner_slots``)."""
+        scheduler = self.scheduler
+        before = [(scheduler.size(runner, k), scheduler.in_use(runner, k)) for k in TurnKind]
+        known = scheduler.known(runner)
+        scheduler.learned(runner, sizes)
+        scheduler.reported(runner, in_use)
+        after = [(scheduler.size(runner, k), scheduler.in_use(runner, k)) for k in TurnKind]
+        return not known or before != after
 
     def committed(self, after: OperationRecord) -> None:
         """Keep counts and the queue in step with a commit this process made."""

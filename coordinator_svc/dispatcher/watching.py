@@ -7,12 +7,19 @@ read: a changed incarnation resets the cursor (sequences belong to an
 incarnation) and sends every operation still bound to the old one to a status
 check, which applies C9 or §6. The due scan's fallback poll covers anything
 a lost stream misses.
+
+Every message also carries the runner's slot pools (size and in use per
+kind, issue 9): the runner's own count includes turns this coordinator cannot
+see (another replica's, one it gave up on), so the scheduler counts the
+larger of the two (``core.scheduler``) and waiting turns try again when that
+frees a slot.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -22,7 +29,12 @@ from coordinator_svc.config import DispatchTimings
 from coordinator_svc.core.events import RunnerReported
 from coordinator_svc.core.model import Execution, OpState
 from coordinator_svc.dispatcher.runner_client import RunnerClient, describe
-from coordinator_svc.dispatcher.translate import RunnerContractViolation, runner_op
+from coordinator_svc.dispatcher.translate import (
+    RunnerContractViolation,
+    runner_op,
+    slot_sizes,
+    slot_use,
+)
 from turnwire.backoff import backoff_seconds
 from turnwire.runner.v1 import runner_pb2
 
@@ -129,10 +141,18 @@ class RunnerWatch:
                 if message.incarnation_id != self.incarnation:
                     await self._check_incarnation(message.incarnation_id)
                     return  # re-open from the reset cursor
+                if message.pools:
+                    self._slots(message.pools)
                 if message.HasField("operation"):
                     self._report(message.incarnation_id, message.operation)
         finally:
             call.cancel()
+
+    def _slots(self, pools: Iterable[runner_pb2.SlotPool]) -> None:
+        """The runner's pools as it counts them now (this incarnation's)."""
+        sizes, in_use = slot_sizes(pools), slot_use(pools)
+        if self._dispatcher.room.reported(self._client.name, sizes, in_use):
+            self._dispatcher.runner_slots(self._client.name, sizes)
 
     def _report(self, incarnation: str, operation: runner_pb2.RunnerOperation) -> None:
         self.cursor = max(self.cursor, operation.sequence)

@@ -8,7 +8,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from runner_svc.core.model import Execution, RowState, SlotKind, StopReason
 from runner_svc.core.witness import StoreOpening
-from runner_svc.service import OperationView, RunnerInfo
+from runner_svc.service import OperationView, PoolUse, RunnerInfo
 from turnwire.common.v1 import turn_pb2
 from turnwire.runner.v1 import runner_pb2
 
@@ -74,16 +74,21 @@ def runner_info(info: RunnerInfo) -> runner_pb2.GetRunnerInfoResponse:
         incarnation_id=info.incarnation_id,
         store_id=info.store_id,
         durable=info.durable,
-        pools=[
-            runner_pb2.SlotPool(kind=KINDS[pool.kind], size=pool.size, in_use=pool.in_use)
-            for pool in info.pools
-        ],
+        pools=slot_pools(info.pools),
         accepting=info.accepting,
         started_at=timestamp(info.started_at),
         held_result_not_saved=info.held_result_not_saved,
         version=info.version,
         store_opens=store_opens(info.openings),
     )
+
+
+def slot_pools(pools: Iterable[PoolUse]) -> list[runner_pb2.SlotPool]:
+    """Slot pools as GetRunnerInfo and every WatchOperations message report them."""
+    return [
+        runner_pb2.SlotPool(kind=KINDS[pool.kind], size=pool.size, in_use=pool.in_use)
+        for pool in pools
+    ]
 
 
 def store_opens(openings: Iterable[StoreOpening]) -> list[runner_pb2.StoreOpen]:

@@ -147,7 +147,12 @@ class RunnerServicer(runner_pb2_grpc.RunnerServiceServicer):
     ) -> AsyncIterator[runner_pb2.WatchOperationsResponse]:
         try:
             async for view in self.service.watch(request.after_sequence):
-                reply = runner_pb2.WatchOperationsResponse(incarnation_id=self._incarnation)
+                # Every message carries the pools as they are now (issue 9): a
+                # busy runner may never send a heartbeat.
+                reply = runner_pb2.WatchOperationsResponse(
+                    incarnation_id=self._incarnation,
+                    pools=convert.slot_pools(self.service.pool_use()),
+                )
                 if view is not None:
                     reply.operation.CopyFrom(convert.operation(view))
                 yield reply

@@ -35,6 +35,8 @@ HARD_CASES = {
     "§5 commit refused after the lease was lost": "replica_lease_lost_commit_refused",
     "§5 runner refused a stale fencing token": "refused:STALE_FENCING_TOKEN",
     "§6.1 a Dispatch below the admission floor refused": "refused:DISPATCH_STALE",
+    "issue 9: schedules routed by the real scheduler": "scheduled",
+    "issue 9: grants while another principal waited": "fair:contended",
 }
 
 

@@ -22,9 +22,11 @@ from coordinator_svc.core.model import (
     OperationRecord,
     OpState,
     ReplayPolicy,
+    TurnKind,
 )
 from tests.simulation.sim_journal import SimJournal
 from tests.simulation.sim_runner import RefusedReply, SimRunner
+from tests.simulation.sim_scheduling import SchedulingChecker
 from tests.simulation.world import DispatchRequest, Ledger
 
 _S = OpState
@@ -97,6 +99,10 @@ class Checker:
     durable_stores: set[str] = field(default_factory=set)
     terminal_seen: dict[str, tuple[object, ...]] = field(default_factory=dict)
     starts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # Issue 9: the scheduler's capacity and fairness rules (scheduled schedules).
+    scheduling: SchedulingChecker | None = None
+    grants: int = 0
+    contended_grants: int = 0
     _ledger_seen: int = 0
 
     # --- hooks from the coordinator -----------------------------------------------
@@ -123,6 +129,19 @@ class Checker:
 
     def sending_dispatch(self, runner: str, request: DispatchRequest) -> None:
         self._check_attempt_row(runner, request, "sent")
+        if self.scheduling is not None:
+            records = self.journal.operations.values()
+            broken = self.scheduling.dispatch_sent(runner, request.operation_id, records)
+            if broken:
+                raise Violation("9 capacity", request.operation_id, broken)
+
+    def granted(self, slot_class: tuple[str, TurnKind], principal: str, waiting: set[str]) -> None:
+        self.grants += 1
+        self.contended_grants += bool(waiting - {principal})
+        if self.scheduling is not None:
+            broken = self.scheduling.granted(slot_class, principal, waiting)
+            if broken:
+                raise Violation("9 fairness", principal, broken)
 
     # --- hooks from the runners -----------------------------------------------------
 

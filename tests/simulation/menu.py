@@ -138,10 +138,16 @@ def complete(sim: Simulator, label: str) -> str:
         elif roll >= 0.7:
             policy = ReplayPolicy.NEVER_AUTOMATIC
         turn = TurnKind.WRITABLE if rng.random() < 0.8 else TurnKind.READ_ONLY
-        return f"submit {policy.value} {rng.choice((1, 2, 3, 3, 4, 5, 8))} {turn.value}"
+        label = f"submit {policy.value} {rng.choice((1, 2, 3, 3, 4, 5, 8))} {turn.value}"
+        if sim.setup.scheduled:  # three principals, one flooding (issue 9)
+            label += " " + rng.choice(("flood", "flood", "flood", "p1", "p2"))
+        return label
     if kind == "tick":
         route = "-"
-        if sim.journal.operations[words[1]].state is OpState.QUEUED and rng.random() < 0.95:
+        queued = sim.journal.operations[words[1]].state is OpState.QUEUED
+        if queued and sim.setup.scheduled:
+            route = "*"  # the real scheduler routes it
+        elif queued and rng.random() < 0.95:
             route = rng.choice(sorted(sim.runners))
         return f"tick {words[1]} {route} {words[2]}"
     if kind == "deliver":
@@ -203,7 +209,8 @@ def heal_action(sim: Simulator) -> str | None:
     if due:
         name, op = rng.choice(due)
         queued = sim.journal.operations[op].state is OpState.QUEUED
-        return f"tick {op} {rng.choice(sorted(sim.runners)) if queued else '-'} @{name}"
+        route = ("*" if sim.setup.scheduled else rng.choice(sorted(sim.runners))) if queued else "-"
+        return f"tick {op} {route} @{name}"
     return None
 
 

@@ -15,6 +15,11 @@ def count_coverage(sim: Simulator) -> None:
     coverage["schedules"] += 1
     if len(sim.coordinators) > 1:
         coverage["schedules_with_two_replicas"] += 1
+    if sim.setup.scheduled:
+        coverage["scheduled"] += 1
+        coverage["scheduler_grants"] += sim.checker.grants
+        coverage["fair:contended"] += sim.checker.contended_grants
+
     for coordinator in sim.coordinators.values():
         coverage.update({f"tag:{k}": v for k, v in coordinator.tags.items()})
         coverage["alarms"] += len(coordinator.alarms)

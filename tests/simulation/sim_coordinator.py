@@ -42,6 +42,7 @@ from coordinator_svc.core.model import (
 from coordinator_svc.ports import LeaseLost, StaleVersion
 from coordinator_svc.storage import rules
 from tests.simulation.sim_journal import SimJournal
+from tests.simulation.sim_scheduling import SimScheduling
 from tests.simulation.wire import (
     Call,
     WatchReport,
@@ -89,6 +90,10 @@ class Observer(Protocol):
 
     def sending_dispatch(self, runner: str, request: DispatchRequest) -> None: ...
 
+    def granted(
+        self, slot_class: tuple[str, TurnKind], principal: str, waiting: set[str]
+    ) -> None: ...
+
 
 @dataclass
 class SimCoordinator:
@@ -121,17 +126,24 @@ class SimCoordinator:
     # The fix proposed for the stale-status bug, applied in the shell: a status
     # answer asked before the operation's latest transition is discarded.
     stale_status_guard: bool = False
+    # Issue 9: the real scheduler routes every QUEUED turn (scheduled schedules).
+    scheduling: SimScheduling | None = None
 
     # --- client calls -------------------------------------------------------------
 
     def submit(
-        self, operation_id: str, policy: ReplayPolicy, max_attempts: int, kind: TurnKind
+        self,
+        operation_id: str,
+        policy: ReplayPolicy,
+        max_attempts: int,
+        kind: TurnKind,
+        principal: str = "sim",
     ) -> None:
         envelope = f"envelope:{operation_id}".encode()
         when = at(self.now)
         record = OperationRecord(
             operation_id=operation_id,
-            principal="sim",
+            principal=principal,
             idempotency_key_digest=hashlib.sha256(operation_id.encode()).hexdigest(),
             request_digest=hashlib.sha256(envelope).hexdigest(),
             envelope=envelope,
@@ -155,6 +167,15 @@ class SimCoordinator:
     # --- the decide loop ------------------------------------------------------------
 
     def handle(self, operation_id: str, event: Event, depth: int = 0) -> None:
+        self._handle(operation_id, event, depth)
+        if depth == 0:
+            self._settle(operation_id)
+
+    def _settle(self, operation_id: str) -> None:
+        if self.scheduling is not None:
+            self.scheduling.settle(self.record(operation_id), self.busy(operation_id))
+
+    def _handle(self, operation_id: str, event: Event, depth: int) -> None:
         if depth > MAX_AGAIN:
             raise ShellError(f"{operation_id}: decide-again did not settle")
         record = self.record(operation_id)
@@ -316,6 +337,9 @@ class SimCoordinator:
         return found
 
     def tick(self, operation_id: str, route: str | None) -> None:
+        if route == "*":
+            self._scheduled_tick(operation_id)
+            return
         streak = self.streaks[operation_id]
         self.handle(operation_id, Tick(route=route, retry_streak=streak))
         record = self.journal.operations.get(operation_id)
@@ -327,6 +351,31 @@ class SimCoordinator:
             )
             self.timers[operation_id] = self.now + delay
 
+    def _scheduled_tick(self, operation_id: str) -> None:
+        """Issue 9, as the engine does it: hold the QUEUED turn, perform every grant
+        the real scheduler makes (fairest first) as a routed Tick through the core."""
+        record = self.record(operation_id)
+        if self.scheduling is None or record.state is not OpState.QUEUED:
+            self.tick(operation_id, None)
+            return
+        grants = self.scheduling.grants_for(record)
+        for n, grant in enumerate(grants):
+            granted = self.record(grant.operation_id)
+            slot_class = (granted.pool, granted.kind)
+            waiting = self.scheduling.waiting_principals(*slot_class) | {
+                self.record(later.operation_id).principal
+                for later in grants[n + 1 :]
+                if (self.record(later.operation_id).pool, self.record(later.operation_id).kind)
+                == slot_class
+            }
+            self.observer.granted(slot_class, granted.principal, waiting)
+            self.log.append(f"    granted {grant.operation_id} -> {grant.runner}")
+        for grant in grants:
+            streak = self.streaks[grant.operation_id]
+            self.handle(grant.operation_id, Tick(route=grant.runner, retry_streak=streak))
+        if self.scheduling.scheduler.holding(operation_id):
+            self.tick(operation_id, None)  # waits: the core says so; looked at again later
+
     def expire_calls(self) -> None:
         """Abandon every call past its deadline (C7, C8a)."""
         for call in sorted(self.calls.values(), key=lambda c: c.id):
@@ -336,6 +385,7 @@ class SimCoordinator:
                 failure = failure_event(call, "DEADLINE_EXCEEDED", self.streaks)
                 if failure is not None:
                     self.handle(call.operation_id, failure)
+                self._settle(call.operation_id)
 
     def receive(self, message: Message) -> str:
         """A reply or watch report arrives; returns what became of it."""
@@ -362,6 +412,7 @@ class SimCoordinator:
         event = reply_event(call, message.body, self.streaks)
         if event is not None:
             self.handle(call.operation_id, event)
+        self._settle(call.operation_id)
         return f"reply to #{call.id} ({call.kind})"
 
     def restart(self) -> None:
@@ -372,5 +423,7 @@ class SimCoordinator:
         self.streaks.clear()
         self.paused = False
         self.pending = []
+        if self.scheduling is not None:
+            self.scheduling.reset(self.journal.operations.values())
         for op in sorted(self.journal.operations):
             self.handle(op, Restarted())

@@ -1,10 +1,11 @@
-"""A simulated runner built around runner_svc's pure core (R1-R7, R9, §6).
+"""A simulated runner built around runner_svc's pure core (R1-R9, §6).
 
-It follows ``runner_svc.service`` and ``runner_svc.jobs`` step for step, but
-synchronously: one call is one atomic step (the real shell holds the
-operation's lock for the same span). The launch is split into the steps a
-crash can fall between (R3): launch intent, executor start (the billable
-event, recorded in the ledger), start confirmation.
+It follows ``runner_svc.service`` step for step, but synchronously: one call
+is one atomic step (the real shell holds the operation's lock for the same
+span). Each admitted job's life is the real ``runner_svc.core.job_lifecycle``
+machine, interpreted against this store, the ledger and the slot pools by
+:mod:`tests.simulation.sim_runner_jobs` (launch, its crash points, settlement,
+the held slot of R7); nothing here decides about a job.
 
 The store is an in-memory dict of rows. A restart makes a new incarnation;
 the store is kept (same ``store_id``: a durable store, §6) or wiped (a new,
@@ -36,24 +37,13 @@ from runner_svc.core.model import (
     RunnerRefusal,
     SlotKind,
     StopReason,
-    TurnFailure,
 )
-from runner_svc.core.settlement import (
-    ReportedOutcome,
-    SettlementDecision,
-    decide_settlement,
-    first_stop_reason,
-    launch_block,
-    reported_row,
-    unlaunched_settlement,
-)
+from runner_svc.core.settlement import first_stop_reason, reported_row, unlaunched_settlement
 from runner_svc.core.transitions import (
     Admit,
-    ConfirmStart,
     IllegalRowEvent,
     LaunchIntent,
     RaiseFencingToken,
-    RecordStopReason,
     Release,
     RowEvent,
     Settle,
@@ -68,17 +58,16 @@ from runner_svc.core.witness import (
     check_admissible,
     next_floor,
 )
+from tests.simulation.sim_runner_jobs import SimJob, SimJobRunner
 from tests.simulation.world import (
     CancelRequest,
     DispatchRequest,
-    ExecutionEntry,
     Ledger,
     ReleaseRequest,
     Request,
     StatusRequest,
     stamp_at,
 )
-from turnwire.errors import REASONS
 
 # The real runner's default admission window (ServiceSettings), in microseconds.
 ADMISSION_WINDOW_US = 7_000_000
@@ -123,10 +112,6 @@ class ReleaseReply:
 
 
 Reply = StatusReply | DispatchReply | RefusedReply | CancelReply | ReleaseReply
-
-
-class StoreWriteFailed(Exception):
-    """The schedule made this store write fail (R4, R7: fail closed)."""
 
 
 @dataclass
@@ -176,20 +161,6 @@ class SimStore:
 
 
 @dataclass
-class SimJob:
-    """An admitted operation holding a slot (``runner_svc.jobs.Job``)."""
-
-    operation_id: str
-    kind: SlotKind
-    attempt: int
-    stop_reason: StopReason | None = None
-    # "admitted": waiting for its launch; "running": the executor started.
-    phase: str = "admitted"
-    execution: ExecutionEntry | None = None
-    result_not_saved: bool = False
-
-
-@dataclass
 class SimRunner:
     name: str
     durable: bool
@@ -198,34 +169,41 @@ class SimRunner:
     incarnation_id: str
     store: SimStore
     pools: SlotPools = field(init=False)
-    jobs: dict[str, SimJob] = field(default_factory=dict)
+    job_runner: SimJobRunner = field(init=False)
     accepting: bool = True
     counters: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
+        self._start_process()
+
+    def _start_process(self) -> None:
         self.pools = _pools(self.slots)
+        self.job_runner = SimJobRunner(
+            self.name, self.incarnation_id, self.store, self.ledger, self.pools, self.counters
+        )
+
+    @property
+    def jobs(self) -> dict[str, SimJob]:
+        """The jobs holding a slot (menu.py reads their ``phase``)."""
+        return self.job_runner.jobs
 
     # --- process life -----------------------------------------------------------
 
     def drain(self) -> None:
         """R8: stop admission and record SHUTDOWN as every job's stop reason."""
         self.accepting = False
-        for job in list(self.jobs.values()):
-            self.record_stop(job, StopReason.SHUTDOWN, write_fails=False)
+        self.job_runner.drain()
         self.store.raise_floor(SEALED_FLOOR)
 
     def restart(self, incarnation_id: str, new_store: SimStore | None) -> None:
         """Crash and start again: every job dies with the process (R1)."""
-        for job in self.jobs.values():
-            if job.execution is not None and job.execution.outcome is None:
-                job.execution.outcome = "killed"
-        self.jobs = {}
+        self.job_runner.die()
         self.incarnation_id = incarnation_id
         if new_store is not None:
             self.store = new_store
         self.store.open(incarnation_id)
-        self.pools = _pools(self.slots)
         self.accepting = True
+        self._start_process()
 
     # --- requests ---------------------------------------------------------------
 
@@ -318,7 +296,10 @@ class SimRunner:
             self.pools.free(facts.kind)
             raise
         self.counters["dispatch:admitted"] += 1
-        self.jobs[request.operation_id] = SimJob(request.operation_id, facts.kind, request.attempt)
+        # Shutdown began while the row was being written: never launched (R8).
+        self.job_runner.admit(
+            request.operation_id, facts.kind, request.attempt, draining=not self.accepting
+        )
         return DispatchReply(self.incarnation_id, self.view(row), duplicate=False)
 
     def cancel(self, request: CancelRequest, now: float, write_fails: bool) -> Reply:
@@ -342,33 +323,28 @@ class SimRunner:
         )
 
     def _stop_for_cancel(self, row: OperationRow, now: float, write_fails: bool) -> None:
+        """``service._stop_for_cancel``: our jobs decide for themselves (R6)."""
         job = self.jobs.get(row.operation_id)
-        if row.state is RowState.ACCEPTED:
-            reason = first_stop_reason(
-                job.stop_reason if job else row.stop_reason, StopReason.CANCEL
+        if job is not None:
+            self.job_runner.cancel(job, row, now, write_fails)
+        elif row.state is RowState.ACCEPTED:
+            # An earlier incarnation accepted it and nobody took it over: never launched.
+            decision = unlaunched_settlement(first_stop_reason(row.stop_reason, StopReason.CANCEL))
+            self._write(
+                row.operation_id,
+                Settle(
+                    self.incarnation_id,
+                    decision.state,
+                    Execution.NOT_STARTED,
+                    now,
+                    error=decision.error,
+                ),
+                write_fails,
             )
-            if job is not None:
-                job.stop_reason = reason
-                self.write_settlement(
-                    job, unlaunched_settlement(reason), Execution.NOT_STARTED, now, write_fails
-                )
-            else:
-                decision = unlaunched_settlement(reason)
-                self._write(
-                    row.operation_id,
-                    Settle(
-                        self.incarnation_id,
-                        decision.state,
-                        Execution.NOT_STARTED,
-                        now,
-                        error=decision.error,
-                    ),
-                    write_fails,
-                )
+        # else: an earlier incarnation's launch; it can no longer run here.
+        if row.state is RowState.ACCEPTED:
             self.counters["cancel:settled_unlaunched"] += 1
-            return
-        if job is not None and row.incarnation_id == self.incarnation_id:
-            self.record_stop(job, StopReason.CANCEL, write_fails)
+        elif job is not None and row.incarnation_id == self.incarnation_id:
             self.counters["cancel:asked_to_stop"] += 1
 
     def release(self, request: ReleaseRequest, write_fails: bool) -> Reply:
@@ -381,111 +357,15 @@ class SimRunner:
             self._write(request.operation_id, Release(), write_fails)
         return ReleaseReply(True)
 
-    # --- the job's life (runner_svc.jobs) ---------------------------------------------
+    # --- the jobs' lives (sim_runner_jobs: the real job_lifecycle machine) -----------
 
     def launch(self, operation_id: str, now: float, *, until: str) -> str:
-        """Launch check, launch intent, executor start, start confirmation (R3).
-
-        The real shell does all four under the operation's lock, so no other
-        call interleaves; only a crash can fall between them. ``until`` says
-        how far to go: "intent" (crash after the intent), "start" (crash after
-        the executor started, before the confirmation), "refused" (the
-        executor refused to start) or "confirm" (all of it).
-        """
-        job = self.jobs[operation_id]
-        row = self.store.rows.get(operation_id)
-        block = launch_block(row, self.incarnation_id, job.stop_reason)
-        if block:
-            reason = job.stop_reason or (row.stop_reason if row is not None else None)
-            if row is not None and row.state is RowState.ACCEPTED and reason is not None:
-                self.write_settlement(
-                    job, unlaunched_settlement(reason), Execution.NOT_STARTED, now, False
-                )
-            else:
-                self.free_slot(job)
-            return f"not launched: {block}"
-        self.store.write(operation_id, LaunchIntent(self.incarnation_id))
-        if until == "intent":
-            return "launch intent written"
-        if until == "refused":
-            self.ledger.start_refusals.append((operation_id, self.incarnation_id))
-            failed = SettlementDecision(
-                RowState.FAILED, error=TurnFailure("EXECUTOR_UNAVAILABLE", "start refused")
-            )
-            self.write_settlement(job, failed, Execution.NOT_STARTED, now, False)
-            return "executor refused to start"
-        job.execution = self.ledger.start(
-            operation_id, self.name, self.incarnation_id, self.store.store_id, job.attempt, now
-        )
-        if until == "start":
-            return f"executor started (execution #{job.execution.index}), not confirmed"
-        self.store.write(operation_id, ConfirmStart(self.incarnation_id, now))
-        job.phase = "running"
-        if job.stop_reason is not None:
-            self.counters["launch:stop_came_first"] += 1
-        return f"executor started (execution #{job.execution.index}), confirmed"
+        """R3's launch; ``until`` is the crash point or the executor's refusal."""
+        return self.job_runner.launch(operation_id, now, until=until)
 
     def finish(self, operation_id: str, succeeded: bool, now: float, write_fails: bool) -> str:
-        """The executor ended; settle from the first stop reason and the outcome (R7)."""
-        job = self.jobs[operation_id]
-        assert job.execution is not None
-        output = f"result:{operation_id}:#{job.execution.index}".encode()
-        job.execution.outcome = "succeeded" if succeeded else "failed"
-        job.execution.output = output if succeeded else b""
-        outcome = ReportedOutcome(
-            succeeded=succeeded,
-            output=output if succeeded else b"",
-            error_reason="" if succeeded else "EXECUTOR_FAILED",
-            error_message="" if succeeded else "the executor failed",
-        )
-        decision = decide_settlement(job.stop_reason, outcome, REASONS)
-        saved = self.write_settlement(job, decision, Execution.STARTED, now, write_fails)
-        return f"executor ended {job.execution.outcome}; settled {decision.state}" + (
-            "" if saved else " NOT SAVED (slot held)"
-        )
-
-    def record_stop(self, job: SimJob, reason: StopReason, write_fails: bool) -> None:
-        if job.stop_reason is not None:
-            return
-        job.stop_reason = reason
-        if write_fails:
-            return  # kept in memory only (R6)
-        try:
-            self.store.write(job.operation_id, RecordStopReason(reason))
-        except IllegalRowEvent:
-            return
-
-    def write_settlement(
-        self,
-        job: SimJob,
-        decision: SettlementDecision,
-        execution: Execution,
-        now: float,
-        write_fails: bool,
-    ) -> bool:
-        change = Settle(
-            self.incarnation_id,
-            decision.state,
-            execution,
-            now,
-            result=decision.result,
-            error=decision.error,
-        )
-        try:
-            if write_fails:
-                raise StoreWriteFailed("the schedule failed this settlement write")
-            self.store.write(job.operation_id, change)
-        except (StoreWriteFailed, IllegalRowEvent):
-            job.result_not_saved = True
-            job.phase = "result_not_saved"
-            return False
-        self.free_slot(job)
-        return True
-
-    def free_slot(self, job: SimJob) -> None:
-        self.pools.free(job.kind)
-        if self.jobs.get(job.operation_id) is job:
-            del self.jobs[job.operation_id]
+        """The executor ended; settle (R7), the slot held if ``write_fails``."""
+        return self.job_runner.finish(operation_id, succeeded, now, write_fails)
 
     def _write(self, operation_id: str, change: RowEvent, write_fails: bool) -> OperationRow:
         if write_fails:

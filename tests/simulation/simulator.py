@@ -41,6 +41,7 @@ operation must be terminal (§8.2).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -49,6 +50,7 @@ from dataclasses import dataclass, field
 from coordinator_svc.core.edges import IllegalTransition
 from coordinator_svc.core.events import CancelRequested
 from coordinator_svc.core.model import ReplayPolicy, TurnKind
+from coordinator_svc.core.scheduler import Scheduler
 from coordinator_svc.ports import InvalidWrite, WriteConflict
 from tests.simulation import menu, reporting
 from tests.simulation.invariants import Checker, Violation
@@ -61,6 +63,7 @@ from tests.simulation.sim_coordinator import (
 )
 from tests.simulation.sim_journal import SimJournal
 from tests.simulation.sim_runner import SimRunner, SimStore
+from tests.simulation.sim_scheduling import SchedulerFactory, SchedulingChecker, SimScheduling
 from tests.simulation.wire import WatchReport
 from tests.simulation.world import EPOCH, DispatchRequest, Ledger, Network, describe
 
@@ -97,6 +100,13 @@ class SimConfig:
     # Of a durable runner's restarts (once a snapshot exists), the share that
     # restores an older snapshot (the rest: 60 % of all kept, the remainder wiped).
     restored_share: float = 0.15
+    # Issue 9: the share of one-coordinator schedules in which the real
+    # scheduler routes every QUEUED turn (sim_scheduling), with up to
+    # ``scheduled_operations`` turns from three principals, one of them flooding.
+    scheduled_share: float = 0.5
+    scheduled_operations: int = 7
+    # Builds the scheduler (a broken one, to show the checks' teeth).
+    scheduler_factory: SchedulerFactory = Scheduler
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,8 @@ class Setup:
     replicas: int = 1
     # Clock skew of replica c2 against c1, in seconds (leases are timed, §5).
     skew: float = 0.0
+    # The real scheduler routes QUEUED turns (one coordinator only; issue 9).
+    scheduled: bool = False
 
 
 @dataclass
@@ -181,6 +193,10 @@ class Simulator:
             made = policy(self)
             for coordinator in self.coordinators.values():
                 coordinator.policy = made
+        if self.setup.scheduled and self.setup.replicas == 1:
+            sizes = {spec.name: spec.slots for spec in self.setup.runners}
+            self.coordinator.scheduling = SimScheduling(sizes, config.scheduler_factory)
+            self.checker.scheduling = SchedulingChecker(sizes)
         for spec in self.setup.runners:
             runner = SimRunner(
                 spec.name,
@@ -203,7 +219,14 @@ class Simulator:
             for n in range(1, runners + 1)
         )
         skew = self.rng.choice((0.0, 0.0, 4.0, -4.0, 20.0, -20.0)) if replicas > 1 else 0.0
-        return Setup(specs, operations, replicas, skew)
+        # Its own generator, so every other schedule draws exactly as before.
+        side = random.Random(self.seed * 7919 + 17)
+        scheduled = replicas == 1 and side.random() < self.config.scheduled_share
+        if scheduled:
+            # A flood on few slots: turns wait, so grants meet other principals.
+            operations = side.randint(3, self.config.scheduled_operations)
+            specs = tuple(dataclasses.replace(s, slots=1) for s in specs[:2])
+        return Setup(specs, operations, replicas, skew, scheduled)
 
     @property
     def coordinator(self) -> SimCoordinator:
@@ -362,7 +385,10 @@ class Simulator:
         kind = words[0]
         coordinator = self.coordinators[replica]
         if kind == "submit":
-            return self._submit(ReplayPolicy(words[1]), int(words[2]), TurnKind(words[3]))
+            principal = words[4] if len(words) > 4 else "sim"
+            return self._submit(
+                ReplayPolicy(words[1]), int(words[2]), TurnKind(words[3]), principal
+            )
         if kind == "tick":
             state = self.journal.operations[words[1]].state
             coordinator.tick(words[1], None if words[2] == "-" else words[2])
@@ -414,10 +440,12 @@ class Simulator:
         self.network.send(None, 0, epoch, report, runner.incarnation_id, replica)
         return describe(row)
 
-    def _submit(self, policy: ReplayPolicy, max_attempts: int, kind: TurnKind) -> str:
+    def _submit(
+        self, policy: ReplayPolicy, max_attempts: int, kind: TurnKind, principal: str
+    ) -> str:
         op = self._new_id("op")
         self.checker.policies[op] = (policy, max_attempts)
-        self.coordinator.submit(op, policy, max_attempts, kind)
+        self.coordinator.submit(op, policy, max_attempts, kind, principal)
         self.coverage[f"policy:{policy.value}"] += 1
         return op
 

@@ -11,7 +11,9 @@ from tests.simulation.broken_policies import (
     timeout_is_refusal,
     trust_the_store_blindly,
 )
+from tests.simulation.broken_schedulers import first_come_first_served, ignores_slots
 from tests.simulation.budget import run_budget
+from tests.simulation.sim_scheduling import SchedulerFactory
 from tests.simulation.simulator import PolicyFactory, RunnerSpec, Setup, SimConfig, replay
 
 SEEDS = range(2000)
@@ -78,7 +80,10 @@ def test_a_restored_copy_keeping_its_store_id_is_caught() -> None:
 def test_breaking_the_witness_bills_twice_or_lies_over_random_restores() -> None:
     """Broken on purpose, the witness is caught by the ledger within the CI budget (restores
     keep their store_id); the real core survives the same seeds."""
-    config = SimConfig(steps=70, trace=False, check_proofs=False, restored_share=0.35)
+    # Restores are the point here, not scheduling: every schedule routes at random.
+    config = SimConfig(
+        steps=70, trace=False, check_proofs=False, restored_share=0.35, scheduled_share=0.0
+    )
     result = run_budget(SEEDS, config, trust_the_store_blindly, stop_on_violation=True)
     assert result.violations, f"trust_the_store_blindly survived {result.schedules} schedules"
     seed, violation = result.violations[0]
@@ -86,3 +91,20 @@ def test_breaking_the_witness_bills_twice_or_lies_over_random_restores() -> None
     correct = run_budget(range(seed + 1), config)
     assert not correct.violations, correct.violations[:1]
     print(f"trust_the_store_blindly: seed {seed}: {violation}")
+
+
+@pytest.mark.parametrize(
+    ("factory", "rule"),
+    [(ignores_slots, "[9 capacity]"), (first_come_first_served, "[9 fairness]")],
+    ids=["capacity", "fairness"],
+)
+def test_breaking_one_scheduler_rule_is_caught(factory: SchedulerFactory, rule: str) -> None:
+    """Issue 9: the simulation runs the real scheduler; removing its capacity rule or its
+    fairness rule (one at a time) breaks the matching check within the CI budget, while
+    the real scheduler passes the same seeds (test_budget)."""
+    config = SimConfig(steps=70, trace=False, scheduler_factory=factory)
+    result = run_budget(SEEDS, config, stop_on_violation=True)
+    assert result.violations, f"{factory.__name__} survived {result.schedules} schedules"
+    seed, violation = result.violations[0]
+    assert violation.startswith(rule), violation
+    print(f"{factory.__name__}: caught at seed {seed}: {violation}")

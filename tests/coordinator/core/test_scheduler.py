@@ -136,3 +136,39 @@ def test_no_backlogged_principal_falls_behind_its_share(
         for i, j in itertools.permutations(backlogged, 2):
             lead = served[i] / weights[i] - served[j] / weights[j]
             assert lead <= 1 / weights[i] + 1 / weights[j] + 1e-9, (i, j, served)
+
+
+def test_a_turn_holding_a_grant_is_not_queued_again() -> None:
+    """One grant at a time per turn (found by the simulation: a second tick while the
+    first grant's preflight was out granted the turn a second slot on another runner)."""
+    scheduler = Scheduler(RUNNERS)
+    scheduler.learned("r1", {W: 1})
+    scheduler.learned("r2", {W: 1})
+    scheduler.hold("op", "alice", "default", W)
+    assert [g.runner for g in scheduler.grants()] == ["r1"]
+    scheduler.hold("op", "alice", "default", W)  # ticked again while being routed
+    assert scheduler.grants() == [] and scheduler.waiting() == 0
+    assert scheduler.free("r2", W) == 1
+
+
+def test_slots_the_runner_reports_in_use_are_not_granted_again() -> None:
+    """C6a, R4 (issue 9): the runner's own count of slots in use (another replica's turns,
+    one this coordinator gave up on) leaves fewer free slots and no grant; a lower
+    report (a snapshot from before this coordinator's grant) never frees a slot the
+    coordinator itself still holds."""
+    scheduler = Scheduler(RUNNERS[:1])
+    scheduler.learned("r1", {W: 2, R: 1})
+    scheduler.bind("mine", "r1", W)
+    scheduler.reported("r1", {W: 2, R: 0})  # one turn there this coordinator cannot see
+    assert (scheduler.free("r1", W), scheduler.free("r1", R)) == (0, 1)
+    scheduler.hold("op", "alice", "default", W)
+    assert scheduler.grants() == [] and scheduler.waiting() == 1
+    assert "2 of 2 in use" in (scheduler.wait_reason("op") or "")
+    assert scheduler.load() == {"r1": 2}
+    scheduler.reported("r1", {W: 0, R: 0})  # the other turn ended; "mine" not there yet
+    assert scheduler.free("r1", W) == 1
+    assert [g.runner for g in scheduler.grants()] == ["r1"]
+    assert scheduler.free("r1", W) == 0 and scheduler.load() == {"r1": 2}
+    scheduler.hold("late", "alice", "default", W)
+    scheduler.reported("r1", {W: 1, R: 0})  # lower than the coordinator's own 2
+    assert scheduler.free("r1", W) == 0 and scheduler.grants() == []

@@ -45,7 +45,6 @@ TIMINGS = DispatchTimings(
     backoff_initial=0.02,
     backoff_max=0.2,
     reconcile_deadline=20.0,
-    lease_ttl=15.0,
     idle_poll=0.05,
 )
 # Per-operation RPC methods (the watch and GetRunnerInfo are per runner).
@@ -166,7 +165,6 @@ class Rig:
             [*endpoints, *extra],
             timings,
             self.feed,
-            replica_id="test-replica",
             interceptors=self.interceptors,
             status_poll=status_poll,
             **options,

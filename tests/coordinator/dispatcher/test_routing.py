@@ -88,6 +88,12 @@ def test_runner_avoided_after_lost_preflights_is_used_again_once_it_answers(
             await rig.start_runner("b")
             dispatcher = rig.make_dispatcher()
             await dispatcher.start()
+            # Both watch streams have opened (their first message clears any streak)
+            # before the preflights are lost: only a later message may clear it.
+            for _ in range(200):  # bounded: 10 s
+                if all(map(dispatcher.room.scheduler.heard_from, ("a", "b"))):
+                    break
+                await asyncio.sleep(0.05)
             op_id = await rig.submit()
             record = await rig.terminal(op_id)
             assert record.state is OpState.SUCCEEDED and record.runner == "b"

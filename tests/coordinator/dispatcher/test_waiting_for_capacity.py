@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-from coordinator_svc.core.model import AttemptOutcome, Execution, OpState
+from coordinator_svc.config import RunnerEndpoint
+from coordinator_svc.core.model import AttemptOutcome, Execution, OpState, TurnKind
 from coordinator_svc.dispatcher import Dispatcher, utc_now
+from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.storage import FakeJournal
-from tests.coordinator.dispatcher.rig import Rig, new_operation
+from tests.coordinator.dispatcher.rig import TIMINGS, Rig, new_operation
 from tests.support.fault_interceptor import FaultInterceptor
 from turnwire.ids import sha256_hex
 from turnwire.runner.v1 import runner_pb2
@@ -141,6 +144,71 @@ def test_a_turn_still_waiting_at_its_deadline_ends_timed_out_not_started(tmp_pat
             await rig.close()
 
     asyncio.run(scenario())
+
+
+def test_a_slot_another_coordinator_holds_is_waited_for_not_dispatched_to(
+    tmp_path: Path,
+) -> None:
+    """C6a, R4 (issue 9): a turn another coordinator replica started holds the runner's
+    only slot. This coordinator's journal does not know it, but the runner's watch
+    stream reports the slot in use: this coordinator's turn waits QUEUED with no
+    attempt (no NO_FREE_SLOT refusal) until the slot frees, then runs once."""
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, FakeJournal())
+        other: Dispatcher | None = None
+        try:
+            dispatcher = await _sized_runner(rig, 1)
+            their_journal = FakeJournal()
+            endpoint = RunnerEndpoint("r1", rig.runners["r1"].address)
+            other = Dispatcher(their_journal, [endpoint], TIMINGS, ChangeFeed())
+            await other.start()
+            record, event = new_operation({"sleep_ms": "3000"})
+            await their_journal.submit(record, event)
+            other.wake(theirs := record.operation_id)
+            await _poll(lambda: _state(their_journal, theirs), OpState.RUNNING)
+            scheduler = dispatcher.room.scheduler
+            await _poll(lambda: scheduler.in_use("r1", TurnKind.WRITABLE), 1)  # reported
+            mine = await rig.submit(max_attempts=1)
+            for _ in range(100):  # bounded: 5 s, until it is parked waiting for the slot
+                if scheduler.waiting():
+                    break
+                await asyncio.sleep(0.05)
+            waiting = await rig.journal.get(mine)
+            assert waiting is not None and waiting.state is OpState.QUEUED
+            assert waiting.attempt_count == 0 and scheduler.holding(mine)
+            held = await their_journal.get(theirs)
+            assert held is not None and held.state is OpState.RUNNING, "freed too soon"
+            done = await rig.terminal(mine)
+            assert done.state is OpState.SUCCEEDED and done.attempt_count == 1
+            attempts = await rig.journal.attempts(mine)
+            assert [a.outcome for a in attempts] == [AttemptOutcome.ACCEPTED]
+            await _poll(lambda: _state(their_journal, theirs), OpState.SUCCEEDED)
+            assert rig.starts()[mine] == 1 and rig.starts()[theirs] == 1
+        finally:
+            if other is not None:
+                await other.stop()
+            await rig.close()
+
+    asyncio.run(scenario())
+
+
+async def _state(journal: FakeJournal, operation_id: str) -> OpState | None:
+    record = await journal.get(operation_id)
+    return record.state if record is not None else None
+
+
+async def _poll(read: Callable[[], object], expected: object) -> None:
+    """Until ``read()`` (awaited if need be) gives ``expected``; bounded: 15 s."""
+    value: object = None
+    for _ in range(300):
+        value = read()
+        if inspect.isawaitable(value):
+            value = await value
+        if value == expected:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never became {expected!r}; last {value!r}")
 
 
 async def _sized_runner(rig: Rig, slots: int) -> Dispatcher:

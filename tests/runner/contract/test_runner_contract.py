@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -13,7 +14,15 @@ import pytest
 from runner_svc.executors import ExecutionOutcome
 from runner_svc.service import ServiceSettings
 from tests.runner.gated_executor import GatedExecutor
-from tests.runner.live import READ_ONLY, Live, dispatch_request, envelope, live_runner, stamp_now
+from tests.runner.live import (
+    READ_ONLY,
+    WRITABLE,
+    Live,
+    dispatch_request,
+    envelope,
+    live_runner,
+    stamp_now,
+)
 from turnwire.common.v1 import turn_pb2
 from turnwire.errors import error_info
 from turnwire.ids import is_incarnation_id, sha256_hex
@@ -346,3 +355,70 @@ def test_watch_ends_cleanly_on_shutdown(tmp_path: Path) -> None:
             assert await stream.code() == grpc.StatusCode.OK
 
     asyncio.run(main())
+
+
+def _pools(message: runner_pb2.WatchOperationsResponse) -> dict[int, tuple[int, int]]:
+    return {pool.kind: (pool.size, pool.in_use) for pool in message.pools}
+
+
+async def _next_heartbeat(
+    stream: Any, after: tuple[str, int] | None = None
+) -> runner_pb2.WatchOperationsResponse:
+    """The next heartbeat on ``stream`` (after the row ``after``, operation and state)."""
+    for _ in range(100):  # bounded: each read waits at most 5 s
+        message: runner_pb2.WatchOperationsResponse = await asyncio.wait_for(stream.read(), 5)
+        if message.HasField("operation"):
+            if (message.operation.operation_id, message.operation.state) == after:
+                after = None
+        elif after is None:
+            return message
+    raise AssertionError("no heartbeat in 100 messages")
+
+
+def test_a_watch_stream_opens_at_once_with_the_slot_pools(tmp_path: Path) -> None:
+    """R4, issue 9: a stream's first message goes out at once, a heartbeat when there is
+    nothing to replay, and carries the pools (size, in use) as GetRunnerInfo has them."""
+    gated = GatedExecutor(finish_at_once=False)
+
+    async def scenario(live: Live) -> None:
+        await live.dispatch("op_held")
+        held = await live.wait_state(
+            "op_held", lambda op: op.state == R.RUNNER_OPERATION_STATE_RUNNING
+        )
+        stream = live.stub.WatchOperations(R.WatchOperationsRequest(after_sequence=held.sequence))
+        opening = await asyncio.wait_for(stream.read(), 5)  # heartbeats are 30 s apart
+        assert not opening.HasField("operation") and opening.incarnation_id == live.incarnation
+        assert _pools(opening) == {WRITABLE: (2, 1), READ_ONLY: (1, 0)}
+        info = await live.stub.GetRunnerInfo(R.GetRunnerInfoRequest())
+        assert list(opening.pools) == list(info.pools)
+        replay = live.stub.WatchOperations(R.WatchOperationsRequest(after_sequence=0))
+        first = await asyncio.wait_for(replay.read(), 5)
+        assert first.operation.operation_id == "op_held"
+        assert _pools(first) == {WRITABLE: (2, 1), READ_ONLY: (1, 0)}
+        stream.cancel()
+        replay.cancel()
+        gated.handles["op_held"].finish.set()
+        await live.wait_settled("op_held")
+
+    settings = ServiceSettings(heartbeat_seconds=30.0, writable_slots=2, read_only_slots=1)
+    run(tmp_path, scenario, settings=settings, executor_override=gated)
+
+
+def test_watch_heartbeats_carry_the_slot_pools_in_use_now(tmp_path: Path) -> None:
+    """R4, issue 9: every heartbeat reports each pool's size and slots in use at that
+    moment: the slot a running turn holds, then none once it has settled."""
+    gated = GatedExecutor(finish_at_once=False)
+
+    async def scenario(live: Live) -> None:
+        stream = live.stub.WatchOperations(R.WatchOperationsRequest(after_sequence=0))
+        assert _pools(await _next_heartbeat(stream)) == {WRITABLE: (2, 0), READ_ONLY: (1, 0)}
+        await live.dispatch("op_busy", kind=READ_ONLY)
+        busy = await _next_heartbeat(stream, ("op_busy", R.RUNNER_OPERATION_STATE_RUNNING))
+        assert _pools(busy) == {WRITABLE: (2, 0), READ_ONLY: (1, 1)}
+        gated.handles["op_busy"].finish.set()
+        idle = await _next_heartbeat(stream, ("op_busy", R.RUNNER_OPERATION_STATE_SUCCEEDED))
+        assert _pools(idle) == {WRITABLE: (2, 0), READ_ONLY: (1, 0)}
+        stream.cancel()
+
+    settings = ServiceSettings(heartbeat_seconds=0.2, writable_slots=2, read_only_slots=1)
+    run(tmp_path, scenario, settings=settings, executor_override=gated)

@@ -724,20 +724,32 @@ class WatchOperationsResponse(_message.Message):
 
     INCARNATION_ID_FIELD_NUMBER: _builtins.int
     OPERATION_FIELD_NUMBER: _builtins.int
+    POOLS_FIELD_NUMBER: _builtins.int
     incarnation_id: _builtins.str
     @_builtins.property
     def operation(self) -> Global___RunnerOperation:
-        """Unset on a heartbeat (sent when there was nothing to report for a while)."""
+        """Unset on a heartbeat (sent when there was nothing to report for a while,
+        and at once when a stream opens with nothing to replay).
+        """
+
+    @_builtins.property
+    def pools(self) -> _containers.RepeatedCompositeFieldContainer[Global___SlotPool]:
+        """The runner's slot pools (size and in_use per kind, as GetRunnerInfo
+        reports them) when this message was sent: a snapshot, on every message
+        (heartbeats and the stream's first message included). in_use counts every
+        turn holding a slot, whichever coordinator replica dispatched it (R4).
+        """
 
     def __init__(
         self,
         *,
         incarnation_id: _builtins.str = ...,
         operation: Global___RunnerOperation | None = ...,
+        pools: _abc.Iterable[Global___SlotPool] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["operation", b"operation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation_id", b"incarnation_id", "operation", b"operation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation_id", b"incarnation_id", "operation", b"operation", "pools", b"pools"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

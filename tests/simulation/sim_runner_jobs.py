@@ -1,0 +1,297 @@
+"""The simulated runner's jobs: the real ``runner_svc.core.job_lifecycle`` machine,
+interpreted synchronously against the simulated store, ledger and slot pools.
+
+This is ``runner_svc.jobs`` without the event loop: every decision about a job
+is made by ``job_lifecycle.step``; this module only feeds it what the simulated
+world did (the row read for the launch check, writes that landed or failed, the
+executor's start and outcome, Cancels, the drain) and performs its commands, in
+order, answering each request before the next command. One call is one atomic
+step (the real shell holds the operation's lock for the same span).
+
+The schedule picks what the world does: how far a launch gets before the
+runner crashes (R3: right after the launch intent is durable, or right after
+the executor started, before the confirmation), whether the executor refuses
+to start, how it ends, and whether a step's store writes fail. An executor
+start is the billable event: it goes into the ledger the checker counts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Protocol, assert_never
+
+from runner_svc.core.admission import SlotPools
+from runner_svc.core.job_lifecycle import (
+    ArmLimitTimer,
+    CancelRequested,
+    Command,
+    DrainStarted,
+    ExecutorFinished,
+    ExecutorStarted,
+    ExecutorStartFailed,
+    FreeSlot,
+    JobEvent,
+    JobState,
+    LaunchChecked,
+    LaunchIntentFailed,
+    LaunchIntentWritten,
+    NoteNotLaunched,
+    Phase,
+    RecordProcessGroup,
+    SettlementWriteFailed,
+    SettlementWritten,
+    StartExecutor,
+    StopExecutor,
+    WriteConfirmStart,
+    WriteLaunchIntent,
+    WriteSettlement,
+    WriteStopReason,
+    admitted,
+    step,
+)
+from runner_svc.core.model import OperationRow, SlotKind, StopReason
+from runner_svc.core.settlement import ReportedOutcome
+from runner_svc.core.transitions import (
+    ConfirmStart,
+    IllegalRowEvent,
+    LaunchIntent,
+    RecordStopReason,
+    RowEvent,
+    Settle,
+)
+from tests.simulation.world import ExecutionEntry, Ledger
+from turnwire.errors import REASONS
+
+# What the schedule generator (menu.py) and the heal read off a job: "admitted"
+# may launch, "running" may finish, "result_not_saved" holds its slot until a
+# restart (R7). The other phases last only inside one step.
+PHASE_NAMES: dict[Phase, str] = {
+    Phase.ADMITTED: "admitted",
+    Phase.LAUNCHING: "launching",
+    Phase.STARTING: "launching",
+    Phase.RUNNING: "running",
+    Phase.SETTLING: "settling",
+    Phase.SETTLED: "settled",
+    Phase.RELEASED: "released",
+    Phase.HELD: "result_not_saved",
+}
+# How far a launch gets (menu.LAUNCH_VARIANTS): "intent" and "start" are the
+# crash points, "refused" an executor that refuses to start.
+LAUNCH_UNTIL = frozenset({"confirm", "intent", "start", "refused"})
+
+
+class StoreWriteFailed(Exception):
+    """The schedule made this store write fail (R4, R7: fail closed)."""
+
+
+class CrashPoint(Exception):
+    """The runner dies here, as the schedule chose; the simulator restarts it."""
+
+
+class JobStore(Protocol):
+    """What the jobs use of the simulated store (sim_runner.SimStore)."""
+
+    store_id: str
+    rows: dict[str, OperationRow]
+
+    def write(self, operation_id: str, change: RowEvent) -> OperationRow: ...
+
+
+@dataclass
+class SimJob:
+    """An admitted operation holding a slot (``runner_svc.jobs.Job``)."""
+
+    operation_id: str
+    kind: SlotKind
+    attempt: int
+    state: JobState
+    # Its executor's start in the ledger, once started.
+    execution: ExecutionEntry | None = None
+
+    @property
+    def phase(self) -> str:
+        return PHASE_NAMES[self.state.phase]
+
+    @property
+    def stop_reason(self) -> StopReason | None:
+        return self.state.stop_reason
+
+    @property
+    def result_not_saved(self) -> bool:
+        return self.state.result_not_saved
+
+
+@dataclass
+class _World:
+    """What the simulated world does during one step, and what it saw."""
+
+    now: float | None  # None: a step that writes no settlement (the drain)
+    until: str = "confirm"
+    write_fails: bool = False  # every store write of the step fails
+    launching: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SimJobRunner:
+    """Launches, stops and settles one incarnation's jobs (``runner_svc.jobs.JobRunner``)."""
+
+    name: str
+    incarnation_id: str
+    store: JobStore
+    ledger: Ledger
+    pools: SlotPools
+    counters: Counter[str]
+    jobs: dict[str, SimJob] = field(default_factory=dict)
+
+    def admit(self, operation_id: str, kind: SlotKind, attempt: int, *, draining: bool) -> None:
+        """Register the job of a row just admitted (its slot is reserved). The
+        simulated envelopes carry no limits: no deadline, no budget."""
+        state = admitted(self.incarnation_id, deadline=None, budget_seconds=None, draining=draining)
+        self.jobs[operation_id] = SimJob(operation_id, kind, attempt, state)
+
+    def launch(self, operation_id: str, now: float, *, until: str) -> str:
+        """The launch check, then whatever the machine asks: launch intent,
+        executor start (the ledger entry), start confirmation (R3).
+
+        ``until``: "intent" (crash once the intent is durable), "start" (crash
+        once the executor started, before its confirmation), "refused" (the
+        executor refuses to start) or "confirm" (all of it). With "intent" or
+        "start", the result starts with "launch" or "executor st" exactly when
+        the crash point was reached (the simulator then restarts the runner).
+        """
+        assert until in LAUNCH_UNTIL, until
+        job = self.jobs[operation_id]
+        world = _World(now, until=until, launching=True)
+        try:
+            self._feed(job, LaunchChecked(self.store.rows.get(operation_id), now), world)
+        except CrashPoint as crash:
+            return str(crash)
+        return "; ".join(world.notes)
+
+    def finish(self, operation_id: str, succeeded: bool, now: float, write_fails: bool) -> str:
+        """The executor ended; the machine settles it (R7). ``write_fails``: the
+        settlement is not saved and the slot stays held."""
+        job = self.jobs[operation_id]
+        assert job.execution is not None
+        output = f"result:{operation_id}:#{job.execution.index}".encode()
+        job.execution.outcome = "succeeded" if succeeded else "failed"
+        job.execution.output = output if succeeded else b""
+        outcome = ReportedOutcome(
+            succeeded=succeeded,
+            output=output if succeeded else b"",
+            error_reason="" if succeeded else "EXECUTOR_FAILED",
+            error_message="" if succeeded else "the executor failed",
+        )
+        world = _World(now, write_fails=write_fails)
+        self._feed(job, ExecutorFinished(outcome, REASONS), world)
+        return "; ".join([f"executor ended {job.execution.outcome}", *world.notes])
+
+    def cancel(self, job: SimJob, row: OperationRow, now: float, write_fails: bool) -> None:
+        """A Cancel for this job, with its row as read in the same step (R6)."""
+        self._feed(job, CancelRequested(row), _World(now, write_fails=write_fails))
+
+    def drain(self) -> None:
+        """R8: every job is told; SHUTDOWN is recorded where no reason exists."""
+        for job in list(self.jobs.values()):
+            self._feed(job, DrainStarted(), _World(None))
+
+    def die(self) -> None:
+        """The process dies: its executors with it (R10), nothing is settled."""
+        for job in self.jobs.values():
+            if job.execution is not None and job.execution.outcome is None:
+                job.execution.outcome = "killed"
+
+    # --- the interpreter -------------------------------------------------------------
+
+    def _feed(self, job: SimJob, event: JobEvent, world: _World) -> None:
+        job.state, commands = step(job.state, event)
+        for command in commands:
+            answer = self._do(job, command, world)
+            if answer is not None:  # a request's answer goes in before the next command
+                self._feed(job, answer, world)
+
+    def _do(self, job: SimJob, command: Command, world: _World) -> JobEvent | None:
+        """Perform one command against the simulated world; a request returns its answer."""
+        op = job.operation_id
+        match command:
+            case NoteNotLaunched():
+                world.notes.append(f"not launched: {command.why}")
+            case WriteLaunchIntent():
+                if not self._write(op, LaunchIntent(self.incarnation_id), world):
+                    world.notes.append("not launched: launch intent NOT saved (slot held)")
+                    return LaunchIntentFailed()
+                if world.until == "intent":
+                    raise CrashPoint("launch intent written")
+                return LaunchIntentWritten()
+            case StartExecutor():
+                return self._start_executor(job, world)
+            case RecordProcessGroup():
+                pass  # a simulated executor dies with its runner (die): nothing to sweep
+            case WriteConfirmStart():
+                saved = self._write(
+                    op, ConfirmStart(self.incarnation_id, command.started_at), world
+                )
+                world.notes.append("confirmed" if saved else "confirmation NOT saved")
+            case WriteStopReason():
+                if not self._write(op, RecordStopReason(command.reason), world):
+                    world.notes.append(f"stop reason {command.reason} kept in memory only")
+            case StopExecutor():
+                # The executor's end is the schedule's choice (finish ok|failed).
+                if world.launching:
+                    self.counters["launch:stop_came_first"] += 1
+            case ArmLimitTimer():
+                raise AssertionError(f"{op}: a limit timer, but simulated turns carry no limits")
+            case WriteSettlement():
+                return self._write_settlement(job, command, world)
+            case FreeSlot():
+                self.pools.free(job.kind)
+                if self.jobs.get(op) is job:
+                    del self.jobs[op]
+            case _:
+                assert_never(command)
+        return None
+
+    def _start_executor(self, job: SimJob, world: _World) -> JobEvent:
+        op = job.operation_id
+        if world.until == "refused":
+            self.ledger.start_refusals.append((op, self.incarnation_id))
+            world.notes.append("executor refused to start")
+            return ExecutorStartFailed("start refused", may_have_started=False)
+        assert world.now is not None
+        job.execution = self.ledger.start(
+            op, self.name, self.incarnation_id, self.store.store_id, job.attempt, world.now
+        )
+        started = f"executor started (execution #{job.execution.index})"
+        if world.until == "start":
+            raise CrashPoint(f"{started}, not confirmed")
+        world.notes.append(started)
+        return ExecutorStarted(at=world.now)
+
+    def _write_settlement(self, job: SimJob, command: WriteSettlement, world: _World) -> JobEvent:
+        decision = command.decision
+        assert world.now is not None, "this step settles nothing"
+        change = Settle(
+            self.incarnation_id,
+            decision.state,
+            command.execution,
+            world.now,
+            result=decision.result,
+            error=decision.error,
+        )
+        if not self._write(job.operation_id, change, world):
+            world.notes.append(f"settled {decision.state} NOT SAVED (slot held)")
+            return SettlementWriteFailed()
+        world.notes.append(f"settled {decision.state}")
+        return SettlementWritten()
+
+    def _write(self, operation_id: str, change: RowEvent, world: _World) -> bool:
+        """One store write; False when it failed (the schedule's, or an illegal edge)."""
+        try:
+            if world.write_fails:
+                raise StoreWriteFailed("the schedule failed this write")
+            self.store.write(operation_id, change)
+        except (StoreWriteFailed, IllegalRowEvent):
+            return False
+        return True
