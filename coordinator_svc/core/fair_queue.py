@@ -21,12 +21,14 @@ Why this scheme:
   long a turn will run. The per-principal in-flight quota bounds how many
   slots one principal's long turns can hold at once.
 
-Pure: no clock, no I/O; O(log n) per operation. Removing a turn (cancelled
+Pure: no clock, no I/O; O(log n) per operation (plus a memmove of the
+sorted order list, which is C-fast at the sizes a coordinator holds). Removing a turn (cancelled
 or timed out while waiting) is lazy: it is skipped when it reaches the front.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 from dataclasses import dataclass, field
@@ -50,6 +52,10 @@ class FairQueue:
         self._virtual_time = 0.0
         self._arrivals = itertools.count()
         self._per_principal: dict[str, int] = {}
+        # Every live entry's (start, arrival), sorted: a turn's place in the
+        # queue is a bisection, so the API can show it for a whole page of
+        # operations without walking a 10,000-turn backlog for each.
+        self._order: list[tuple[float, int]] = []
 
     def __len__(self) -> int:
         return len(self._live)
@@ -69,12 +75,13 @@ class FairQueue:
         self._live[operation_id] = entry
         self._per_principal[principal] = self._per_principal.get(principal, 0) + 1
         heapq.heappush(self._heap, entry)
+        bisect.insort(self._order, (entry.start, entry.arrival))
 
     def remove(self, operation_id: str) -> bool:
         entry = self._live.pop(operation_id, None)
         if entry is None:
             return False
-        self._count_out(entry.principal)
+        self._count_out(entry)
         return True
 
     def peek(self) -> str | None:
@@ -88,7 +95,7 @@ class FairQueue:
             return None
         entry = heapq.heappop(self._heap)
         del self._live[entry.operation_id]
-        self._count_out(entry.principal)
+        self._count_out(entry)
         self._virtual_time = entry.start
         return entry.operation_id
 
@@ -100,18 +107,20 @@ class FairQueue:
         return set(self._per_principal)
 
     def ahead_of(self, operation_id: str) -> int | None:
-        """How many waiting turns would be served before this one (O(n))."""
+        """How many waiting turns would be served before this one (O(log n))."""
         entry = self._live.get(operation_id)
         if entry is None:
             return None
-        return sum(1 for other in self._live.values() if other < entry)
+        return bisect.bisect_left(self._order, (entry.start, entry.arrival))
 
-    def _count_out(self, principal: str) -> None:
-        left = self._per_principal.get(principal, 0) - 1
+    def _count_out(self, entry: _Entry) -> None:
+        key = (entry.start, entry.arrival)
+        del self._order[bisect.bisect_left(self._order, key)]
+        left = self._per_principal.get(entry.principal, 0) - 1
         if left > 0:
-            self._per_principal[principal] = left
+            self._per_principal[entry.principal] = left
         else:
-            self._per_principal.pop(principal, None)
+            self._per_principal.pop(entry.principal, None)
 
     def _drop_removed(self) -> None:
         heap = self._heap

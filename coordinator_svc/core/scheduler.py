@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core.fair_queue import FairQueue
-from coordinator_svc.core.model import TurnKind
+from coordinator_svc.core.model import OperationRecord, OpState, TurnKind
 from coordinator_svc.core.routing import route, serves
 
 # Turns per kind sent to a runner before its pool sizes are known.
@@ -119,6 +119,21 @@ class Scheduler:
         self.drop(operation_id)
         self._bound[operation_id] = (runner, kind)
         self._in_use[(runner, kind)] += 1
+
+    def follow(self, record: OperationRecord, *, routing: bool) -> bool:
+        """Keep the ledger in step with the operation as the journal now has it
+        (after a commit, or when a grant ends): a bound state holds a slot on its
+        runner; a terminal one holds none and waits no more; a QUEUED one holds
+        none unless ``routing`` (a grant's preflight is still out: the grant's
+        end decides). True if that freed a slot (grant again)."""
+        op_id = record.operation_id
+        if record.state.terminal:
+            self.drop(op_id)
+            return self.unbind(op_id)
+        if record.state is OpState.QUEUED or record.runner is None:
+            return False if routing else self.unbind(op_id)
+        self.bind(op_id, record.runner, record.kind)
+        return False
 
     def unbind(self, operation_id: str) -> bool:
         """Forget the turn's slot; True if that freed a counted slot."""

@@ -336,8 +336,11 @@ class Dispatcher:
             self._routing.discard(op_id)
             # The grant ends here: bound for real (a commit counted it), or
             # not (a preflight that went nowhere, a refusal): free its slot.
-            unbound = last is None or last.state is OpState.QUEUED or last.state.terminal
-            if unbound and self.room.scheduler.unbind(op_id):
+            scheduler = self.room.scheduler
+            freed = (
+                scheduler.unbind(op_id) if last is None else scheduler.follow(last, routing=False)
+            )
+            if freed:
                 self._pump()
             if last is not None and last.state is OpState.QUEUED:
                 self._after_grant_queued(last)
@@ -427,14 +430,8 @@ class Dispatcher:
         if after.state.terminal:
             self._not_before.pop(op_id, None)
             self._deadlines.forget(op_id)
-        scheduler = self.room.scheduler
-        if after.state.terminal or after.runner is None or after.state is OpState.QUEUED:
-            # Unbound: free its slot, unless a grant is routing it (the grant's
-            # end decides).
-            if (after.state.terminal or op_id not in self._routing) and scheduler.unbind(op_id):
-                self._pump()
-        else:
-            scheduler.bind(op_id, after.runner, after.kind)
+        if self.room.scheduler.follow(after, routing=op_id in self._routing):
+            self._pump()
         retry_at = after.next_action_at if after.state is OpState.QUEUED else None
         if retry_at is not None and retry_at > self._clock():
             self._not_before[op_id] = retry_at  # a refusal's backoff (C6a)

@@ -121,3 +121,12 @@ def test_replayed_submission_headline_says_it_is_the_same_operation() -> None:
     """§7: a replayed submit is reported as the same operation, not a new one."""
     line = render.submission_headline(Submission(_op(), replayed=True, idempotency_key="k-9"))
     assert "already submitted" in line and "op_1" in line and "k-9" in line
+
+
+def test_a_waiting_operation_says_what_it_waits_for() -> None:
+    """Issue 9, §8.2: `turnwire get` and --json show the coordinator's live reason."""
+    reason = "waiting for a free WRITABLE slot in pool default: 4 of 4 in use on 1 runner(s)"
+    op = _op(state=OperationState.QUEUED, execution=Execution.NOT_STARTED, waiting_for=reason)
+    assert f"waiting for  {reason}" in render.operation_detail(op)
+    assert render.operation_json(op)["waiting_for"] == reason
+    assert "waiting for" not in render.operation_detail(_op())

@@ -10,6 +10,7 @@ restarts), but every enabled action keeps a non-zero chance at every step.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,7 @@ from coordinator_svc.core.model import OpState, ReplayPolicy, TurnKind
 from tests.simulation.world import at
 
 if TYPE_CHECKING:
-    from tests.simulation.simulator import SimConfig, Simulator
+    from tests.simulation.simulator import Setup, SimConfig, Simulator
 
 Action = tuple[float, str]
 CLOCK_STEPS = (0.05, 0.5, 1.0, 2.5, 6.0, 12.0, 35.0)
@@ -225,12 +226,26 @@ def _claimable(sim: Simulator, name: str, op: str) -> bool:
     return record.lease_expires_at <= at(coordinator.now)
 
 
-def draw_setup_counts(rng: random.Random, config: SimConfig) -> tuple[int, int, int]:
-    """(runners, operations, coordinator replicas) for a generated schedule."""
+def draw_setup(rng: random.Random, seed: int, config: SimConfig) -> Setup:
+    """The world a generated schedule starts from."""
+    from tests.simulation.simulator import RunnerSpec, Setup  # a cycle at import time
+
     runners = rng.randint(1, config.max_runners)
     operations = rng.randint(1, config.max_operations)
     replicas = 2 if config.max_replicas > 1 and rng.random() < config.replica_share else 1
-    return runners, operations, replicas
+    specs = tuple(
+        RunnerSpec(f"r{n}", rng.random() < 0.75, rng.choice((1, 1, 2)))
+        for n in range(1, runners + 1)
+    )
+    skew = rng.choice((0.0, 0.0, 4.0, -4.0, 20.0, -20.0)) if replicas > 1 else 0.0
+    # Its own generator, so every other schedule draws exactly as before.
+    side = random.Random(seed * 7919 + 17)
+    scheduled = replicas == 1 and side.random() < config.scheduled_share
+    if scheduled:
+        # A flood on few slots (issue 9): turns wait, so grants meet other principals.
+        operations = side.randint(3, config.scheduled_operations)
+        specs = tuple(dataclasses.replace(s, slots=1) for s in specs[:2])
+    return Setup(specs, operations, replicas, skew, scheduled)
 
 
 # --- replaying labels ---------------------------------------------------------------

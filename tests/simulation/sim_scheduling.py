@@ -69,15 +69,9 @@ class SimScheduling:
         return self.scheduler.waiting_principals(pool, kind)
 
     def settle(self, record: OperationRecord, busy: bool) -> None:
-        """Keep the ledger in step with the journal after a step (engine._committed)."""
-        op = record.operation_id
-        if record.state.terminal:
-            self.scheduler.unbind(op)
-            self.scheduler.drop(op)
-        elif record.state is OpState.QUEUED and not busy:
-            self.scheduler.unbind(op)  # its grant went nowhere; it may wait again
-        elif record.state in BOUND_STATES and record.runner is not None:
-            self.scheduler.bind(op, record.runner, record.kind)
+        """Keep the ledger in step with the journal after a step: the engine's
+        own rule (``Scheduler.follow``); a call in flight is a grant still out."""
+        self.scheduler.follow(record, routing=busy)
 
 
 @dataclass

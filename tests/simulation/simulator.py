@@ -41,7 +41,6 @@ operation must be terminal (§8.2).
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -177,7 +176,7 @@ class Simulator:
             runners=self.runners,
             check_proofs=config.check_proofs,
         )
-        self.setup = setup or self._draw_setup()
+        self.setup = setup or menu.draw_setup(self.rng, self.seed, config)
         self.coordinators = {
             f"c{n}": SimCoordinator(
                 self.network,
@@ -211,22 +210,6 @@ class Simulator:
         self.weights = menu.draw_weights(self.rng, config.swarm)
         self.now = 0.0
         self._advance(0.0)
-
-    def _draw_setup(self) -> Setup:
-        runners, operations, replicas = menu.draw_setup_counts(self.rng, self.config)
-        specs = tuple(
-            RunnerSpec(f"r{n}", self.rng.random() < 0.75, self.rng.choice((1, 1, 2)))
-            for n in range(1, runners + 1)
-        )
-        skew = self.rng.choice((0.0, 0.0, 4.0, -4.0, 20.0, -20.0)) if replicas > 1 else 0.0
-        # Its own generator, so every other schedule draws exactly as before.
-        side = random.Random(self.seed * 7919 + 17)
-        scheduled = replicas == 1 and side.random() < self.config.scheduled_share
-        if scheduled:
-            # A flood on few slots: turns wait, so grants meet other principals.
-            operations = side.randint(3, self.config.scheduled_operations)
-            specs = tuple(dataclasses.replace(s, slots=1) for s in specs[:2])
-        return Setup(specs, operations, replicas, skew, scheduled)
 
     @property
     def coordinator(self) -> SimCoordinator:

@@ -135,6 +135,7 @@ def operation_fields(operation: Operation) -> list[tuple[str, str]]:
             else None,
         ),
         ("cancel", _cancel_note(operation)),
+        ("waiting for", operation.waiting_for or None),
         ("result", _preview(operation.result) if operation.result is not None else None),
         (
             "error",
@@ -228,6 +229,7 @@ def operation_json(operation: Operation) -> dict[str, Any]:
         "finished_at": _iso(operation.finished_at),
         "last_event_sequence": operation.last_event_sequence,
         "envelope_digest": operation.envelope_digest,
+        "waiting_for": operation.waiting_for,
     }
 
 

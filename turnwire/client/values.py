@@ -148,6 +148,8 @@ class Operation:
     last_event_sequence: int = 0
     pool: str = ""
     envelope_digest: str = ""
+    # While not terminal: what it waits for right now, in words ("" if nothing).
+    waiting_for: str = ""
 
     @property
     def is_terminal(self) -> bool:
@@ -188,6 +190,7 @@ class Operation:
             last_event_sequence=message.last_event_sequence,
             pool=message.pool,
             envelope_digest=message.envelope_digest,
+            waiting_for=message.waiting_for,
         )
 
 

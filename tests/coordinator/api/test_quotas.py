@@ -1,5 +1,6 @@
 """Per-principal quotas at SubmitTurn (issue 9): RESOURCE_EXHAUSTED / QUOTA_EXCEEDED
-with a google.rpc.RetryInfo, nothing stored, and a retried submit never refused."""
+with a google.rpc.RetryInfo, nothing stored, and a retried submit never refused; and
+the live wait reason on every read."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ from tests.coordinator.api.harness import (
     typed_error,
 )
 from turnwire.client.failures import RetryLater, exception_for
+from turnwire.coordinator.v1.coordinator_pb2 import (
+    OPERATION_STATE_CANCELLED,
+    CancelOperationRequest,
+    GetOperationRequest,
+    ListOperationsRequest,
+)
 
 
 def _dispatch(journal: Journal, limits: PrincipalLimits, clock: list[float]) -> FakeDispatch:
@@ -104,5 +111,28 @@ def test_submit_rate_refusal_says_when_the_next_token_comes(store: Store) -> Non
             assert raised.retry_after == 0.5 and raised.metadata["limit"] == "submit_rate"
             clock[0] += 0.5
             await stub.SubmitTurn(submit_request("k2"), metadata=ALICE)
+
+    store.run(scenario)
+
+
+def test_every_read_of_a_waiting_operation_carries_what_it_waits_for(store: Store) -> None:
+    """§8.2 (issue 9): Get, List and Submit answers fill Operation.waiting_for from the
+    dispatcher for a non-terminal operation, and leave it empty once it is terminal."""
+
+    async def scenario(journal: Journal) -> None:
+        dispatch = FakeDispatch(journal)
+        async with serving(journal, dispatch=dispatch) as h:
+            stub = h.stub()
+            submitted = await stub.SubmitTurn(submit_request("k1"), metadata=ALICE)
+            assert submitted.operation.waiting_for == "waiting (FakeDispatch)"
+            op_id = submitted.operation.operation_id
+            got = await stub.GetOperation(GetOperationRequest(operation_id=op_id), metadata=ALICE)
+            listed = await stub.ListOperations(ListOperationsRequest(), metadata=ALICE)
+            assert got.operation.waiting_for == listed.operations[0].waiting_for != ""
+            cancelled = await stub.CancelOperation(
+                CancelOperationRequest(operation_id=op_id), metadata=ALICE
+            )
+            assert cancelled.operation.state == OPERATION_STATE_CANCELLED
+            assert cancelled.operation.waiting_for == ""
 
     store.run(scenario)

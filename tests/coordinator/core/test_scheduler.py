@@ -172,3 +172,32 @@ def test_slots_the_runner_reports_in_use_are_not_granted_again() -> None:
     scheduler.hold("late", "alice", "default", W)
     scheduler.reported("r1", {W: 1, R: 0})  # lower than the coordinator's own 2
     assert scheduler.free("r1", W) == 0 and scheduler.grants() == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    script=st.lists(
+        st.tuples(
+            st.sampled_from(["push", "pop", "remove"]), st.integers(0, 30), st.integers(0, 3)
+        ),
+        max_size=150,
+    )
+)
+def test_a_turns_place_is_the_number_served_before_it(script: list[tuple[str, int, int]]) -> None:
+    """Operation.waiting_for's "N waiting turn(s) go first" is exact: popping the queue
+    serves exactly ``ahead_of(op)`` turns before ``op``, whatever pushes, pops and
+    removals came before."""
+    queue = FairQueue()
+    for action, number, principal in script:
+        op = f"op{number}"
+        if action == "push":
+            queue.push(op, f"p{principal}", weight=float(principal + 1))
+        elif action == "pop":
+            queue.pop()
+        else:
+            queue.remove(op)
+    places = {op: queue.ahead_of(op) for op in [f"op{n}" for n in range(31)] if op in queue}
+    served = []
+    while (op := queue.pop()) is not None:
+        served.append(op)
+    assert places == {op: served.index(op) for op in places}
