@@ -19,29 +19,22 @@ from runner_svc.core.admission import (
     AdmissionAction,
     DispatchFacts,
     SlotPools,
-    check_fencing_token,
     check_incarnation,
     decide_admission,
 )
 from runner_svc.core.model import (
-    Execution,
     OperationRow,
     Refusal,
     RowState,
     RunnerRefusal,
     SlotKind,
-    StopReason,
 )
-from runner_svc.core.settlement import first_stop_reason, reported_row, unlaunched_settlement
+from runner_svc.core.requests import admission_change, plan_cancel, plan_release
+from runner_svc.core.settlement import reported_row
 from runner_svc.core.transitions import (
-    Admit,
     IllegalRowEvent,
     RaiseFencingToken,
-    Release,
     RowEvent,
-    Settle,
-    TakeOver,
-    Tombstone,
 )
 from runner_svc.core.witness import StoreOpening
 from runner_svc.executors import Executor
@@ -264,20 +257,13 @@ class RunnerService:
     def _admission_change(
         self, call: DispatchCall, facts: DispatchFacts, row: OperationRow | None
     ) -> RowEvent:
-        now = self._clock()
-        if row is None:
-            return Admit(
-                call.operation_id,
-                self.incarnation_id,
-                facts.kind,
-                call.envelope_digest,
-                call.attempt,
-                call.fencing_token,
-                now,
-                call.dispatch_stamp,
-            )
-        return TakeOver(
-            self.incarnation_id, call.attempt, call.fencing_token, now, call.dispatch_stamp
+        return admission_change(
+            facts,
+            row,
+            incarnation_id=self.incarnation_id,
+            attempt=call.attempt,
+            dispatch_stamp=call.dispatch_stamp,
+            now=self._clock(),
         )
 
     # --- Cancel (R5, R6) ------------------------------------------------------------
@@ -296,45 +282,30 @@ class RunnerService:
         check_incarnation(expected_incarnation_id, self.incarnation_id)
         async with self.jobs.lock(operation_id):
             row = await self._read(operation_id)
-            check_fencing_token(row, token)
-            if row is None:
-                row = await self._write(
-                    operation_id, Tombstone(operation_id, self.incarnation_id, token, self._clock())
-                )
-                log.info(
-                    "cancel %s: unknown id, tombstoned (incarnation %s)",
-                    operation_id,
-                    self.incarnation_id,
-                )
-                return CancelOutcome(self._view(row), tombstoned=True)
-            if token > row.fencing_token:
-                row = await self._write(operation_id, RaiseFencingToken(token))
-            if not row.settled:
-                await self._stop_for_cancel(row)
-                row = await self._read(operation_id) or row
-        log.info("cancel %s: now %s (incarnation %s)", operation_id, row.state, self.incarnation_id)
-        return CancelOutcome(self._view(row), tombstoned=row.state is RowState.TOMBSTONED)
-
-    async def _stop_for_cancel(self, row: OperationRow) -> None:
-        """Caller holds the lock. Our jobs decide for themselves (R6, runner_svc.jobs)."""
-        job = self.jobs.jobs.get(row.operation_id)
-        if job is not None:
-            await self.jobs.cancel(job, row)
-        elif row.state is RowState.ACCEPTED:
-            # An earlier incarnation accepted it and nobody took it over: never launched.
-            reason = first_stop_reason(row.stop_reason, StopReason.CANCEL)
-            decision = unlaunched_settlement(reason)
-            await self._write(
-                row.operation_id,
-                Settle(
-                    self.incarnation_id,
-                    decision.state,
-                    Execution.NOT_STARTED,
-                    self._clock(),
-                    error=decision.error,
-                ),
+            job = self.jobs.jobs.get(operation_id)
+            plan = plan_cancel(
+                row,
+                operation_id=operation_id,
+                token=token,
+                incarnation_id=self.incarnation_id,
+                has_job=job is not None,
+                now=self._clock(),
             )
-        # else: an earlier incarnation's launch; it can no longer run here.
+            for change in plan.writes:
+                row = await self._write(operation_id, change)
+            assert row is not None  # plan_cancel tombstones an unknown id
+            if plan.tell_job and job is not None:
+                # Our jobs decide for themselves (R6, runner_svc.jobs).
+                await self.jobs.cancel(job, row)
+                row = await self._read(operation_id) or row
+        log.info(
+            "cancel %s: %s, now %s (incarnation %s)",
+            operation_id,
+            plan.outcome,
+            row.state,
+            self.incarnation_id,
+        )
+        return CancelOutcome(self._view(row), tombstoned=row.state is RowState.TOMBSTONED)
 
     # --- Release (R9) ------------------------------------------------------------
 
@@ -342,14 +313,11 @@ class RunnerService:
         _require_id(operation_id)
         check_incarnation(expected_incarnation_id, self.incarnation_id)
         async with self.jobs.lock(operation_id):
-            row = await self._read(operation_id)
-            check_fencing_token(row, token)
-            if row is None or not row.settled or row.state is RowState.TOMBSTONED:
-                return False
-            if not row.released:
-                await self._write(operation_id, Release())
+            released, change = plan_release(await self._read(operation_id), token)
+            if change is not None:
+                await self._write(operation_id, change)
                 log.info("release %s (incarnation %s)", operation_id, self.incarnation_id)
-        return True
+        return released
 
     # --- status, info, watch ---------------------------------------------------------
 

@@ -25,30 +25,25 @@ from runner_svc.core.admission import (
     AdmissionAction,
     DispatchFacts,
     SlotPools,
-    check_fencing_token,
     check_incarnation,
     decide_admission,
 )
 from runner_svc.core.model import (
-    Execution,
     OperationRow,
     Refusal,
     RowState,
     RunnerRefusal,
     SlotKind,
-    StopReason,
 )
-from runner_svc.core.settlement import first_stop_reason, reported_row, unlaunched_settlement
+from runner_svc.core.requests import admission_change, plan_cancel, plan_release
+from runner_svc.core.settlement import reported_row
 from runner_svc.core.transitions import (
     Admit,
     IllegalRowEvent,
     LaunchIntent,
     RaiseFencingToken,
-    Release,
     RowEvent,
-    Settle,
     TakeOver,
-    Tombstone,
     apply,
 )
 from runner_svc.core.witness import (
@@ -269,26 +264,15 @@ class SimRunner:
                 )
             return DispatchReply(self.incarnation_id, self.view(row), duplicate=True)
         self.pools.reserve(facts.kind)
-        change: RowEvent
-        if row is None:
-            change = Admit(
-                request.operation_id,
-                self.incarnation_id,
-                facts.kind,
-                request.envelope_digest,
-                request.attempt,
-                request.fencing_token,
-                now,
-                request.dispatch_stamp,
-            )
-        else:
-            change = TakeOver(
-                self.incarnation_id,
-                request.attempt,
-                request.fencing_token,
-                now,
-                request.dispatch_stamp,
-            )
+        change = admission_change(
+            facts,
+            row,
+            incarnation_id=self.incarnation_id,
+            attempt=request.attempt,
+            dispatch_stamp=request.dispatch_stamp,
+            now=now,
+        )
+        if row is not None:
             self.counters["dispatch:take_over"] += 1
         try:
             row = self._write(request.operation_id, change, write_fails)
@@ -306,56 +290,44 @@ class SimRunner:
         check_incarnation(request.expected_incarnation_id, self.incarnation_id)
         op = request.operation_id
         row = self.store.rows.get(op)
-        check_fencing_token(row, request.fencing_token)
-        if row is None:
-            row = self._write(
-                op, Tombstone(op, self.incarnation_id, request.fencing_token, now), write_fails
-            )
-            self.counters["cancel:tombstoned"] += 1
-            return CancelReply(self.incarnation_id, self.view(row), tombstoned=True)
-        if request.fencing_token > row.fencing_token:
-            row = self._write(op, RaiseFencingToken(request.fencing_token), write_fails)
-        if not row.settled:
-            self._stop_for_cancel(row, now, write_fails)
+        job = self.jobs.get(op)
+        plan = plan_cancel(
+            row,
+            operation_id=op,
+            token=request.fencing_token,
+            incarnation_id=self.incarnation_id,
+            has_job=job is not None,
+            now=now,
+        )
+        before = row
+        for change in plan.writes:
+            row = self._write(op, change, write_fails)
+        assert row is not None  # plan_cancel tombstones an unknown id
+        if plan.tell_job and job is not None:
+            self.job_runner.cancel(job, row, now, write_fails)  # the job decides (R6)
             row = self.store.rows[op]
+        self._count_cancel(plan.outcome, before, job is not None)
         return CancelReply(
             self.incarnation_id, self.view(row), tombstoned=row.state is RowState.TOMBSTONED
         )
 
-    def _stop_for_cancel(self, row: OperationRow, now: float, write_fails: bool) -> None:
-        """``service._stop_for_cancel``: our jobs decide for themselves (R6)."""
-        job = self.jobs.get(row.operation_id)
-        if job is not None:
-            self.job_runner.cancel(job, row, now, write_fails)
+    def _count_cancel(self, outcome: str, row: OperationRow | None, has_job: bool) -> None:
+        if outcome == "tombstoned":
+            self.counters["cancel:tombstoned"] += 1
+        elif row is None or row.settled:
+            return
         elif row.state is RowState.ACCEPTED:
-            # An earlier incarnation accepted it and nobody took it over: never launched.
-            decision = unlaunched_settlement(first_stop_reason(row.stop_reason, StopReason.CANCEL))
-            self._write(
-                row.operation_id,
-                Settle(
-                    self.incarnation_id,
-                    decision.state,
-                    Execution.NOT_STARTED,
-                    now,
-                    error=decision.error,
-                ),
-                write_fails,
-            )
-        # else: an earlier incarnation's launch; it can no longer run here.
-        if row.state is RowState.ACCEPTED:
             self.counters["cancel:settled_unlaunched"] += 1
-        elif job is not None and row.incarnation_id == self.incarnation_id:
+        elif has_job and row.incarnation_id == self.incarnation_id:
             self.counters["cancel:asked_to_stop"] += 1
 
     def release(self, request: ReleaseRequest, write_fails: bool) -> Reply:
         check_incarnation(request.expected_incarnation_id, self.incarnation_id)
         row = self.store.rows.get(request.operation_id)
-        check_fencing_token(row, request.fencing_token)
-        if row is None or not row.settled or row.state is RowState.TOMBSTONED:
-            return ReleaseReply(False)
-        if not row.released:
-            self._write(request.operation_id, Release(), write_fails)
-        return ReleaseReply(True)
+        released, change = plan_release(row, request.fencing_token)
+        if change is not None:
+            self._write(request.operation_id, change, write_fails)
+        return ReleaseReply(released)
 
     # --- the jobs' lives (sim_runner_jobs: the real job_lifecycle machine) -----------
 
