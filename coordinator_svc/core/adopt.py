@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
+from coordinator_svc.core.attempting import end, may_send_again
 from coordinator_svc.core.commands import Alarm, Release, ScheduleAt
 from coordinator_svc.core.decision import (
     Binding,
@@ -19,6 +20,7 @@ from coordinator_svc.core.decision import (
     Started,
     bookkeeping,
     close_current,
+    counted_attempts,
     nothing,
     settled_stop_reason,
     transition,
@@ -31,7 +33,7 @@ from coordinator_svc.core.model import (
     OperationRecord,
     OpState,
 )
-from coordinator_svc.core.runner_view import Observed, RunnerOp, observe
+from coordinator_svc.core.runner_view import Observed, RunnerOp, RunnerOpState, observe
 from coordinator_svc.core.truth import Evidence, joined_execution
 from turnwire.vocabulary import ErrorReason
 
@@ -55,6 +57,37 @@ def started_fields(record: OperationRecord, op: RunnerOp) -> Started:
     return newly_started(record, observe(op).execution)
 
 
+def _give_up_tombstone(
+    record: OperationRecord, ctx: Context, incarnation_id: str, via: str
+) -> Decision:
+    """C8b, R5: only a Cancel makes a tombstone, and with no cancel asked for the
+    only Cancel is the coordinator's own give-up. Seen on the watch stream or in a
+    status answer before (or instead of: a lost reply, a restart) the Cancel's
+    reply, it decides what the reply would have: TIMED_OUT with the give-up's
+    reason, NOT_STARTED, never a CANCELLED nobody asked for. The give-up came
+    from exhausted attempts (C2, NEVER_AUTOMATIC) or else the reconcile deadline."""
+    exhausted = counted_attempts(ctx.attempts) >= record.max_attempts or not may_send_again(
+        record, ctx
+    )
+    reason = ErrorReason.MAX_ATTEMPTS_EXCEEDED if exhausted else ErrorReason.RECONCILE_DEADLINE
+    detail = (
+        f"{via}: tombstoned on {incarnation_id} by the give-up Cancel; "
+        "no Dispatch for it ever runs there"
+    )
+    evidence = Evidence(Execution.NOT_STARTED, incarnation_id)
+    return end(record, ctx, OpState.TIMED_OUT, reason, detail, evidence=evidence)
+
+
+def _give_ups_own(record: OperationRecord, op: RunnerOp) -> bool:
+    """The runner's tombstone behind a give-up that ended NOT_STARTED (C8b)."""
+    return (
+        op.state is RunnerOpState.TOMBSTONED
+        and record.state is OpState.TIMED_OUT
+        and record.execution is Execution.NOT_STARTED
+        and not record.cancel_requested
+    )
+
+
 def terminal_repeat(record: OperationRecord, observed: Observed, op: RunnerOp) -> Decision:
     """C10: a report about an operation already terminal changes nothing.
 
@@ -68,7 +101,7 @@ def terminal_repeat(record: OperationRecord, observed: Observed, op: RunnerOp) -
         or record.result is None
         or observed.result == record.result
     )
-    if same or not op.settled:
+    if same or not op.settled or _give_ups_own(record, op):
         return nothing("terminal: repeat report")
     alarm = Alarm(
         "TERMINAL_CONFLICT",
@@ -118,6 +151,12 @@ def adopt(
     observed = observe(op)
     if record.state.terminal:
         return terminal_report(record, op, runner, incarnation_id)
+    if (
+        op.state is RunnerOpState.TOMBSTONED
+        and not record.cancel_requested
+        and record.state is OpState.DISPATCH_UNKNOWN
+    ):
+        return _give_up_tombstone(record, ctx, incarnation_id, via)
     if op.envelope_digest and op.envelope_digest != record.envelope_digest:
         # R2: the runner knows this id with other bytes; never adopt that row.
         return _envelope_mismatch(record, op, ctx)

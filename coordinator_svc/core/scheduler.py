@@ -40,7 +40,7 @@ runner (an earlier attempt unresolved, C6) never waits here: it waits for
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from coordinator_svc.config import RunnerEndpoint
@@ -76,7 +76,7 @@ class Scheduler:
         self._reported: dict[str, dict[TurnKind, int]] = {}
         self._queues: dict[SlotClass, FairQueue] = {}
         self._class_of: dict[str, SlotClass] = {}
-        self._penalty: dict[str, int] = {}
+        self._unreachable: frozenset[str] = frozenset()
 
     # --- what the runners have ---
 
@@ -107,9 +107,10 @@ class Scheduler:
         reported = self._reported.get(runner, {}).get(kind, 0)
         return max(self._in_use[(runner, kind)], reported)
 
-    def avoid(self, penalties: Mapping[str, int]) -> None:
-        """Extra routing weight per runner (one that stops answering is tried last)."""
-        self._penalty = dict(penalties)
+    def avoid(self, unreachable: Collection[str]) -> None:
+        """Runners that stopped answering get no grants until they answer again
+        (their turns wait, saying so, instead of preflighting into silence)."""
+        self._unreachable = frozenset(unreachable)
 
     # --- the ledger ---
 
@@ -210,9 +211,10 @@ class Scheduler:
 
     def _route(self, pool: str, kind: TurnKind) -> str | None:
         load = self.load()
-        for runner, penalty in self._penalty.items():
-            load[runner] += penalty
-        free: dict[str, int | None] = {r.name: self.free(r.name, kind) for r in self._runners}
+        free: dict[str, int | None] = {
+            r.name: 0 if r.name in self._unreachable else self.free(r.name, kind)
+            for r in self._runners
+        }
         chosen = route(pool, kind, self._runners, load, free)
         return chosen.name if chosen is not None else None
 

@@ -79,9 +79,8 @@ MAX_STEPS_PER_DRIVE = 64
 RECOVERY_PAGE = 500
 MAX_RECOVERY_PAGES = 10_000
 LOCK_STRIPES = 1024
-# Routing weight of one unanswered call, in bound operations.
-UNREACHABLE_PENALTY = 1000
-# Consecutive unanswered calls after which routing avoids a runner.
+# Consecutive unanswered calls after which a runner gets no grants until it
+# answers again (one lost call is not an outage).
 UNREACHABLE_AFTER = 3
 # Every how many due scans QUEUED turns not held in memory are looked for.
 DISCOVERY_EVERY = 20
@@ -251,8 +250,12 @@ class Dispatcher:
         self._schedule_tick(operation_id)
 
     def runner_answered(self, runner: str) -> None:
-        """Any answer from ``runner`` (a watch message too) ends its trouble streak."""
+        """Any answer from ``runner`` (a watch message too) ends its trouble streak;
+        a runner that had been left out gets grants again."""
+        left_out = self._calls.trouble.get(runner, 0) >= UNREACHABLE_AFTER
         self._calls.note_answered(runner)
+        if left_out:
+            self._pump()
 
     def deliver(self, operation_id: str, event: Event) -> None:
         """An event from outside a drive (a watch report): handle it in its own
@@ -319,9 +322,7 @@ class Dispatcher:
         if not self._running:
             return  # stopping: a drive cut short must not start new ones
         trouble = self._calls.trouble
-        self.room.scheduler.avoid(
-            {r: UNREACHABLE_PENALTY * n for r, n in trouble.items() if n >= UNREACHABLE_AFTER}
-        )
+        self.room.scheduler.avoid({r for r, n in trouble.items() if n >= UNREACHABLE_AFTER})
         for grant in self.room.grants():
             self._routing.add(grant.operation_id)
             self._spawn(self._drive_grant(grant))

@@ -101,6 +101,37 @@ def test_max_attempts_on_a_reachable_incarnation_tombstones_before_giving_up() -
     assert record.execution is Execution.NOT_STARTED
 
 
+def test_the_give_up_tombstone_seen_first_decides_as_the_reply_would() -> None:
+    """C8b, R5 (regression, issue 9): the give-up Cancel's tombstone reached the watch
+    stream before the Cancel's reply did, and was adopted as CANCELLED, which nobody
+    asked for (the reply then raised a TERMINAL_CONFLICT alarm). A tombstone with no
+    cancel requested is the give-up's own: seen on the watch or in a status answer it
+    ends the operation as the reply would (TIMED_OUT, the give-up's reason,
+    NOT_STARTED); the reply and later reports of it then change nothing, no alarm."""
+    before = bound(OpState.DISPATCH_UNKNOWN, 2, max_attempts=2)
+    rows = (attempt(1), attempt(2))
+    (cancel,) = decide(before, answer(None, asked=2), ctx(*rows)).commands
+    assert isinstance(cancel, cmd.Cancel) and cancel.give_up is not None
+    tombstone_row = row(R.TOMBSTONED, Execution.NOT_STARTED)
+    for early in (RunnerReported(RUNNER, INC_A, tombstone_row), answer(tombstone_row, asked=2)):
+        record, _ = step(before, early, ctx(*rows))
+        assert (record.state, record.error_reason) == (OpState.TIMED_OUT, "MAX_ATTEMPTS_EXCEEDED")
+        assert record.execution is Execution.NOT_STARTED and record.stop_reason is None
+        reply = CancelAnswered(RUNNER, INC_A, tombstone_row, True, give_up=cancel.give_up)
+        for later in (reply, RunnerReported(RUNNER, INC_A, tombstone_row)):
+            after = decide(record, later, ctx(*rows))
+            assert after.change is None and "alarm" not in after.tags, after
+
+
+def test_a_give_up_tombstone_past_the_reconcile_deadline_says_so() -> None:
+    """C8b: attempts left, so the give-up was the reconcile deadline's."""
+    before = bound(OpState.DISPATCH_UNKNOWN, 1, max_attempts=5)
+    report = RunnerReported(RUNNER, INC_A, row(R.TOMBSTONED, Execution.NOT_STARTED))
+    record, _ = step(before, report, ctx(attempt(1)))
+    assert (record.state, record.error_reason) == (OpState.TIMED_OUT, "RECONCILE_DEADLINE")
+    assert record.execution is Execution.NOT_STARTED
+
+
 def test_give_up_cancel_without_an_answer_ends_unknown_as_before() -> None:
     """C14: no tombstone, no proof: TIMED_OUT with execution UNKNOWN."""
     before = bound(OpState.DISPATCH_UNKNOWN, 2, max_attempts=2)

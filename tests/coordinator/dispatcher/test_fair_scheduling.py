@@ -127,3 +127,31 @@ def test_a_runner_that_is_gone_shows_on_the_turns_that_wait_for_it(tmp_path: Pat
             await rig.close()
 
     asyncio.run(scenario())
+
+
+def test_turns_for_a_runner_that_is_gone_wait_instead_of_preflighting_into_silence(
+    tmp_path: Path,
+) -> None:
+    """Issue 9: after UNREACHABLE_AFTER unanswered calls a runner gets no grants until it
+    answers again: 40 waiting turns for the only (dead) runner cost a handful of status
+    calls, not one per turn per backoff, and every one of them says why it waits."""
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, FakeJournal())
+        try:
+            ghost = RunnerEndpoint("ghost", "127.0.0.1:9")  # discard port: nothing listens
+            dispatcher = rig.make_dispatcher(extra=[ghost])
+            await dispatcher.start()
+            ops = [await rig.submit() for _ in range(40)]
+            await asyncio.sleep(3.0)  # many backoff periods (TIMINGS: 20 ms .. 200 ms)
+            calls = dispatcher.metrics.rpc_calls
+            status_calls = calls["GetOperationStatus"] + calls["BatchGetOperationStatus"]
+            assert status_calls <= 12, status_calls
+            for op in ops:
+                record = await rig.journal.get(op)
+                assert record is not None and record.state is OpState.QUEUED
+                assert "runner ghost is not answering" in dispatcher.waiting_for(record)
+        finally:
+            await rig.close()
+
+    asyncio.run(scenario())
