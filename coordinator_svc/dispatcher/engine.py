@@ -38,12 +38,13 @@ import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
 
 from coordinator_svc.config import DispatchTimings, RunnerEndpoint
+from coordinator_svc.core.agenda import Agenda
 from coordinator_svc.core.decide import decide
 from coordinator_svc.core.decision import Context, Decision, nothing
 from coordinator_svc.core.edges import IllegalTransition
@@ -67,7 +68,6 @@ from coordinator_svc.dispatcher.waiting_room import WaitingRoom
 from coordinator_svc.dispatcher.watching import RunnerWatch
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import Journal, JournalError, LeaseLost, StaleVersion
-from turnwire.backoff import backoff_seconds
 from turnwire.crashpoints import crash_point
 from turnwire.limits import MessageLimits
 
@@ -141,13 +141,12 @@ class Dispatcher:
             limits=limits or MessageLimits(),
         )
         self._watches = [RunnerWatch(c, self, timings) for c in self._calls.clients.values()]
-        self._performer = CommandPerformer(self._calls, self._bump, self._schedule_at)
+        self._performer = CommandPerformer(self._calls, self._failed, self._schedule_at)
         # Striped per-operation locks: one load-decide-commit at a time per
         # operation, without a lock object per operation ever seen.
         self._locks = [asyncio.Lock() for _ in range(LOCK_STRIPES)]
         self._active: set[str] = set()
-        self._not_before: dict[str, datetime] = {}
-        self._streak: collections.Counter[str] = collections.Counter()
+        self._agenda = Agenda(timings.backoff_initial, timings.backoff_max)
         self._deadlines = TurnDeadlines(queue_timeout)
         quotas = quotas or Quotas()
         self.room = WaitingRoom(self._runners, quotas, self._deadlines, clock, self.wake)
@@ -186,7 +185,7 @@ class Dispatcher:
 
     def wake(self, operation_id: str) -> None:
         """Look at a changed operation now."""
-        self._not_before.pop(operation_id, None)
+        self._agenda.now_due(operation_id)
         self._schedule_tick(operation_id)
 
     def accepted(self, record: OperationRecord) -> None:
@@ -210,7 +209,7 @@ class Dispatcher:
             self.room.scheduler,
             self._runners,
             routing=record.operation_id in self._routing,
-            retry_at=self._not_before.get(record.operation_id),
+            retry_at=self._agenda.not_before(record.operation_id),
             now=self._clock(),
             trouble=self._calls.trouble,
             watches=self._watches,
@@ -243,10 +242,9 @@ class Dispatcher:
         self._spawn(self._drive(operation_id, Tick(), exclusive=True))
 
     def _tick_when_due(self, operation_id: str) -> None:
-        not_before = self._not_before.get(operation_id)
-        if not_before is not None and not_before > self._clock():
+        if self._agenda.waiting(operation_id, self._clock()):
             return  # rescheduled meanwhile; that schedule has its own timer
-        self._not_before.pop(operation_id, None)
+        self._agenda.now_due(operation_id)
         self._schedule_tick(operation_id)
 
     def runner_answered(self, runner: str) -> None:
@@ -302,16 +300,11 @@ class Dispatcher:
         return last
 
     def _backoff(self, operation_id: str) -> None:
-        self._streak[operation_id] += 1
-        t = self._timings
-        delay = backoff_seconds(
-            self._streak[operation_id], initial=t.backoff_initial, cap=t.backoff_max
-        )
-        self._tick_at(operation_id, self._clock() + timedelta(seconds=delay))
+        self._tick_at(operation_id, self._agenda.backoff(operation_id, self._clock()))
 
     def _tick_at(self, operation_id: str, at: datetime) -> None:
         """Tick the operation at ``at`` from memory (the due scan is the fallback)."""
-        self._not_before[operation_id] = at
+        self._agenda.later(operation_id, at)
         delay = max(0.0, (at - self._clock()).total_seconds())
         asyncio.get_running_loop().call_later(delay, self._tick_when_due, operation_id)
 
@@ -331,7 +324,7 @@ class Dispatcher:
         op_id = grant.operation_id
         last: OperationRecord | None = None
         try:
-            tick = Tick(route=grant.runner, retry_streak=self._streak[op_id])
+            tick = Tick(route=grant.runner, retry_streak=self._agenda.streak(op_id))
             last = await self._drive(op_id, tick)
         finally:
             self._routing.discard(op_id)
@@ -348,7 +341,7 @@ class Dispatcher:
 
     def _after_grant_queued(self, record: OperationRecord) -> None:
         """Still QUEUED after its grant: wait out the backoff, or wait again now."""
-        at = self._not_before.get(record.operation_id)
+        at = self._agenda.not_before(record.operation_id)
         if at is not None and at > self._clock():
             self._tick_at(record.operation_id, at)
         else:
@@ -426,16 +419,12 @@ class Dispatcher:
         op_id = after.operation_id
         self.metrics.commits += 1
         self.metrics.count_tags(d.tags)
-        self._streak.pop(op_id, None)
+        self._agenda.committed(after, self._clock())
         self.room.committed(after)
         if after.state.terminal:
-            self._not_before.pop(op_id, None)
             self._deadlines.forget(op_id)
         if self.room.scheduler.follow(after, routing=op_id in self._routing):
             self._pump()
-        retry_at = after.next_action_at if after.state is OpState.QUEUED else None
-        if retry_at is not None and retry_at > self._clock():
-            self._not_before[op_id] = retry_at  # a refusal's backoff (C6a)
         event = d.change.event if d.change is not None else None
         if event is not None:
             log.info(
@@ -464,18 +453,13 @@ class Dispatcher:
         return [event for events in results for event in events]
 
     def _schedule_at(self, record: OperationRecord, at: datetime) -> None:
-        """A decision's ScheduleAt: look again at ``at``."""
-        self._not_before[record.operation_id] = at
-        queued = record.state is OpState.QUEUED  # the due scan leaves QUEUED out
-        if queued or record.next_action_at is None or at < record.next_action_at:
-            # The due scan finds it only at the journal's next_action_at (a lost
-            # Cancel would wait a whole status poll): tick it from memory at `at`.
-            # A restart falls back to the journal.
+        """A decision's ScheduleAt: look again at ``at`` (a timer from memory when
+        the journal's next_action_at would bring it back later, or never)."""
+        if self._agenda.scheduled(record, at):
             self._tick_at(record.operation_id, at)
 
-    def _bump(self, operation_id: str) -> int:
-        self._streak[operation_id] += 1
-        return self._streak[operation_id]
+    def _failed(self, operation_id: str) -> int:
+        return self._agenda.failed(operation_id)
 
     def runner_slots(self, runner: str, sizes: Mapping[TurnKind, int]) -> None:
         """A runner's pool sizes (its watch read GetRunnerInfo); waiters may now fit."""
@@ -534,14 +518,13 @@ class Dispatcher:
         discover = self._scans % DISCOVERY_EVERY == 0
         for record in await self._journal.due(now, 512, queued=discover):
             op_id = record.operation_id
-            not_before = self._not_before.get(op_id)
-            if not_before is not None and not_before > now:
+            if self._agenda.waiting(op_id, now):
                 continue
             if self._calls.dispatching(op_id):
                 continue  # its Dispatch reply is on the way
             if self.room.scheduler.holding(op_id) or op_id in self._routing:
                 continue
-            self._not_before.pop(op_id, None)
+            self._agenda.now_due(op_id)
             self._schedule_tick(op_id)
 
     async def bound_to(self, runner: str, states: Sequence[OpState]) -> list[OperationRecord]:
