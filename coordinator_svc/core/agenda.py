@@ -34,6 +34,10 @@ class Agenda:
     def not_before(self, operation_id: str) -> datetime | None:
         return self._not_before.get(operation_id)
 
+    def pending(self) -> list[datetime]:
+        """Every time set (a shell that sleeps until the next one reads them)."""
+        return list(self._not_before.values())
+
     def waiting(self, operation_id: str, now: datetime) -> bool:
         """True while a later time is set for it (its timer will tick it)."""
         at = self._not_before.get(operation_id)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from coordinator_svc.core import commands as cmd
+from coordinator_svc.core.agenda import Agenda
 from coordinator_svc.core.decide import decide
 from coordinator_svc.core.decision import Context, Decision
 from coordinator_svc.core.events import (
@@ -69,6 +70,11 @@ LEASE_TTL = 15.0
 MAX_AGAIN = 6
 
 
+def new_agenda() -> Agenda:
+    """A process's agenda, with the timings the simulated core decides with."""
+    return Agenda(Context.backoff_initial, Context.backoff_max)
+
+
 class CoordinatorCrashed(Exception):
     """The coordinator process died right after a commit, before sending (C4, C12)."""
 
@@ -103,8 +109,9 @@ class SimCoordinator:
     journal: SimJournal = field(default_factory=SimJournal)
     epoch: int = 1
     calls: dict[int, Call] = field(default_factory=dict)
-    timers: dict[str, float] = field(default_factory=dict)
-    streaks: Counter[str] = field(default_factory=Counter)
+    # When each operation is looked at next and its streak of fruitless tries:
+    # the engine's own rules (core.agenda).
+    agenda: Agenda = field(default_factory=lambda: new_agenda())
     alarms: list[tuple[str, str, str]] = field(default_factory=list)
     tags: Counter[str] = field(default_factory=Counter)
     counters: Counter[str] = field(default_factory=Counter)
@@ -236,7 +243,7 @@ class SimCoordinator:
                 self.log.append(f"    {operation_id}: stale version; decide again")
                 self.handle(operation_id, event, depth + 1)
                 return
-            self.timers.pop(operation_id, None)
+            self.agenda.committed(stored, at(self.now))
             self.tags.update(decision.tags)
             self.observer.committed(change, stored, event)
             if self.crash_after_commit is not None and self.crash_after_commit():
@@ -287,7 +294,7 @@ class SimCoordinator:
                 request_r = ReleaseRequest(op, command.incarnation_id, command.fencing_token)
                 self._call(op, "release", command.runner, record, command, request_r)
             case cmd.ScheduleAt():
-                self.timers[op] = (command.at - at(0)).total_seconds()
+                self.agenda.scheduled(record, command.at)
             case cmd.Alarm():
                 self.alarms.append((op, command.reason, command.detail))
 
@@ -316,12 +323,15 @@ class SimCoordinator:
         return any(c.operation_id == operation_id for c in self.calls.values())
 
     def due(self, *, include_busy: bool = False) -> list[str]:
-        """Operations the dispatcher would pick up now (Journal.due + timers).
+        """Operations the dispatcher would pick up now, as the engine does: a timer
+        that came due (the agenda's time), or the due scan (the journal's
+        next_action_at, unless the agenda has a later time for it).
 
         A well-behaved dispatcher skips operations with a call in flight;
         ``include_busy`` also lists those (a dispatcher that lost track of one).
         """
         found = []
+        now = at(self.now)
         for op, record in self.journal.operations.items():
             if not include_busy and self.busy(op):
                 continue
@@ -329,10 +339,12 @@ class SimCoordinator:
                 if not record.released:
                     found.append(op)
                 continue
-            when = self.timers.get(op)
-            if when is None and record.next_action_at is not None:
-                when = (record.next_action_at - at(0)).total_seconds()
-            if when is None or when <= self.now:
+            timer = self.agenda.not_before(op)
+            timer_due = timer is not None and timer <= now
+            scan_due = (
+                record.next_action_at is None or record.next_action_at <= now
+            ) and not self.agenda.waiting(op, now)
+            if timer_due or scan_due:
                 found.append(op)
         return found
 
@@ -340,7 +352,8 @@ class SimCoordinator:
         if route == "*":
             self._scheduled_tick(operation_id)
             return
-        streak = self.streaks[operation_id]
+        self.agenda.now_due(operation_id)  # its timer (if any) is spent
+        streak = self.agenda.streak(operation_id)
         self.handle(operation_id, Tick(route=route, retry_streak=streak))
         record = self.journal.operations.get(operation_id)
         if route is None and record is not None and record.state is OpState.QUEUED:
@@ -349,7 +362,7 @@ class SimCoordinator:
             delay = backoff_seconds(
                 streak, initial=Context.backoff_initial, cap=Context.backoff_max
             )
-            self.timers[operation_id] = self.now + delay
+            self.agenda.later(operation_id, at(self.now + delay))
 
     def _scheduled_tick(self, operation_id: str) -> None:
         """Issue 9, as the engine does it: hold the QUEUED turn, perform every grant
@@ -371,7 +384,7 @@ class SimCoordinator:
             self.observer.granted(slot_class, granted.principal, waiting)
             self.log.append(f"    granted {grant.operation_id} -> {grant.runner}")
         for grant in grants:
-            streak = self.streaks[grant.operation_id]
+            streak = self.agenda.streak(grant.operation_id)
             self.handle(grant.operation_id, Tick(route=grant.runner, retry_streak=streak))
         if self.scheduling.scheduler.holding(operation_id):
             self.tick(operation_id, None)  # waits: the core says so; looked at again later
@@ -382,7 +395,7 @@ class SimCoordinator:
             if call.deadline <= self.now and call.id in self.calls:
                 del self.calls[call.id]
                 self.log.append(f"    call #{call.id} ({call.kind}) abandoned at its deadline")
-                failure = failure_event(call, "DEADLINE_EXCEEDED", self.streaks)
+                failure = failure_event(call, "DEADLINE_EXCEEDED", self.agenda)
                 if failure is not None:
                     self.handle(call.operation_id, failure)
                 self._settle(call.operation_id)
@@ -409,7 +422,7 @@ class SimCoordinator:
             and self.record(call.operation_id).last_event_sequence != call.asked_sequence
         ):
             return f"reply to #{call.id} discarded: asked before the latest transition"
-        event = reply_event(call, message.body, self.streaks)
+        event = reply_event(call, message.body, self.agenda)
         if event is not None:
             self.handle(call.operation_id, event)
         self._settle(call.operation_id)
@@ -419,8 +432,7 @@ class SimCoordinator:
         """C12: a new process: no live call, no timer; DISPATCHING -> DISPATCH_UNKNOWN."""
         self.epoch += 1
         self.calls.clear()
-        self.timers.clear()
-        self.streaks.clear()
+        self.agenda = new_agenda()
         self.paused = False
         self.pending = []
         if self.scheduling is not None:

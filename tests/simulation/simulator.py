@@ -348,7 +348,7 @@ class Simulator:
         for coordinator in self.coordinators.values():
             offset = offsets[coordinator.name]
             times += [c.deadline - offset for c in coordinator.calls.values()]
-            times += [t - offset for t in coordinator.timers.values()]
+            times += [(t - EPOCH).total_seconds() - offset for t in coordinator.agenda.pending()]
         for record in self.journal.operations.values():
             for moment in (record.next_action_at, record.lease_expires_at):
                 if moment is not None:

@@ -5,10 +5,10 @@ flight, watch reports, and the core events their replies become (what
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator_svc.core.agenda import Agenda
 from coordinator_svc.core.decide_dispatch import (
     CANCELLED_BEFORE_DISPATCH,
     DEFINITE_REFUSALS,
@@ -84,31 +84,31 @@ def runner_op(row: OperationRow) -> RunnerOp:
     )
 
 
-def failure_event(call: Call, detail: str, streaks: Counter[str]) -> Event | None:
+def failure_event(call: Call, detail: str, agenda: Agenda) -> Event | None:
     """The event a call abandoned at its deadline becomes (C7, C8)."""
     op = call.operation_id
     if call.kind == "status":
-        streaks[op] += 1
+        streak = agenda.failed(op)
         return PreflightFailed(
-            call.runner, detail, call.asked_attempt, streaks[op], asked_sequence=call.asked_sequence
+            call.runner, detail, call.asked_attempt, streak, asked_sequence=call.asked_sequence
         )
     if call.kind == "dispatch":
         return DispatchUnknown(call.command.attempt, detail)
     if call.kind == "cancel":
-        streaks[op] += 1
+        streak = agenda.failed(op)
         return CancelFailed(
-            call.runner, "", detail=detail, retry_streak=streaks[op], give_up=call.command.give_up
+            call.runner, "", detail=detail, retry_streak=streak, give_up=call.command.give_up
         )
     return None
 
 
-def reply_event(call: Call, body: Any, streaks: Counter[str]) -> Event | None:
-    """The event a runner reply becomes (what dispatcher.runner_client does)."""
-    op = call.operation_id
+def reply_event(call: Call, body: Any, agenda: Agenda) -> Event | None:
+    """The event a runner reply becomes (what dispatcher.runner_client does); an
+    unanswered or refused call counts on the agenda's streak as the engine's
+    performer does (a commit, not an answer, ends the streak)."""
     if isinstance(body, RefusedReply):
-        return _refusal_event(call, body, streaks)
+        return _refusal_event(call, body, agenda)
     if isinstance(body, StatusReply):
-        streaks[op] = 0
         return PreflightAnswer(
             call.runner,
             body.incarnation_id,
@@ -128,7 +128,6 @@ def reply_event(call: Call, body: Any, streaks: Counter[str]) -> Event | None:
             call.command.attempt, body.incarnation_id, runner_op(body.row), body.duplicate
         )
     if isinstance(body, CancelReply):
-        streaks[op] = 0
         row = runner_op(body.row) if body.row is not None else None
         return CancelAnswered(
             call.runner, body.incarnation_id, row, body.tombstoned, give_up=call.command.give_up
@@ -138,7 +137,7 @@ def reply_event(call: Call, body: Any, streaks: Counter[str]) -> Event | None:
     raise TypeError(f"unexpected reply {body!r}")
 
 
-def _refusal_event(call: Call, body: RefusedReply, streaks: Counter[str]) -> Event | None:
+def _refusal_event(call: Call, body: RefusedReply, agenda: Agenda) -> Event | None:
     if call.kind == "dispatch":
         if body.reason in DISPATCH_REFUSALS:
             return DispatchRefused(
@@ -146,22 +145,20 @@ def _refusal_event(call: Call, body: RefusedReply, streaks: Counter[str]) -> Eve
             )
         return DispatchUnknown(call.command.attempt, f"{body.reason}: {body.message}")
     if call.kind == "cancel":
-        streaks[call.operation_id] += 1
         return CancelFailed(
             call.runner,
             body.reason,
             body.incarnation_id,
             body.message,
-            streaks[call.operation_id],
+            agenda.failed(call.operation_id),
             give_up=call.command.give_up,
         )
     if call.kind == "status":
-        streaks[call.operation_id] += 1
         return PreflightFailed(
             call.runner,
             body.reason,
             call.asked_attempt,
-            streaks[call.operation_id],
+            agenda.failed(call.operation_id),
             asked_sequence=call.asked_sequence,
         )
     return None
