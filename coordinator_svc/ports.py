@@ -25,18 +25,30 @@ caller that retries JournalError never retries them); both change nothing::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from coordinator_svc.core import commands
+from coordinator_svc.core.events import (
+    CancelAnswered,
+    CancelFailed,
+    DispatchAccepted,
+    DispatchRefused,
+    DispatchUnknown,
+    PreflightAnswer,
+    PreflightFailed,
+)
 from coordinator_svc.core.model import (
     AttemptRecord,
     Change,
     EventRecord,
     OperationRecord,
     OpState,
+    TurnKind,
 )
+from turnwire.runner.v1 import runner_pb2
 
 
 class JournalError(Exception):
@@ -190,3 +202,50 @@ class LeasingJournal(Journal, Protocol):
         appends no event; treating a taken-over DISPATCHING operation as
         DISPATCH_UNKNOWN (§5, C12) is the caller's commit."""
         ...
+
+
+class WatchCall(Protocol):
+    """The part of a grpc.aio stream call the watch uses."""
+
+    def __aiter__(self) -> AsyncIterator[runner_pb2.WatchOperationsResponse]: ...
+
+    def cancel(self) -> bool: ...
+
+
+class RunnerGateway(Protocol):
+    """One runner as the dispatcher talks to it, replies already read as core
+    events (C6-C9 applied to what came back): a definite refusal, an unknown
+    outcome, an answer. Adapters: ``dispatcher.runner_client.RunnerClient``
+    (gRPC) and, in tests, an in-process runner; both pass
+    ``tests/coordinator/dispatcher/test_gateway_contract.py``.
+
+    Only ``info`` and ``watch`` raise (``grpc.aio.AioRpcError`` from the gRPC
+    adapter); every other call answers with an event, whatever happened.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    async def statuses(
+        self, asked: Sequence[tuple[str, int]]
+    ) -> list[PreflightAnswer | PreflightFailed]:
+        """Preflight (C2) for (operation_id, asked_attempt) pairs, in order."""
+        ...
+
+    async def dispatch(
+        self, record: OperationRecord, command: commands.Dispatch
+    ) -> DispatchAccepted | DispatchRefused | DispatchUnknown: ...
+
+    async def cancel(
+        self, record: OperationRecord, command: commands.Cancel
+    ) -> CancelAnswered | CancelFailed: ...
+
+    async def release(self, operation_id: str, command: commands.Release) -> bool: ...
+
+    async def info(self) -> tuple[str, dict[TurnKind, int]]:
+        """(incarnation, writable/read-only pool sizes)."""
+        ...
+
+    def watch(self, after_sequence: int) -> WatchCall: ...
+
+    async def close(self) -> None: ...

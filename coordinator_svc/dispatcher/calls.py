@@ -13,7 +13,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import grpc
 
@@ -33,6 +33,7 @@ from coordinator_svc.core.runner_view import RunnerOp
 from coordinator_svc.dispatcher.batching import StatusBatcher
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.runner_client import RunnerClient
+from coordinator_svc.ports import RunnerGateway
 from turnwire.backoff import backoff_seconds
 from turnwire.crashpoints import crash_point
 from turnwire.limits import MessageLimits
@@ -52,12 +53,16 @@ class RunnerCalls:
         *,
         settle_grace: float,
         limits: MessageLimits,
+        gateways: Mapping[str, RunnerGateway] | None = None,
     ) -> None:
         self._timings = timings
         self._settle_grace = settle_grace
-        self.clients = {
-            r.name: RunnerClient(r, timings, metrics, interceptors, limits) for r in runners
-        }
+        # gRPC clients unless the caller brings its own gateways (tests: in process).
+        self.clients: dict[str, RunnerGateway] = (
+            dict(gateways)
+            if gateways is not None
+            else {r.name: RunnerClient(r, timings, metrics, interceptors, limits) for r in runners}
+        )
         self._batchers = {n: StatusBatcher(c.statuses) for n, c in self.clients.items()}
         # Consecutive unanswered calls per runner.
         self.trouble: collections.Counter[str] = collections.Counter()

@@ -67,7 +67,7 @@ from coordinator_svc.dispatcher.visibility import describe_wait
 from coordinator_svc.dispatcher.waiting_room import WaitingRoom
 from coordinator_svc.dispatcher.watching import RunnerWatch
 from coordinator_svc.feed import ChangeFeed
-from coordinator_svc.ports import Journal, JournalError, LeaseLost, StaleVersion
+from coordinator_svc.ports import Journal, JournalError, LeaseLost, RunnerGateway, StaleVersion
 from turnwire.crashpoints import crash_point
 from turnwire.limits import MessageLimits
 
@@ -123,6 +123,7 @@ class Dispatcher:
         limits: MessageLimits | None = None,
         quotas: Quotas | None = None,
         queue_timeout: float | None = None,
+        gateways: Mapping[str, RunnerGateway] | None = None,
     ) -> None:
         self._journal = journal
         self._runners = tuple(runners)
@@ -139,6 +140,7 @@ class Dispatcher:
             interceptors,
             settle_grace=settle_grace if settle_grace is not None else timings.settle_grace,
             limits=limits or MessageLimits(),
+            gateways=gateways,
         )
         self._watches = [RunnerWatch(c, self, timings) for c in self._calls.clients.values()]
         self._performer = CommandPerformer(self._calls, self._failed, self._schedule_at)

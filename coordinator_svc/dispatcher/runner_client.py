@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
-from typing import Protocol
+from collections.abc import Sequence
 
 import grpc
 
@@ -41,13 +40,14 @@ from coordinator_svc.dispatcher.translate import (
     slot_sizes,
     store_opens,
 )
+from coordinator_svc.ports import WatchCall
 from turnwire.errors import error_info
 from turnwire.limits import MessageLimits
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
 
 log = logging.getLogger("coordinator_svc.dispatcher")
 
-_DISPATCH_REFUSALS = DEFINITE_REFUSALS | {
+DISPATCH_REFUSALS = DEFINITE_REFUSALS | {
     ENVELOPE_MISMATCH,
     ENVELOPE_INVALID,
     CANCELLED_BEFORE_DISPATCH,
@@ -55,14 +55,6 @@ _DISPATCH_REFUSALS = DEFINITE_REFUSALS | {
 # A watch stream is re-opened (from its cursor) at least this often, so the
 # call has a deadline like every other one.
 WATCH_WINDOW_SECONDS = 60.0
-
-
-class WatchCall(Protocol):
-    """The part of a grpc.aio stream call the watch uses."""
-
-    def __aiter__(self) -> AsyncIterator[runner_pb2.WatchOperationsResponse]: ...
-
-    def cancel(self) -> bool: ...
 
 
 # gRPC's words when a receiver's max_receive_message_length refuses a message.
@@ -221,7 +213,7 @@ class RunnerClient:
             )
         except grpc.aio.AioRpcError as error:
             typed = error_info(error)
-            if typed is not None and typed.reason in _DISPATCH_REFUSALS:
+            if typed is not None and typed.reason in DISPATCH_REFUSALS:
                 incarnation = typed.metadata.get("incarnation_id", "")
                 return DispatchRefused(command.attempt, typed.reason, incarnation, typed.message)
             if typed is None and refused_as_too_large(error, size):

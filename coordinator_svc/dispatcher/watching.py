@@ -28,13 +28,14 @@ import grpc
 from coordinator_svc.config import DispatchTimings
 from coordinator_svc.core.events import RunnerReported
 from coordinator_svc.core.model import Execution, OpState
-from coordinator_svc.dispatcher.runner_client import RunnerClient, describe
+from coordinator_svc.dispatcher.runner_client import describe
 from coordinator_svc.dispatcher.translate import (
     RunnerContractViolation,
     runner_op,
     slot_sizes,
     slot_use,
 )
+from coordinator_svc.ports import RunnerGateway
 from turnwire.backoff import backoff_seconds
 from turnwire.runner.v1 import runner_pb2
 
@@ -48,7 +49,7 @@ _WATCHED_STATES = (OpState.RUNNING, OpState.CANCELLING, OpState.DISPATCH_UNKNOWN
 
 class RunnerWatch:
     def __init__(
-        self, client: RunnerClient, dispatcher: Dispatcher, timings: DispatchTimings
+        self, client: RunnerGateway, dispatcher: Dispatcher, timings: DispatchTimings
     ) -> None:
         self._client = client
         self._timings = timings

@@ -1,0 +1,150 @@
+"""A RunnerGateway (coordinator_svc.ports) over a real RunnerService in this
+process: the same runner, no network, no gRPC on the coordinator's side.
+
+The fake of the runner-gateway port (issue 9). It translates the service's
+answers the way the gRPC path does (runner transport's wire conversion, then
+the coordinator's ``translate``), and a typed runner refusal the way
+``RunnerClient`` reads a typed gRPC error; it passes the same contract tests
+as ``RunnerClient`` (test_gateway_contract.py). Tests only: it imports both
+services, which the product never does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+
+from coordinator_svc.core import commands
+from coordinator_svc.core.events import (
+    CancelAnswered,
+    CancelFailed,
+    DispatchAccepted,
+    DispatchRefused,
+    DispatchUnknown,
+    PreflightAnswer,
+    PreflightFailed,
+)
+from coordinator_svc.core.model import OperationRecord, TurnKind
+from coordinator_svc.dispatcher.runner_client import DISPATCH_REFUSALS
+from coordinator_svc.dispatcher.translate import runner_op, slot_sizes, store_opens
+from runner_svc.core.model import RunnerRefusal
+from runner_svc.service import DispatchCall, OperationView, RunnerService
+from runner_svc.transport import convert
+from turnwire.runner.v1 import runner_pb2
+
+
+class InProcessRunner:
+    def __init__(self, name: str, service: RunnerService) -> None:
+        self._name = name
+        self._service = service
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def _incarnation(self) -> str:
+        return self._service.incarnation_id
+
+    async def statuses(
+        self, asked: Sequence[tuple[str, int]]
+    ) -> list[PreflightAnswer | PreflightFailed]:
+        try:
+            found = dict(await self._service.batch_status([op for op, _ in asked]))
+        except RunnerRefusal as refusal:
+            return [PreflightFailed(self._name, str(refusal), attempt) for _, attempt in asked]
+        chain = store_opens(convert.store_opens(self._service.store.openings))
+        store = self._service.store
+        return [
+            PreflightAnswer(
+                self._name,
+                self._incarnation,
+                store.store_id,
+                store.durable,
+                found.get(op) is not None,
+                _op(found.get(op)),
+                attempt,
+                store_opens=chain,
+            )
+            for op, attempt in asked
+        ]
+
+    async def dispatch(
+        self, record: OperationRecord, command: commands.Dispatch
+    ) -> DispatchAccepted | DispatchRefused | DispatchUnknown:
+        call = DispatchCall(
+            operation_id=record.operation_id,
+            envelope=record.envelope,
+            envelope_digest=record.envelope_digest,
+            expected_incarnation_id=command.incarnation_id,
+            fencing_token=command.fencing_token,
+            attempt=command.attempt,
+            dispatch_stamp=command.dispatch_stamp,
+        )
+        try:
+            outcome = await self._service.dispatch(call)
+        except RunnerRefusal as refusal:
+            reason = refusal.refusal.value
+            if reason in DISPATCH_REFUSALS:
+                return DispatchRefused(command.attempt, reason, self._incarnation, refusal.message)
+            return DispatchUnknown(command.attempt, str(refusal))
+        view = _op(outcome.view)
+        assert view is not None
+        return DispatchAccepted(command.attempt, self._incarnation, view, outcome.duplicate)
+
+    async def cancel(
+        self, record: OperationRecord, command: commands.Cancel
+    ) -> CancelAnswered | CancelFailed:
+        try:
+            outcome = await self._service.cancel(
+                record.operation_id, command.incarnation_id, command.fencing_token
+            )
+        except RunnerRefusal as refusal:
+            return CancelFailed(
+                self._name, refusal.refusal.value, self._incarnation, refusal.message
+            )
+        return CancelAnswered(self._name, self._incarnation, _op(outcome.view), outcome.tombstoned)
+
+    async def release(self, operation_id: str, command: commands.Release) -> bool:
+        try:
+            await self._service.release(operation_id, command.incarnation_id, command.fencing_token)
+        except RunnerRefusal:
+            return False
+        return True
+
+    async def info(self) -> tuple[str, dict[TurnKind, int]]:
+        pools = convert.slot_pools(self._service.info().pools)
+        return self._incarnation, slot_sizes(pools)
+
+    def watch(self, after_sequence: int) -> _Watch:
+        return _Watch(self._service, after_sequence)
+
+    async def close(self) -> None:
+        return None
+
+
+class _Watch:
+    """WatchOperations as the servicer streams it, minus the wire."""
+
+    def __init__(self, service: RunnerService, after_sequence: int) -> None:
+        self._service = service
+        self._rows = service.watch(after_sequence)
+
+    def __aiter__(self) -> AsyncIterator[runner_pb2.WatchOperationsResponse]:
+        return self._messages()
+
+    async def _messages(self) -> AsyncIterator[runner_pb2.WatchOperationsResponse]:
+        async for view in self._rows:
+            message = runner_pb2.WatchOperationsResponse(
+                incarnation_id=self._service.incarnation_id,
+                pools=convert.slot_pools(self._service.pool_use()),
+            )
+            if view is not None:
+                message.operation.CopyFrom(convert.operation(view))
+            yield message
+
+    def cancel(self) -> bool:
+        return True  # the consumer stops iterating; the generator is then closed
+
+
+def _op(view: OperationView | None):  # type: ignore[no-untyped-def]
+    return runner_op(convert.operation(view)) if view is not None else None
