@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
-from coordinator_svc.core.attempting import end, may_send_again
+from coordinator_svc.core.attempting import attempts_exhausted, end
 from coordinator_svc.core.commands import Alarm, Release, ScheduleAt
 from coordinator_svc.core.decision import (
     Binding,
@@ -20,7 +20,6 @@ from coordinator_svc.core.decision import (
     Started,
     bookkeeping,
     close_current,
-    counted_attempts,
     nothing,
     settled_stop_reason,
     transition,
@@ -66,9 +65,7 @@ def _give_up_tombstone(
     reply, it decides what the reply would have: TIMED_OUT with the give-up's
     reason, NOT_STARTED, never a CANCELLED nobody asked for. The give-up came
     from exhausted attempts (C2, NEVER_AUTOMATIC) or else the reconcile deadline."""
-    exhausted = counted_attempts(ctx.attempts) >= record.max_attempts or not may_send_again(
-        record, ctx
-    )
+    exhausted = attempts_exhausted(record, ctx) is not None
     reason = ErrorReason.MAX_ATTEMPTS_EXCEEDED if exhausted else ErrorReason.RECONCILE_DEADLINE
     detail = (
         f"{via}: tombstoned on {incarnation_id} by the give-up Cancel; "

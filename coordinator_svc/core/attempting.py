@@ -43,6 +43,20 @@ def may_send_again(record: OperationRecord, ctx: Context) -> bool:
     return all_refused(ctx.attempts)
 
 
+def attempts_exhausted(record: OperationRecord, ctx: Context) -> str | None:
+    """Why no further attempt may be sent (max_attempts, C6a counting; or
+    NEVER_AUTOMATIC after a send), or None if one may."""
+    counted = counted_attempts(ctx.attempts) + 1
+    if counted > record.max_attempts:
+        return (
+            f"attempt {record.attempt_count + 1} would exceed max_attempts={record.max_attempts} "
+            f"({counted} counted; refusals by a full runner do not count)"
+        )
+    if not may_send_again(record, ctx):
+        return "replay policy NEVER_AUTOMATIC: no replay after the first send"
+    return None
+
+
 def write_ahead(
     record: OperationRecord,
     ctx: Context,
@@ -54,23 +68,13 @@ def write_ahead(
 ) -> Decision:
     """C4: record attempt n+1 bound to (runner, incarnation), then send it (C5)."""
     number = record.attempt_count + 1
-    counted = counted_attempts(ctx.attempts) + 1
-    if counted > record.max_attempts:
+    exhausted = attempts_exhausted(record, ctx)
+    if exhausted is not None:
         return give_up(
             record,
             ctx,
             ErrorReason.MAX_ATTEMPTS_EXCEEDED,
-            f"attempt {number} would exceed max_attempts={record.max_attempts} "
-            f"({counted} counted; refusals by a full runner do not count)",
-            runner=runner,
-            incarnation_id=incarnation_id,
-        )
-    if not may_send_again(record, ctx):
-        return give_up(
-            record,
-            ctx,
-            ErrorReason.MAX_ATTEMPTS_EXCEEDED,
-            "replay policy NEVER_AUTOMATIC: no replay after the first send",
+            exhausted,
             runner=runner,
             incarnation_id=incarnation_id,
         )

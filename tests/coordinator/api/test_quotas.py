@@ -4,11 +4,15 @@ the live wait reason on every read."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import grpc
 
 from coordinator_svc.core.model import OpState
 from coordinator_svc.core.quotas import PrincipalLimits, Quotas
 from coordinator_svc.ports import Journal
+from coordinator_svc.storage import FakeJournal
 from tests.coordinator.api.conftest import Store
 from tests.coordinator.api.harness import (
     ALICE,
@@ -19,7 +23,9 @@ from tests.coordinator.api.harness import (
     submit_request,
     typed_error,
 )
+from tests.coordinator.dispatcher.rig import Rig
 from turnwire.client.failures import RetryLater, exception_for
+from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1.coordinator_pb2 import (
     OPERATION_STATE_CANCELLED,
     CancelOperationRequest,
@@ -136,3 +142,37 @@ def test_every_read_of_a_waiting_operation_carries_what_it_waits_for(store: Stor
             assert cancelled.operation.waiting_for == ""
 
     store.run(scenario)
+
+
+def test_the_real_dispatcher_counts_what_it_accepted_and_frees_room_at_the_end(
+    tmp_path: Path,
+) -> None:
+    """Issue 9 through the real Dispatcher (not FakeDispatch) and a real runner: a
+    principal limited to one turn in flight is refused a second while the first runs,
+    with RetryInfo, and may submit again once the first is terminal."""
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, FakeJournal())
+        try:
+            dispatcher = await rig.sized_dispatcher(
+                1, quotas=Quotas(PrincipalLimits(max_in_flight=1))
+            )
+            async with serving(rig.journal, dispatch=dispatcher) as h:
+                stub = h.stub()
+                # A turn that runs long enough to still be in flight at the second submit.
+                slow = turn_pb2.ModelRef(
+                    provider="test", name="metered", parameters={"sleep_ms": "1500"}
+                )
+                first = await stub.SubmitTurn(submit_request("k1", model=slow), metadata=ALICE)
+                refused = await typed_error(stub.SubmitTurn(submit_request("k2"), metadata=ALICE))
+                assert (refused.reason, refused.metadata["limit"]) == (
+                    "QUOTA_EXCEEDED",
+                    "max_in_flight",
+                )
+                assert refused.retry_after == 1.0
+                await rig.terminal(first.operation.operation_id)
+                await stub.SubmitTurn(submit_request("k2"), metadata=ALICE)
+        finally:
+            await rig.close()
+
+    asyncio.run(scenario())

@@ -37,7 +37,7 @@ def test_free_slots_are_counted_per_runner_and_kind() -> None:
 
 
 def test_grants_fill_free_slots_only_and_reserve_them() -> None:
-    """C6a: a turn is routed only where a slot of its kind is free; the grant holds the
+    """C6a, R4: a turn is routed only where a slot of its kind is free; the grant holds the
     slot until the engine binds or frees it; the rest keep waiting."""
     scheduler = Scheduler(RUNNERS)
     scheduler.learned("r1", {W: 1, R: 0})
@@ -69,7 +69,7 @@ def test_a_pool_nobody_serves_waits_and_says_so() -> None:
 
 
 def test_a_flood_does_not_push_a_newcomer_back() -> None:
-    """Fairness (issue 9): with one principal's 1,000 turns waiting, another principal's
+    """C6a (fair grants): with one principal's 1,000 turns waiting, another principal's
     turn is granted within one round (here: the very next slot)."""
     scheduler = Scheduler(RUNNERS[:1])
     scheduler.learned("r1", {W: 1})
@@ -83,7 +83,7 @@ def test_a_flood_does_not_push_a_newcomer_back() -> None:
 
 
 def test_weights_share_dispatches_in_proportion() -> None:
-    """Weighted fair queuing: weight 3 gets three dispatches for each one of weight 1."""
+    """C6a (weighted fair grants): weight 3 gets three dispatches for each one of weight 1."""
     queue = FairQueue()
     for n in range(40):
         queue.push(f"heavy{n}", "heavy", weight=3.0)
@@ -94,6 +94,8 @@ def test_weights_share_dispatches_in_proportion() -> None:
 
 
 def test_removed_turns_are_skipped_and_a_turn_keeps_its_place() -> None:
+    """C6a, C11: a turn cancelled or timed out while waiting is never granted; waiting
+    again does not lose a turn its place."""
     queue = FairQueue()
     for op in ("a", "b", "c"):
         queue.push(op, "alice")
@@ -120,7 +122,7 @@ def test_routing_skips_full_runners_and_treats_unknown_sizes_as_room() -> None:
 def test_no_backlogged_principal_falls_behind_its_share(
     arrivals: list[str], weights: dict[str, float]
 ) -> None:
-    """The start-time fair queuing bound: over any prefix of the service order, two
+    """C6a, the start-time fair queuing bound: over any prefix of the service order, two
     principals that both still have turns waiting differ in weighted service by at
     most one turn each (service_i / w_i - service_j / w_j <= 1/w_i + 1/w_j)."""
     queue = FairQueue()

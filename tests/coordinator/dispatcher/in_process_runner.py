@@ -24,6 +24,7 @@ from coordinator_svc.core.events import (
     PreflightFailed,
 )
 from coordinator_svc.core.model import OperationRecord, TurnKind
+from coordinator_svc.core.runner_view import RunnerOp
 from coordinator_svc.dispatcher.runner_client import DISPATCH_REFUSALS
 from coordinator_svc.dispatcher.translate import runner_op, slot_sizes, store_opens
 from runner_svc.core.model import RunnerRefusal
@@ -146,5 +147,5 @@ class _Watch:
         return True  # the consumer stops iterating; the generator is then closed
 
 
-def _op(view: OperationView | None):  # type: ignore[no-untyped-def]
+def _op(view: OperationView | None) -> RunnerOp | None:
     return runner_op(convert.operation(view)) if view is not None else None

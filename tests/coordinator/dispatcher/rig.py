@@ -112,6 +112,10 @@ def new_operation(
     return record, event
 
 
+# A runner nobody answers for: the discard port on loopback, where nothing listens.
+GHOST = RunnerEndpoint("ghost", "127.0.0.1:9")
+
+
 def sqlite_journal(path: Path) -> Journal:
     url = f"sqlite:///{path}"
     migrate(url)
@@ -150,6 +154,18 @@ class Rig:
         runner = await start_runner(config)
         self.runners[name] = runner
         return runner
+
+    async def sized_dispatcher(self, slots: int, **options: Any) -> Dispatcher:
+        """One runner r1 with ``slots`` writable slots and a started dispatcher that has
+        read its pool sizes (so it routes only to free slots, issue 9)."""
+        await self.start_runner(slots=slots)
+        dispatcher = self.make_dispatcher(**options)
+        await dispatcher.start()
+        for _ in range(200):  # bounded: 10 s
+            if dispatcher.room.scheduler.known("r1"):
+                return dispatcher
+            await asyncio.sleep(0.05)
+        raise AssertionError("the runner's slot sizes never became known")
 
     def make_dispatcher(
         self,

@@ -6,22 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core.model import Execution, OpState
-from coordinator_svc.dispatcher import Dispatcher
 from coordinator_svc.storage import FakeJournal
-from tests.coordinator.dispatcher.rig import Rig
-
-
-async def _one_slot_runner(rig: Rig, **options: object) -> Dispatcher:
-    await rig.start_runner(slots=1)
-    dispatcher = rig.make_dispatcher(**options)
-    await dispatcher.start()
-    for _ in range(200):  # bounded: 10 s, until GetRunnerInfo was read
-        if dispatcher.room.scheduler.known("r1"):
-            return dispatcher
-        await asyncio.sleep(0.05)
-    raise AssertionError("the runner's slot sizes never became known")
+from tests.coordinator.dispatcher.rig import GHOST, Rig
 
 
 def test_a_flood_does_not_make_another_principal_wait_behind_it(tmp_path: Path) -> None:
@@ -31,7 +18,7 @@ def test_a_flood_does_not_make_another_principal_wait_behind_it(tmp_path: Path) 
     async def scenario() -> None:
         rig = Rig(tmp_path, FakeJournal())
         try:
-            await _one_slot_runner(rig)
+            await rig.sized_dispatcher(1)
             flood = [await rig.submit({"sleep_ms": "150"}, principal="flood") for _ in range(12)]
             await rig.wait_for(flood[0], lambda r: r.state is OpState.RUNNING)
             quiet = await rig.submit({"sleep_ms": "10"}, principal="quiet")
@@ -57,7 +44,7 @@ def test_a_turn_waiting_past_its_queue_timeout_ends_queue_timeout(tmp_path: Path
     async def scenario() -> None:
         rig = Rig(tmp_path, FakeJournal())
         try:
-            await _one_slot_runner(rig, queue_timeout=0.5)
+            await rig.sized_dispatcher(1, queue_timeout=0.5)
             holder = await rig.submit({"sleep_ms": "2500"})
             await rig.wait_for(holder, lambda r: r.state is OpState.RUNNING)
             waiting = await rig.submit()
@@ -80,7 +67,7 @@ def test_a_waiting_turn_says_what_it_waits_for(tmp_path: Path) -> None:
     async def scenario() -> None:
         rig = Rig(tmp_path, FakeJournal())
         try:
-            dispatcher = await _one_slot_runner(rig)
+            dispatcher = await rig.sized_dispatcher(1)
             holder = await rig.submit({"sleep_ms": "1500"})
             await rig.wait_for(holder, lambda r: r.state is OpState.RUNNING)
             first, second = await rig.submit(), await rig.submit()
@@ -110,8 +97,7 @@ def test_a_runner_that_is_gone_shows_on_the_turns_that_wait_for_it(tmp_path: Pat
     async def scenario() -> None:
         rig = Rig(tmp_path, FakeJournal())
         try:
-            ghost = RunnerEndpoint("ghost", "127.0.0.1:9")  # discard port: nothing listens
-            dispatcher = rig.make_dispatcher(extra=[ghost])
+            dispatcher = rig.make_dispatcher(extra=[GHOST])
             await dispatcher.start()
             op = await rig.submit()
             said = ""
@@ -139,8 +125,7 @@ def test_turns_for_a_runner_that_is_gone_wait_instead_of_preflighting_into_silen
     async def scenario() -> None:
         rig = Rig(tmp_path, FakeJournal())
         try:
-            ghost = RunnerEndpoint("ghost", "127.0.0.1:9")  # discard port: nothing listens
-            dispatcher = rig.make_dispatcher(extra=[ghost])
+            dispatcher = rig.make_dispatcher(extra=[GHOST])
             await dispatcher.start()
             ops = [await rig.submit() for _ in range(40)]
             await asyncio.sleep(3.0)  # many backoff periods (TIMINGS: 20 ms .. 200 ms)

@@ -53,7 +53,7 @@ def test_a_runner_is_sent_only_what_it_has_slots_for(tmp_path: Path) -> None:
     async def scenario() -> None:
         rig = Rig(tmp_path, FakeJournal())
         try:
-            await _sized_runner(rig, SLOTS)
+            await rig.sized_dispatcher(SLOTS)
             _, refused = await _run_turns(rig)
             assert refused == 0
         finally:
@@ -92,7 +92,7 @@ def test_a_turn_that_finds_every_runner_full_waits_without_a_dispatch(tmp_path: 
     async def scenario() -> None:
         rig = Rig(tmp_path, FakeJournal())
         try:
-            dispatcher = await _sized_runner(rig, 1)
+            dispatcher = await rig.sized_dispatcher(1)
             first = await rig.submit({"sleep_ms": "1500"})
             await rig.wait_for(first, lambda r: r.state is OpState.RUNNING)
             second = await rig.submit(max_attempts=1)
@@ -118,7 +118,7 @@ def test_a_turn_still_waiting_at_its_deadline_ends_timed_out_not_started(tmp_pat
     async def scenario() -> None:
         rig = Rig(tmp_path, FakeJournal())
         try:
-            dispatcher = await _sized_runner(rig, 1)
+            dispatcher = await rig.sized_dispatcher(1)
             first = await rig.submit({"sleep_ms": "3000"})
             await rig.wait_for(first, lambda r: r.state is OpState.RUNNING)
             record, event = new_operation()
@@ -158,7 +158,7 @@ def test_a_slot_another_coordinator_holds_is_waited_for_not_dispatched_to(
         rig = Rig(tmp_path, FakeJournal())
         other: Dispatcher | None = None
         try:
-            dispatcher = await _sized_runner(rig, 1)
+            dispatcher = await rig.sized_dispatcher(1)
             their_journal = FakeJournal()
             endpoint = RunnerEndpoint("r1", rig.runners["r1"].address)
             other = Dispatcher(their_journal, [endpoint], TIMINGS, ChangeFeed())
@@ -209,20 +209,3 @@ async def _poll(read: Callable[[], object], expected: object) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"never became {expected!r}; last {value!r}")
-
-
-async def _sized_runner(rig: Rig, slots: int) -> Dispatcher:
-    """One runner with ``slots`` writable slots and a dispatcher that knows its size."""
-    await rig.start_runner(slots=slots)
-    dispatcher = rig.make_dispatcher()
-    await dispatcher.start()
-    await _wait_sizes_known(dispatcher.room.scheduler.known, "r1")
-    return dispatcher
-
-
-async def _wait_sizes_known(known: Callable[[str], bool], runner: str) -> None:
-    for _ in range(200):  # bounded: 10 s
-        if known(runner):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the runner's slot sizes never became known")
