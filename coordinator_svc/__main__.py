@@ -34,6 +34,7 @@ from coordinator_svc.config import (
     parse_runner_spec,
 )
 from coordinator_svc.core.quotas import PrincipalLimits, parse_limits
+from turnwire import event_loop
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, MessageLimits, parse_byte_count
 
 PROG = "python -m coordinator_svc"
@@ -370,7 +371,7 @@ def _serve(args: argparse.Namespace) -> int:
         except Exception as exc:  # alembic and drivers raise many kinds; all mean "not migrated"
             return _fail(EXIT_FAILED, f"migration failed: {exc}")
     try:
-        return asyncio.run(_serve_until_signalled(config, args.shutdown_grace))
+        return event_loop.run(_serve_until_signalled(config, args.shutdown_grace))
     except TokensFileError as exc:
         return _fail(EXIT_USAGE, str(exc))
     except (JournalError, AddressInUseError) as exc:

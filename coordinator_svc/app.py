@@ -32,6 +32,7 @@ from coordinator_svc.dispatcher import Dispatcher
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import Journal
 from coordinator_svc.storage import open_journal
+from coordinator_svc.storage.cached import CachedJournal
 from turnwire.serving import RunningServer, ensure_port_free, start_server
 
 log = logging.getLogger("coordinator_svc")
@@ -117,6 +118,9 @@ async def start_coordinator(
 async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
     """Dispatcher (with C12 recovery) first, then the server; undo on failure."""
     config, feed = wiring.config, ChangeFeed()
+    # This coordinator is the journal's only writer (one per journal until
+    # issue 12): what it wrote last is served from memory (storage/cached.py).
+    journal = CachedJournal(journal)
     dispatcher = Dispatcher(
         journal,
         config.runners,

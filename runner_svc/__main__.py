@@ -18,6 +18,7 @@ from pathlib import Path
 from runner_svc.app import RunnerConfig, start_runner
 from runner_svc.executor_sweep import ExecutorSweepError
 from runner_svc.storage.sqlite_store import StoreError
+from turnwire import event_loop
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, parse_byte_count
 from turnwire.serving import AddressInUseError, announce
 
@@ -170,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "migrate":
             return _migrate(args)
-        return asyncio.run(_serve(args))
+        return event_loop.run(_serve(args))
     except (StoreError, ExecutorSweepError, AddressInUseError, ValueError) as exc:
         print(f"runner: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -1,19 +1,21 @@
 """What differs between SQLite and PostgreSQL, in two small classes.
 
-Everything else in ``sql.SqlJournal`` is the same SQL on both. A backend
-knows how to make a correctly configured engine, how to write an
-``INSERT … ON CONFLICT DO NOTHING``, how to lock a row for a claim (§5), and
-how many threads may talk to the database at once.
+Everything else in ``sql.SqlJournal`` is the same code on both (the SQL text
+differs only where ``statements`` says). A backend knows how to make a
+correctly configured engine, how to begin, commit and roll back a
+transaction on a raw DBAPI connection, which driver errors mean "the
+database failed", and how many threads may talk to the database at once.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any, Protocol
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
 # Connection execution option: this transaction only reads (SQLite then
@@ -27,13 +29,27 @@ class Backend(Protocol):
     # Threads that may use the engine at once (the journal's executor size).
     worker_threads: int
 
+    # What the driver raises when the database fails (-> JournalUnavailable).
+    driver_errors: tuple[type[Exception], ...]
+
     def make_engine(self, url: sa.URL, busy_timeout: float) -> Engine: ...
 
-    def insert(self, table: sa.Table) -> Any:
-        """An INSERT that supports ``.on_conflict_do_nothing()``."""
+    def prepare_raw(self, connection: Any) -> None:
+        """Ready a DBAPI connection the journal keeps for its thread."""
         ...
 
-    def lock_for_claim(self, query: sa.Select[Any]) -> sa.Select[Any]: ...
+    def begin(self, cursor: Any, write: bool) -> bool:
+        """Open the transaction; False when the one statement of a read is
+        its own transaction already (nothing to commit)."""
+        ...
+
+    def commit(self, cursor: Any) -> None: ...
+
+    def rollback(self, cursor: Any) -> None: ...
+
+    def is_broken(self, connection: Any) -> bool:
+        """After a driver error: must this connection be thrown away?"""
+        ...
 
 
 class SqliteBackend:
@@ -79,11 +95,26 @@ class SqliteBackend:
 
         return engine
 
-    def insert(self, table: sa.Table) -> Any:
-        return sqlite.insert(table)
+    driver_errors: tuple[type[Exception], ...] = (sqlite3.Error,)
 
-    def lock_for_claim(self, query: sa.Select[Any]) -> sa.Select[Any]:
-        return query  # BEGIN IMMEDIATE already holds the database write lock
+    def prepare_raw(self, connection: Any) -> None:
+        pass  # the "connect" hook above set everything
+
+    def begin(self, cursor: Any, write: bool) -> bool:
+        # IMMEDIATE takes the write lock up front (see the hook above); a
+        # read is one SELECT, atomic on its own in WAL mode.
+        if write:
+            cursor.execute("BEGIN IMMEDIATE")
+        return write
+
+    def commit(self, cursor: Any) -> None:
+        cursor.execute("COMMIT")
+
+    def rollback(self, cursor: Any) -> None:
+        cursor.execute("ROLLBACK")
+
+    def is_broken(self, connection: Any) -> bool:
+        return False  # a file database stays usable after a failed statement
 
     @staticmethod
     def database_file(url: sa.URL) -> Path | None:
@@ -119,13 +150,27 @@ class PostgresBackend:
             },
         )
 
-    def insert(self, table: sa.Table) -> Any:
-        return postgresql.insert(table)
+    driver_errors: tuple[type[Exception], ...] = (psycopg.Error,)
 
-    def lock_for_claim(self, query: sa.Select[Any]) -> sa.Select[Any]:
-        # A row another replica is claiming or writing is skipped, not waited
-        # for: that replica is busy with it, so this one moves on (§5).
-        return query.with_for_update(skip_locked=True)
+    def prepare_raw(self, connection: Any) -> None:
+        # Autocommit, with explicit BEGIN/COMMIT around writes: a read is one
+        # round trip instead of three (BEGIN, SELECT, ROLLBACK).
+        connection.rollback()
+        connection.autocommit = True
+
+    def begin(self, cursor: Any, write: bool) -> bool:
+        if write:
+            cursor.execute("BEGIN")
+        return write
+
+    def commit(self, cursor: Any) -> None:
+        cursor.execute("COMMIT")
+
+    def rollback(self, cursor: Any) -> None:
+        cursor.execute("ROLLBACK")
+
+    def is_broken(self, connection: Any) -> bool:
+        return bool(connection.closed or connection.broken)
 
 
 def backend_for(url: sa.URL) -> SqliteBackend | PostgresBackend:

@@ -1,12 +1,17 @@
-"""The Journal on SQLite and PostgreSQL (SQLAlchemy Core, sync, off the event loop).
+"""The Journal on SQLite and PostgreSQL: fixed statements on long-lived connections.
 
 Every method runs one short transaction in a worker thread (one thread for
 SQLite, a small pool for PostgreSQL, see ``backends``), so the event loop
-never blocks on the database. The write rules are ``rules``; this module
+never blocks on the database. Each worker thread checks one DBAPI connection
+out of the engine's pool the first time it needs one and keeps it (the
+engine's connect hooks set the pragmas and timeouts) until it breaks or the
+journal closes. The statements are ``statements.Statements``: fixed text,
+prepared once per connection. The write rules are ``rules``; this module
 adds the transaction, the compare-and-set and the unique keys.
 
 Fail closed: any database error becomes ``JournalUnavailable`` and its
-transaction is rolled back, so nothing is half-written. A caller whose await
+transaction is rolled back, so nothing is half-written; a connection that
+broke is dropped and the next call takes a fresh one. A caller whose await
 is cancelled mid-write cannot know whether the write committed; it reloads.
 """
 
@@ -15,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Callable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
@@ -24,7 +30,6 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from coordinator_svc.core.model import (
-    TERMINAL_STATES,
     AttemptRecord,
     Change,
     EventRecord,
@@ -47,24 +52,58 @@ from coordinator_svc.storage.backends import (
     SqliteBackend,
     backend_for,
 )
-from coordinator_svc.storage.rows import from_row, to_row
-from coordinator_svc.storage.tables import attempts, events, operations
+from coordinator_svc.storage.statements import Dialect, Statements
 
 T = TypeVar("T")
-
-_TERMINAL_NAMES = sorted(state.value for state in TERMINAL_STATES)
-_OP = operations.c
+Cursor = Any  # a DBAPI cursor (sqlite3 or psycopg)
 
 
-def _mutable_columns(record: OperationRecord) -> dict[str, Any]:
-    """The row minus what acceptance fixed (rules checked it is unchanged):
-    a commit never resends the envelope, which may be large."""
-    row = to_row(record)
-    return {name: value for name, value in row.items() if name not in rules.IMMUTABLE_FIELDS}
+class _Connections:
+    """One DBAPI connection per worker thread, kept checked out of the pool."""
+
+    def __init__(self, engine: Engine, backend: Backend) -> None:
+        self._engine = engine
+        self._backend = backend
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._open: set[Any] = set()
+
+    def current(self) -> Any:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = self._engine.raw_connection()
+            try:
+                self._backend.prepare_raw(connection.dbapi_connection)
+            except BaseException:
+                connection.invalidate()
+                raise
+            self._local.connection = connection
+            with self._lock:
+                self._open.add(connection)
+        return connection
+
+    def drop(self) -> None:
+        """Forget this thread's connection after it failed: never reuse a
+        connection whose state is unknown."""
+        connection = getattr(self._local, "connection", None)
+        self._local.connection = None
+        if connection is not None:
+            with self._lock:
+                self._open.discard(connection)
+            # Already broken: the pool makes a new one when next asked.
+            with contextlib.suppress(Exception):
+                connection.invalidate()
+
+    def close_all(self) -> None:
+        with self._lock:
+            connections, self._open = self._open, set()
+        for connection in connections:
+            with contextlib.suppress(Exception):  # closing at shutdown: nothing to keep
+                connection.close()
 
 
-def _op_order(query: sa.Select[Any]) -> sa.Select[Any]:
-    return query.order_by(_OP.created_at, _OP.operation_id)
+class _StaleConnection(Exception):
+    """A kept connection was found dead before anything was written on it."""
 
 
 class SqlJournal:
@@ -73,6 +112,8 @@ class SqlJournal:
     def __init__(self, engine: Engine, backend: Backend) -> None:
         self._engine = engine
         self._backend = backend
+        self._sql = Statements(Dialect(backend.name))
+        self._connections = _Connections(engine, backend)
         self._executor = ThreadPoolExecutor(
             max_workers=backend.worker_threads, thread_name_prefix=f"journal-{backend.name}"
         )
@@ -95,32 +136,83 @@ class SqlJournal:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(work, *args))
 
-    async def _write(self, work: Callable[..., tuple[T, bool]], *args: Any) -> T:
-        """Run a write; count it if it committed a change."""
-        value, wrote = await self._call(work, *args)
+    async def _write(self, work: Callable[[Cursor], tuple[T, bool]]) -> T:
+        """Run ``work`` in one write transaction; count it if it committed a change."""
+        done: tuple[T, bool] = await self._call(self._transaction, work, True)
+        value, wrote = done
         if wrote:
             self._commits += 1
         return value
 
-    @contextlib.contextmanager
-    def _transaction(self, *, read_only: bool = False) -> Iterator[sa.Connection]:
-        """One transaction; commits on success, rolls back on any exception.
+    async def _read(self, work: Callable[[Cursor], T]) -> T:
+        return await self._call(self._transaction, work, False)
 
-        Database errors surface as JournalUnavailable; our own errors
-        (StaleVersion, InvalidWrite, ...) pass through after the rollback.
+    def _transaction(self, work: Callable[[Cursor], T], write: bool) -> T:
+        """``work(cursor)`` in one transaction (worker thread): commits on success,
+        rolls back on any exception. Database errors surface as JournalUnavailable;
+        our own errors (StaleVersion, InvalidWrite, ...) pass through after the
+        rollback.
+
+        A kept connection can have died while idle (a server restart, a
+        terminated backend): that shows only when it is used. If it fails
+        before anything could have been written (a read, or a write's BEGIN),
+        the transaction runs once more on a fresh connection; after that, a
+        failure is the database's answer.
         """
         try:
-            with self._engine.connect() as connection:
-                connection.execution_options(**{READ_ONLY: read_only})
-                with connection.begin():
-                    yield connection
+            return self._attempt(work, write)
+        except _StaleConnection:
+            return self._attempt(work, write, retry=False)
+
+    def _attempt(self, work: Callable[[Cursor], T], write: bool, *, retry: bool = True) -> T:
+        backend = self._backend
+        try:
+            connection = self._connections.current().dbapi_connection
         except sa.exc.SQLAlchemyError as error:
             raise JournalUnavailable(f"journal database error: {error}") from error
+        except backend.driver_errors as error:
+            raise JournalUnavailable(f"journal database error: {error}") from error
+        cursor = connection.cursor()
+        began = False
+        wrote_nothing = True
+        try:
+            try:
+                began = backend.begin(cursor, write)
+                wrote_nothing = not write
+                value = work(cursor)
+                if began:
+                    backend.commit(cursor)
+                return value
+            except BaseException:
+                if began:
+                    self._roll_back(cursor)
+                raise
+            finally:
+                cursor.close()
+        except backend.driver_errors as error:
+            if backend.is_broken(connection):
+                self._connections.drop()
+                if retry and wrote_nothing:
+                    raise _StaleConnection from error
+            raise JournalUnavailable(f"journal database error: {error}") from error
 
-    def _select_ops(self, query: sa.Select[Any]) -> list[OperationRecord]:
-        with self._transaction(read_only=True) as connection:
-            rows = connection.execute(query).mappings().all()
-        return [from_row(OperationRecord, row) for row in rows]
+    def _roll_back(self, cursor: Cursor) -> None:
+        try:
+            self._backend.rollback(cursor)
+        except self._backend.driver_errors:
+            self._connections.drop()  # cannot say what state it is in: never reuse it
+
+    def _operations(self, statement: str, parameters: dict[str, Any]) -> list[OperationRecord]:
+        def work(cursor: Cursor) -> list[OperationRecord]:
+            cursor.execute(statement, parameters)
+            decode = self._sql.operation.decode
+            return [decode(row) for row in cursor.fetchall()]
+
+        return self._transaction(work, False)
+
+    async def _one(self, statement: str, parameters: dict[str, Any]) -> OperationRecord | None:
+        found = await self._call(self._operations, statement, parameters)
+        return found[0] if found else None
 
     # -- submit (C1) ----------------------------------------------------------
 
@@ -128,58 +220,46 @@ class SqlJournal:
         self, operation: OperationRecord, first_event: EventRecord
     ) -> tuple[OperationRecord, bool]:
         stored, event = rules.prepare_submit(operation, first_event)
-        return await self._write(self._submit, stored, event)
+        sql = self._sql
 
-    def _submit(
-        self, stored: OperationRecord, event: EventRecord
-    ) -> tuple[tuple[OperationRecord, bool], bool]:
-        with self._transaction() as connection:
+        def work(cursor: Cursor) -> tuple[tuple[OperationRecord, bool], bool]:
             # RETURNING says whether this insert made the row; rowcount after
             # ON CONFLICT DO NOTHING is not reliable across drivers.
-            insert = (
-                self._backend.insert(operations)
-                .values(to_row(stored))
-                .on_conflict_do_nothing()
-                .returning(_OP.operation_id)
-            )
-            if connection.execute(insert).first() is not None:
-                connection.execute(sa.insert(events).values(to_row(event)))
+            cursor.execute(sql.insert_operation, sql.operation.encode(stored))
+            if cursor.fetchone() is not None:
+                cursor.execute(sql.insert_event, sql.event.encode(event))
                 return (stored, False), True
-            by_key = sa.select(operations).where(
-                _OP.principal == stored.principal,
-                _OP.idempotency_key_digest == stored.idempotency_key_digest,
+            cursor.execute(
+                sql.by_key,
+                {
+                    "principal": stored.principal,
+                    "idempotency_key_digest": stored.idempotency_key_digest,
+                },
             )
-            row = connection.execute(by_key).mappings().first()
-        if row is None:
-            raise InvalidWrite(f"operation id {stored.operation_id} already exists")
-        existing = from_row(OperationRecord, row)
-        if existing.request_digest != stored.request_digest:
-            raise IdempotencyKeyReused(existing.operation_id)
-        return (existing, True), False
+            row = cursor.fetchone()
+            if row is None:
+                raise InvalidWrite(f"operation id {stored.operation_id} already exists")
+            existing = sql.operation.decode(row)
+            if existing.request_digest != stored.request_digest:
+                raise IdempotencyKeyReused(existing.operation_id)
+            return (existing, True), False
+
+        return await self._write(work)
 
     # -- reads ----------------------------------------------------------------
 
     async def get(self, operation_id: str) -> OperationRecord | None:
-        found = await self._call(
-            self._select_ops, sa.select(operations).where(_OP.operation_id == operation_id)
-        )
-        return found[0] if found else None
+        return await self._one(self._sql.get, {"operation_id": operation_id})
 
     async def get_for_principal(self, principal: str, operation_id: str) -> OperationRecord | None:
-        query = sa.select(operations).where(
-            _OP.operation_id == operation_id, _OP.principal == principal
-        )
-        found = await self._call(self._select_ops, query)
-        return found[0] if found else None
+        parameters = {"operation_id": operation_id, "principal": principal}
+        return await self._one(self._sql.get_for_principal, parameters)
 
     async def by_idempotency_key(
         self, principal: str, idempotency_key_digest: str
     ) -> OperationRecord | None:
-        query = sa.select(operations).where(
-            _OP.principal == principal, _OP.idempotency_key_digest == idempotency_key_digest
-        )
-        found = await self._call(self._select_ops, query)
-        return found[0] if found else None
+        parameters = {"principal": principal, "idempotency_key_digest": idempotency_key_digest}
+        return await self._one(self._sql.by_key, parameters)
 
     async def list_for_principal(
         self,
@@ -188,112 +268,91 @@ class SqlJournal:
         limit: int,
         after: PageCursor | None,
     ) -> list[OperationRecord]:
-        query = sa.select(operations).where(_OP.principal == principal)
-        if states:
-            query = query.where(_OP.state.in_([state.value for state in states]))
+        statement, with_states = self._sql.listing(states, after is not None)
+        parameters: dict[str, Any] = {"principal": principal, "limit": max(limit, 0)}
         if after is not None:
             created_at = rules.as_utc(after.created_at, "cursor")
-            query = query.where(
-                sa.or_(
-                    _OP.created_at > created_at,
-                    sa.and_(_OP.created_at == created_at, _OP.operation_id > after.operation_id),
-                )
-            )
-        return await self._call(self._select_ops, _op_order(query).limit(max(limit, 0)))
+            parameters["after_created_at"] = self._sql.dialect.encode_time(created_at)
+            parameters["after_operation_id"] = after.operation_id
+        return await self._call(self._operations, statement, with_states(parameters))
 
     async def due(self, now: datetime, limit: int, *, queued: bool = True) -> list[OperationRecord]:
         now = rules.as_utc(now, "due time")
-        waiting = _TERMINAL_NAMES if queued else (*_TERMINAL_NAMES, OpState.QUEUED.value)
-        ready = sa.and_(
-            _OP.state.not_in(waiting),
-            sa.or_(_OP.next_action_at.is_(None), _OP.next_action_at <= now),
-        )
-        unreleased = sa.and_(_OP.state.in_(_TERMINAL_NAMES), _OP.released.is_(False))
-        query = sa.select(operations).where(sa.or_(ready, unreleased))
-        return await self._call(self._select_ops, _op_order(query).limit(max(limit, 0)))
+        statement = self._sql.due if queued else self._sql.due_not_queued
+        parameters = {"now": self._sql.dialect.encode_time(now), "limit": max(limit, 0)}
+        return await self._call(self._operations, statement, parameters)
 
     async def in_state(self, state: OpState, limit: int) -> list[OperationRecord]:
-        query = sa.select(operations).where(_OP.state == state.value)
-        return await self._call(self._select_ops, _op_order(query).limit(max(limit, 0)))
+        parameters = {"state": state.value, "limit": max(limit, 0)}
+        return await self._call(self._operations, self._sql.in_state, parameters)
 
     async def events(self, operation_id: str, after_sequence: int, limit: int) -> list[EventRecord]:
-        query = (
-            sa.select(events)
-            .where(events.c.operation_id == operation_id, events.c.sequence > after_sequence)
-            .order_by(events.c.sequence)
-            .limit(max(limit, 0))
-        )
-        return await self._call(self._select_rows, EventRecord, query)
+        sql = self._sql
+        parameters = {"operation_id": operation_id, "after": after_sequence, "limit": max(limit, 0)}
+
+        def work(cursor: Cursor) -> list[EventRecord]:
+            cursor.execute(sql.events, parameters)
+            return [sql.event.decode(row) for row in cursor.fetchall()]
+
+        return await self._read(work)
 
     async def attempts(self, operation_id: str) -> list[AttemptRecord]:
-        query = (
-            sa.select(attempts)
-            .where(attempts.c.operation_id == operation_id)
-            .order_by(attempts.c.number)
-        )
-        return await self._call(self._select_rows, AttemptRecord, query)
+        sql = self._sql
 
-    def _select_rows(self, record_type: type[Any], query: sa.Select[Any]) -> list[Any]:
-        with self._transaction(read_only=True) as connection:
-            rows = connection.execute(query).mappings().all()
-        return [from_row(record_type, row) for row in rows]
+        def work(cursor: Cursor) -> list[AttemptRecord]:
+            cursor.execute(sql.attempts, {"operation_id": operation_id})
+            return [sql.attempt.decode(row) for row in cursor.fetchall()]
+
+        return await self._read(work)
 
     # -- commit (C4, C13, §5) -------------------------------------------------
 
     async def commit(self, change: Change) -> OperationRecord:
         stored, event, attempt = rules.prepare_change(change)
-        return await self._write(self._commit, change, stored, event, attempt)
-
-    def _commit(
-        self,
-        change: Change,
-        stored: OperationRecord,
-        event: EventRecord | None,
-        attempt: AttemptRecord | None,
-    ) -> tuple[OperationRecord, bool]:
         before = change.before
-        with self._transaction() as connection:
-            compare_and_set = (
-                sa.update(operations)
-                .where(
-                    _OP.operation_id == before.operation_id,
-                    _OP.version == before.version,
-                    _OP.fencing_token == before.fencing_token,
-                    # Redundant with version unless `before` was not read from
-                    # here; then the edge check above judged the wrong state.
-                    _OP.state == before.state.value,
-                )
-                .values(_mutable_columns(stored))
-            )
-            if connection.execute(compare_and_set).rowcount != 1:
-                self._raise_conflict(connection, before)
-            if event is not None:
-                connection.execute(sa.insert(events).values(to_row(event)))
-            if attempt is not None:
-                connection.execute(sa.insert(attempts).values(to_row(attempt)))
-            for update in change.attempt_updates:
-                closed = connection.execute(
-                    sa.update(attempts)
-                    .where(
-                        attempts.c.operation_id == before.operation_id,
-                        attempts.c.number == update.number,
-                    )
-                    .values(outcome=update.outcome.value, detail=update.detail)
-                )
-                if closed.rowcount != 1:
-                    raise InvalidWrite(f"{before.operation_id}: no attempt {update.number}")
-        return stored, True
+        sql = self._sql
+        row = sql.operation.encode(stored)
+        parameters = {name: row[name] for name in sql.mutable_fields}
+        parameters.update(
+            where_operation_id=before.operation_id,
+            where_version=before.version,
+            where_fencing_token=before.fencing_token,
+            where_state=before.state.value,
+        )
 
-    @staticmethod
-    def _raise_conflict(connection: sa.Connection, before: OperationRecord) -> None:
-        current = connection.execute(
-            sa.select(_OP.version, _OP.fencing_token).where(_OP.operation_id == before.operation_id)
-        ).first()
+        def work(cursor: Cursor) -> tuple[OperationRecord, bool]:
+            cursor.execute(sql.compare_and_set, parameters)
+            if cursor.rowcount != 1:
+                self._raise_conflict(cursor, before)
+            if event is not None:
+                cursor.execute(sql.insert_event, sql.event.encode(event))
+            if attempt is not None:
+                cursor.execute(sql.insert_attempt, sql.attempt.encode(attempt))
+            for update in change.attempt_updates:
+                cursor.execute(
+                    sql.close_attempt,
+                    {
+                        "outcome": update.outcome.value,
+                        "detail": update.detail,
+                        "operation_id": before.operation_id,
+                        "number": update.number,
+                    },
+                )
+                if cursor.rowcount != 1:
+                    raise InvalidWrite(f"{before.operation_id}: no attempt {update.number}")
+            return stored, True
+
+        return await self._write(work)
+
+    def _raise_conflict(self, cursor: Cursor, before: OperationRecord) -> None:
+        cursor.execute(self._sql.version_and_token, {"operation_id": before.operation_id})
+        current = cursor.fetchone()
         if current is None:
             raise InvalidWrite(f"operation {before.operation_id} does not exist")
-        if current.fencing_token != before.fencing_token:
-            raise LeaseLost(f"{before.operation_id}: fencing token is now {current.fencing_token}")
-        raise StaleVersion(f"{before.operation_id}: version is now {current.version}")
+        version, fencing_token = current
+        if fencing_token != before.fencing_token:
+            raise LeaseLost(f"{before.operation_id}: fencing token is now {fencing_token}")
+        raise StaleVersion(f"{before.operation_id}: version is now {version}")
 
     # -- claim (§5) -----------------------------------------------------------
 
@@ -301,35 +360,36 @@ class SqlJournal:
         self, operation_id: str, owner: str, now: datetime, ttl_seconds: float
     ) -> OperationRecord | None:
         now = rules.as_utc(now, "claim time")
-        return await self._write(self._claim, operation_id, owner, now, ttl_seconds)
+        sql = self._sql
 
-    def _claim(
-        self, operation_id: str, owner: str, now: datetime, ttl_seconds: float
-    ) -> tuple[OperationRecord | None, bool]:
-        with self._transaction() as connection:
-            query = self._backend.lock_for_claim(
-                sa.select(operations).where(_OP.operation_id == operation_id)
-            )
-            row = connection.execute(query).mappings().first()
+        def work(cursor: Cursor) -> tuple[OperationRecord | None, bool]:
+            cursor.execute(sql.claim_read, {"operation_id": operation_id})
+            row = cursor.fetchone()
             if row is None:
                 return None, False
-            current = from_row(OperationRecord, row)
+            current = sql.operation.decode(row)
             updated = rules.claimed(current, owner, now, ttl_seconds)
             if updated is None:
                 return None, False
-            taken = connection.execute(
-                sa.update(operations)
-                .where(_OP.operation_id == operation_id, _OP.version == current.version)
-                .values(
-                    lease_owner=updated.lease_owner,
-                    lease_expires_at=updated.lease_expires_at,
-                    fencing_token=updated.fencing_token,
-                    version=updated.version,
-                )
+            expires = updated.lease_expires_at
+            cursor.execute(
+                sql.claim_write,
+                {
+                    "lease_owner": updated.lease_owner,
+                    "lease_expires_at": None
+                    if expires is None
+                    else sql.dialect.encode_time(expires),
+                    "fencing_token": updated.fencing_token,
+                    "version": updated.version,
+                    "operation_id": operation_id,
+                    "where_version": current.version,
+                },
             )
-            if taken.rowcount != 1:  # the lock above makes this unreachable; never assume
+            if cursor.rowcount != 1:  # the lock above makes this unreachable; never assume
                 return None, False
-        return updated, True
+            return updated, True
+
+        return await self._write(work)
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -339,6 +399,7 @@ class SqlJournal:
             return
         self._closed = True
         await asyncio.to_thread(self._executor.shutdown, True)
+        await asyncio.to_thread(self._connections.close_all)
         await asyncio.to_thread(self._engine.dispose)
 
 

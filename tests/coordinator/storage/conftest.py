@@ -26,13 +26,22 @@ class Backend:
     url: str | None
     _opened: list[Any] = field(default_factory=list)
     _fake: FakeJournal | None = None
+    # The coordinator's own stack: SQLite behind the write-through cache. Like
+    # the fake, every open() in a run is the same handle (one writer).
+    cached: bool = False
 
     def open(self) -> Journal:
         if self._fake is not None:
             return self._fake
         from coordinator_svc.storage import open_journal
+        from coordinator_svc.storage.cached import CachedJournal
 
         assert self.url is not None
+        if self.cached:
+            if not self._opened:
+                self._opened.append(CachedJournal(open_journal(self.url)))
+            journal: Journal = self._opened[0]
+            return journal
         journal = open_journal(self.url)
         self._opened.append(journal)
         return journal
@@ -80,9 +89,31 @@ def emptied(url: str) -> str:
     return url
 
 
-@pytest.fixture(params=["fake", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=[
+        "fake",
+        "sqlite",
+        "cached-sqlite",
+        pytest.param("postgresql", marks=pytest.mark.postgres),
+    ]
+)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     """A fresh, empty journal store of each kind."""
+    if request.param == "fake":
+        yield Backend("fake", None, _fake=FakeJournal())
+    elif request.param == "sqlite":
+        yield Backend("sqlite", migrated(f"sqlite:///{tmp_path / 'journal.db'}"))
+    elif request.param == "cached-sqlite":
+        url = migrated(f"sqlite:///{tmp_path / 'journal.db'}")
+        yield Backend("cached-sqlite", url, cached=True)
+    else:
+        yield Backend("postgresql", emptied(request.getfixturevalue("module_postgres_journal")))
+
+
+@pytest.fixture(params=["fake", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def leasing_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """The stores that take §5 leases (ports.LeasingJournal). The write-through
+    cache is not one: it serves a journal with one writer, so it takes no leases."""
     if request.param == "fake":
         yield Backend("fake", None, _fake=FakeJournal())
     elif request.param == "sqlite":

@@ -239,3 +239,37 @@ def test_postgres_row_lock_held_elsewhere_fails_closed(postgres_url: str) -> Non
             await journal.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.postgres
+def test_postgres_connections_ended_while_idle_are_replaced_without_an_error(
+    postgres_url: str, postgres_cluster: Any
+) -> None:
+    """Storage: the journal keeps its connections; when the server ends them while
+    they are idle (a restart, a terminated backend), the next reads and writes run
+    on fresh connections and succeed: nothing had been sent on the dead ones."""
+    migrate(postgres_url)
+    database = sa.make_url(postgres_url).database
+
+    async def scenario() -> None:
+        journal = open_journal(postgres_url, busy_timeout=2)
+        try:
+            operation = new_operation(1)
+            stored, _ = await journal.submit(operation, first_event(operation))
+            # Several calls at once, so several worker threads hold a connection.
+            before = (
+                await asyncio.gather(*(_snapshot(journal, stored.operation_id) for _ in range(8)))
+            )[0]
+            postgres_cluster.admin(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                f"WHERE datname = '{database}' AND pid <> pg_backend_pid()"
+            )
+            for snapshot in await asyncio.gather(
+                *(_snapshot(journal, stored.operation_id) for _ in range(8))
+            ):
+                assert snapshot == before
+            assert (await journal.commit(dispatch(stored))).state == OpState.DISPATCHING
+        finally:
+            await journal.close()
+
+    asyncio.run(scenario())

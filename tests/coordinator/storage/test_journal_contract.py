@@ -238,7 +238,7 @@ def test_racing_commits_from_one_version_let_exactly_one_win(backend: Backend) -
     backend.run(scenario)
 
 
-def test_commit_after_lease_takeover_raises_lease_lost(backend: Backend) -> None:
+def test_commit_after_lease_takeover_raises_lease_lost(leasing_backend: Backend) -> None:
     """§5/§8.7: a replica whose fencing token moved on changes no row (LeaseLost)."""
 
     async def scenario(journal: Journal) -> None:
@@ -253,7 +253,7 @@ def test_commit_after_lease_takeover_raises_lease_lost(backend: Backend) -> None
         assert await journal.get(stored.operation_id) == theirs
         assert await journal.attempts(stored.operation_id) == []
 
-    backend.run(scenario)
+    leasing_backend.run(scenario)
 
 
 def test_illegal_transition_is_refused_and_changes_nothing(backend: Backend) -> None:
@@ -447,7 +447,7 @@ def test_in_state_lists_operations_in_one_state(backend: Backend) -> None:
     backend.run(scenario)
 
 
-def test_claim_takes_renews_refuses_and_fences_on_takeover(backend: Backend) -> None:
+def test_claim_takes_renews_refuses_and_fences_on_takeover(leasing_backend: Backend) -> None:
     """§5: claim takes a free/expired/own lease, refuses a live one, bumps the token on takeover."""
 
     async def scenario(journal: Journal) -> None:
@@ -467,14 +467,14 @@ def test_claim_takes_renews_refuses_and_fences_on_takeover(backend: Backend) -> 
         assert await journal.get(op_id) == taken
         assert await journal.claim("op-none", "a", T0, 10) is None
 
-    backend.run(scenario)
+    leasing_backend.run(scenario)
 
 
-def test_racing_claims_from_two_replicas_give_one_lease(backend: Backend) -> None:
+def test_racing_claims_from_two_replicas_give_one_lease(leasing_backend: Backend) -> None:
     """§5: two replicas claiming one operation at once: exactly one holds the lease."""
 
     async def scenario(journal: Journal) -> None:
-        other_handle = backend.open()
+        other_handle = leasing_backend.open()
         stored = await _submitted(journal)
         results = await asyncio.gather(
             *(
@@ -486,10 +486,10 @@ def test_racing_claims_from_two_replicas_give_one_lease(backend: Backend) -> Non
         assert len(winners) == 1
         assert await journal.get(stored.operation_id) == winners[0]
 
-    backend.run(scenario)
+    leasing_backend.run(scenario)
 
 
-def test_commits_counts_committed_write_transactions(backend: Backend) -> None:
+def test_commits_counts_committed_write_transactions(leasing_backend: Backend) -> None:
     """bench: commits counts submit, commit and claim writes, not reads, replays or refusals."""
 
     async def scenario(journal: Journal) -> None:
@@ -506,7 +506,7 @@ def test_commits_counts_committed_write_transactions(backend: Backend) -> None:
         assert await journal.claim(stored.operation_id, "b", T0, 10) is None
         assert journal.commits - start == 3
 
-    backend.run(scenario)
+    leasing_backend.run(scenario)
 
 
 def test_writes_for_unknown_or_duplicate_ids_are_refused(backend: Backend) -> None:

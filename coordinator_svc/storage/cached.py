@@ -1,0 +1,252 @@
+"""A write-through cache in front of a journal: no re-reading what this process wrote.
+
+A turn's reads were mostly of rows the same coordinator had just written:
+the dispatcher loads the operation and its attempts before every decision,
+and every WatchOperation stream reloads the operation and its events after
+every change (~15 reads a turn, measured by bench/e2e.py for issue 10). The
+coordinator is the journal's only writer (one coordinator per journal until
+issue 12 wires §5 ownership), so what it committed last *is* the row: this
+wrapper keeps, per recently used operation, the stored record and, once
+known in full, its attempts and its events, and answers those reads from
+memory.
+
+What keeps it true:
+- Every write goes through to the journal first; the cache changes only
+  after the journal committed, and only forward (a higher ``version``): a
+  read that raced a commit can never put an older row back.
+- The compare-and-set still guards every commit. A StaleVersion or
+  LeaseLost means someone else wrote: the entry is dropped and the next read
+  goes to the database. Any other failure drops it too (the write may or may
+  not have committed: the database knows, the cache must not guess).
+- Events and attempts are cached only as complete lists (from sequence or
+  number 1 up to what the record says), then extended by our own commits.
+- Scans (due, in_state, listings) always read the database.
+- At most ``capacity`` operations are kept (least recently used goes first),
+  and an operation leaves as soon as it is terminal and released: memory
+  stays bounded however long the coordinator runs.
+
+Use it only where this process is the journal's only writer; another writer
+makes its reads stale (never its writes: the CAS refuses them).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from coordinator_svc.core.model import (
+    AttemptRecord,
+    Change,
+    EventRecord,
+    OperationRecord,
+    OpState,
+)
+from coordinator_svc.ports import Journal, PageCursor
+from coordinator_svc.storage import rules
+
+DEFAULT_CAPACITY = 4096
+
+
+@dataclass
+class _Entry:
+    record: OperationRecord
+    # Complete lists, or None while not known in full.
+    events: list[EventRecord] | None = None
+    attempts: list[AttemptRecord] | None = None
+
+
+class CachedJournal:
+    """The Journal port, answering reads of recently written operations from memory."""
+
+    def __init__(self, inner: Journal, *, capacity: int = DEFAULT_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.inner = inner
+        self._capacity = capacity
+        self._entries: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def commits(self) -> int:
+        return self.inner.commits
+
+    @property
+    def cached(self) -> int:
+        """Operations held in memory now (for tests and metrics)."""
+        return len(self._entries)
+
+    # -- the cache ------------------------------------------------------------
+
+    def _entry(self, operation_id: str) -> _Entry | None:
+        entry = self._entries.get(operation_id)
+        if entry is not None:
+            self._entries.move_to_end(operation_id)
+        return entry
+
+    def _learn(self, record: OperationRecord) -> _Entry | None:
+        """Keep ``record`` unless the cache already holds a newer one."""
+        entry = self._entries.get(record.operation_id)
+        if entry is not None:
+            if record.version > entry.record.version:
+                # Moved on without us seeing how: the lists may be incomplete.
+                self._entries[record.operation_id] = _Entry(record)
+            return self._entry(record.operation_id)
+        if record.state.terminal and record.released:
+            return None  # nothing more will happen to it: not worth memory
+        entry = _Entry(record)
+        self._entries[record.operation_id] = entry
+        while len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+        return entry
+
+    def _forget(self, operation_id: str) -> None:
+        self._entries.pop(operation_id, None)
+
+    # -- writes ---------------------------------------------------------------
+
+    async def submit(
+        self, operation: OperationRecord, first_event: EventRecord
+    ) -> tuple[OperationRecord, bool]:
+        stored, replayed = await self.inner.submit(operation, first_event)
+        entry = self._learn(stored)
+        if entry is not None and not replayed and entry.record.version == stored.version:
+            _, event = rules.prepare_submit(operation, first_event)
+            entry.events = [event]
+            entry.attempts = []
+        return stored, replayed
+
+    async def commit(self, change: Change) -> OperationRecord:
+        op_id = change.before.operation_id
+        try:
+            stored = await self.inner.commit(change)
+        except BaseException:
+            self._forget(op_id)  # conflict, failure or cancel: ask the database next
+            raise
+        if stored.state.terminal and stored.released:
+            self._forget(op_id)
+            return stored
+        _, event, attempt = rules.prepare_change(change)
+        entry = self._entries.get(op_id)
+        if entry is None or entry.record.version != change.before.version:
+            # Memory did not hold the row this change was made from (a read
+            # raced it, or it was evicted): keep just the record.
+            self._forget(op_id)
+            self._learn(stored)
+            return stored
+        entry.record = stored
+        if entry.events is not None and event is not None:
+            entry.events.append(event)
+        if entry.attempts is not None:
+            entry.attempts = _attempts_after(entry.attempts, change, attempt)
+        self._entries.move_to_end(op_id)
+        return stored
+
+    # -- reads ----------------------------------------------------------------
+
+    async def get(self, operation_id: str) -> OperationRecord | None:
+        entry = self._entry(operation_id)
+        if entry is not None:
+            self.hits += 1
+            return entry.record
+        self.misses += 1
+        record = await self.inner.get(operation_id)
+        if record is not None:
+            self._learn(record)
+        return record
+
+    async def get_for_principal(self, principal: str, operation_id: str) -> OperationRecord | None:
+        entry = self._entry(operation_id)
+        if entry is not None:
+            self.hits += 1
+            return entry.record if entry.record.principal == principal else None
+        self.misses += 1
+        record = await self.inner.get_for_principal(principal, operation_id)
+        if record is not None:
+            self._learn(record)
+        return record
+
+    async def events(self, operation_id: str, after_sequence: int, limit: int) -> list[EventRecord]:
+        entry = self._entry(operation_id)
+        if entry is not None and entry.events is not None:
+            self.hits += 1
+            return _page(entry.events, after_sequence, limit)
+        self.misses += 1
+        found = await self.inner.events(operation_id, after_sequence, limit)
+        entry = self._entry(operation_id)
+        if (
+            entry is not None
+            and after_sequence == 0
+            and len(found) == entry.record.last_event_sequence
+            and (not found or found[-1].sequence == entry.record.last_event_sequence)
+        ):
+            entry.events = list(found)
+        return found
+
+    async def attempts(self, operation_id: str) -> list[AttemptRecord]:
+        entry = self._entry(operation_id)
+        if entry is not None and entry.attempts is not None:
+            self.hits += 1
+            return list(entry.attempts)
+        self.misses += 1
+        found = await self.inner.attempts(operation_id)
+        entry = self._entry(operation_id)
+        if entry is not None and len(found) == entry.record.attempt_count:
+            entry.attempts = list(found)
+        return found
+
+    async def by_idempotency_key(
+        self, principal: str, idempotency_key_digest: str
+    ) -> OperationRecord | None:
+        return await self.inner.by_idempotency_key(principal, idempotency_key_digest)
+
+    async def list_for_principal(
+        self,
+        principal: str,
+        states: Sequence[OpState],
+        limit: int,
+        after: PageCursor | None,
+    ) -> list[OperationRecord]:
+        return await self.inner.list_for_principal(principal, states, limit, after)
+
+    async def due(self, now: datetime, limit: int, *, queued: bool = True) -> list[OperationRecord]:
+        return await self.inner.due(now, limit, queued=queued)
+
+    async def in_state(self, state: OpState, limit: int) -> list[OperationRecord]:
+        return await self.inner.in_state(state, limit)
+
+    async def close(self) -> None:
+        self._entries.clear()
+        await self.inner.close()
+
+
+def _page(events: list[EventRecord], after_sequence: int, limit: int) -> list[EventRecord]:
+    # Complete lists hold sequence n at index n - 1.
+    start = max(after_sequence, 0)
+    return events[start : start + max(limit, 0)]
+
+
+def _attempts_after(
+    attempts: list[AttemptRecord], change: Change, new_attempt: AttemptRecord | None
+) -> list[AttemptRecord]:
+    updates = {update.number: update for update in change.attempt_updates}
+    result = []
+    for attempt in attempts:
+        update = updates.get(attempt.number)
+        if update is not None:
+            attempt = AttemptRecord(
+                operation_id=attempt.operation_id,
+                number=attempt.number,
+                runner=attempt.runner,
+                incarnation_id=attempt.incarnation_id,
+                store_id=attempt.store_id,
+                sent_at=attempt.sent_at,
+                outcome=update.outcome,
+                detail=update.detail,
+            )
+        result.append(attempt)
+    if new_attempt is not None:
+        result.append(new_attempt)
+    return result

@@ -1,0 +1,271 @@
+"""The journal's hot-path SQL as fixed text, and the row codecs for each dialect.
+
+Why not SQLAlchemy Core here: building a statement, its cache key and its
+bind processors cost ~0.3 ms of CPU per call, several times the cost of the
+SQL itself, and a turn makes a dozen calls (issue 10, measured by
+bench/e2e.py). Each statement below is built once, from the table
+definitions in ``tables`` (so a column added there is added here), and the
+driver prepares it once per connection (sqlite3's statement cache,
+psycopg's automatic prepare). SQLAlchemy and Alembic keep the schema, the
+migrations and opening the journal.
+
+The codecs store exactly what SQLAlchemy stored before this module existed,
+so journals written by either read the same: on SQLite a datetime is UTC
+text ``YYYY-MM-DD HH:MM:SS.ffffff`` (text order is time order) and a boolean
+is 0/1; on PostgreSQL both are native (``timestamptz``, ``boolean``).
+``tests/coordinator/storage`` runs every statement on both dialects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
+
+import sqlalchemy as sa
+
+from coordinator_svc.core.model import (
+    TERMINAL_STATES,
+    AttemptOutcome,
+    AttemptRecord,
+    EventRecord,
+    Execution,
+    OperationRecord,
+    OpState,
+    ReplayPolicy,
+    StopReason,
+    TurnKind,
+)
+from coordinator_svc.storage import rules
+from coordinator_svc.storage.tables import attempts, events, operations
+
+R = TypeVar("R", OperationRecord, EventRecord, AttemptRecord)
+
+_ENUM_FIELDS: dict[str, type[enum.Enum]] = {
+    "kind": TurnKind,
+    "replay_policy": ReplayPolicy,
+    "state": OpState,
+    "execution": Execution,
+    "stop_reason": StopReason,
+    "from_state": OpState,
+    "to_state": OpState,
+    "outcome": AttemptOutcome,
+}
+_BYTES_FIELDS = frozenset({"envelope", "result"})
+_SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
+
+
+class Dialect:
+    """How one database spells parameters and stores times and booleans."""
+
+    def __init__(self, name: str) -> None:
+        if name not in ("sqlite", "postgresql"):
+            raise ValueError(f"no statements for dialect {name!r}")
+        self.name = name
+        self.sqlite = name == "sqlite"
+
+    def sql(self, text: str) -> str:
+        """``text`` with ``:name`` parameters in this driver's style."""
+        if self.sqlite:
+            return text  # sqlite3 takes :name as it is
+        return re.sub(r"(?<![:\w]):([a-z_][a-z0-9_]*)", r"%(\1)s", text)
+
+    def encode_time(self, value: datetime) -> Any:
+        value = rules.as_utc(value, "stored time")
+        return value.strftime(_SQLITE_TIME) if self.sqlite else value
+
+    def decode_time(self, value: Any) -> datetime:
+        if isinstance(value, str):  # SQLite keeps UTC as naive text
+            return datetime.fromisoformat(value).replace(tzinfo=UTC)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
+        return value.astimezone(UTC)  # type: ignore[no-any-return]
+
+
+def _field_kinds(record_type: type[Any]) -> list[tuple[str, str]]:
+    """(field name, how it is stored) for every field, in declaration order."""
+    kinds = []
+    for field in dataclasses.fields(record_type):
+        annotation = str(field.type)
+        if field.name in _ENUM_FIELDS:
+            kind = "enum"
+        elif field.name in _BYTES_FIELDS:
+            kind = "bytes"
+        elif "datetime" in annotation:
+            kind = "time"
+        elif annotation.startswith("bool"):
+            kind = "bool"
+        else:
+            kind = "plain"
+        kinds.append((field.name, kind))
+    return kinds
+
+
+class Codec(Generic[R]):
+    """One record type <-> one table row, for one dialect (converters built once)."""
+
+    def __init__(self, record_type: type[R], table: sa.Table, dialect: Dialect) -> None:
+        self.record_type: type[R] = record_type
+        self.fields = _field_kinds(record_type)
+        names = [name for name, _ in self.fields]
+        if set(names) != set(table.columns.keys()):  # tests/coordinator/storage pins this too
+            raise AssertionError(f"{table.name}: columns and {record_type.__name__} differ")
+        self.columns = ", ".join(names)
+        self._encoders = [(name, self._encoder(kind, dialect)) for name, kind in self.fields]
+        self._decoders = [self._decoder(name, kind, dialect) for name, kind in self.fields]
+
+    @staticmethod
+    def _encoder(kind: str, dialect: Dialect) -> Callable[[Any], Any] | None:
+        if kind == "enum":
+            return lambda value: value.value
+        if kind == "time":
+            return dialect.encode_time
+        if kind == "bool" and dialect.sqlite:
+            return int
+        return None
+
+    @staticmethod
+    def _decoder(name: str, kind: str, dialect: Dialect) -> Callable[[Any], Any] | None:
+        if kind == "enum":
+            return _ENUM_FIELDS[name]
+        if kind == "time":
+            return dialect.decode_time
+        if kind == "bool":
+            return bool
+        if kind == "bytes":
+            return bytes  # some drivers hand back memoryview
+        return None
+
+    def encode(self, record: R, prefix: str = "") -> dict[str, Any]:
+        row: dict[str, Any] = {}
+        for name, encoder in self._encoders:
+            value = getattr(record, name)
+            if value is not None and encoder is not None:
+                value = encoder(value)
+            row[prefix + name] = value
+        return row
+
+    def decode(self, row: Sequence[Any]) -> R:
+        values = [
+            value if value is None or decoder is None else decoder(value)
+            for value, decoder in zip(row, self._decoders, strict=True)
+        ]
+        record: R = self.record_type(*values)
+        return record
+
+
+def _terminal_list() -> str:
+    # Literal state names (our own enum values, never input): they let the
+    # planner use the (state, next_action_at) index like any constant.
+    return ", ".join(f"'{state.value}'" for state in sorted(TERMINAL_STATES, key=str))
+
+
+class Statements:
+    """Every hot-path statement of the journal, as text for one dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        sql = dialect.sql
+        self.operation = Codec(OperationRecord, operations, dialect)
+        self.event = Codec(EventRecord, events, dialect)
+        self.attempt = Codec(AttemptRecord, attempts, dialect)
+        op_columns = self.operation.columns
+        select_op = f"SELECT {op_columns} FROM operations"
+        order = " ORDER BY created_at, operation_id LIMIT :limit"
+
+        self.insert_operation = sql(
+            f"INSERT INTO operations ({op_columns}) VALUES ({_params(self.operation)})"
+            " ON CONFLICT DO NOTHING RETURNING operation_id"
+        )
+        self.insert_event = sql(
+            f"INSERT INTO events ({self.event.columns}) VALUES ({_params(self.event)})"
+        )
+        self.insert_attempt = sql(
+            f"INSERT INTO attempts ({self.attempt.columns}) VALUES ({_params(self.attempt)})"
+        )
+        self.get = sql(f"{select_op} WHERE operation_id = :operation_id")
+        self.get_for_principal = sql(
+            f"{select_op} WHERE operation_id = :operation_id AND principal = :principal"
+        )
+        self.by_key = sql(
+            f"{select_op} WHERE principal = :principal"
+            " AND idempotency_key_digest = :idempotency_key_digest"
+        )
+        self.select_operations = select_op
+        terminal = _terminal_list()
+        unreleased = f"(state IN ({terminal}) AND NOT released)"
+        ready = "(next_action_at IS NULL OR next_action_at <= :now)"
+        self.due = sql(
+            f"{select_op} WHERE (state NOT IN ({terminal}) AND {ready}) OR {unreleased}{order}"
+        )
+        self.due_not_queued = sql(
+            f"{select_op} WHERE (state NOT IN ({terminal}, '{OpState.QUEUED.value}')"
+            f" AND {ready}) OR {unreleased}{order}"
+        )
+        self.in_state = sql(f"{select_op} WHERE state = :state{order}")
+        self.events = sql(
+            f"SELECT {self.event.columns} FROM events WHERE operation_id = :operation_id"
+            " AND sequence > :after ORDER BY sequence LIMIT :limit"
+        )
+        self.attempts = sql(
+            f"SELECT {self.attempt.columns} FROM attempts WHERE operation_id = :operation_id"
+            " ORDER BY number"
+        )
+        mutable = [name for name, _ in self.operation.fields if name not in rules.IMMUTABLE_FIELDS]
+        self.mutable_fields = tuple(mutable)
+        self.compare_and_set = sql(
+            "UPDATE operations SET "
+            + ", ".join(f"{name} = :{name}" for name in mutable)
+            # state: redundant with version unless `before` was not read from
+            # here; then the edge check judged the wrong state.
+            + " WHERE operation_id = :where_operation_id AND version = :where_version"
+            " AND fencing_token = :where_fencing_token AND state = :where_state"
+        )
+        self.version_and_token = sql(
+            "SELECT version, fencing_token FROM operations WHERE operation_id = :operation_id"
+        )
+        self.close_attempt = sql(
+            "UPDATE attempts SET outcome = :outcome, detail = :detail"
+            " WHERE operation_id = :operation_id AND number = :number"
+        )
+        lock = "" if dialect.sqlite else " FOR UPDATE SKIP LOCKED"
+        # SQLite: BEGIN IMMEDIATE already holds the database write lock. On
+        # PostgreSQL a row another replica is claiming or writing is skipped,
+        # not waited for: that replica is busy with it (§5).
+        self.claim_read = sql(f"{select_op} WHERE operation_id = :operation_id{lock}")
+        self.claim_write = sql(
+            "UPDATE operations SET lease_owner = :lease_owner,"
+            " lease_expires_at = :lease_expires_at, fencing_token = :fencing_token,"
+            " version = :version WHERE operation_id = :operation_id AND version = :where_version"
+        )
+
+    def listing(
+        self, states: Sequence[OpState], after: bool
+    ) -> tuple[str, Callable[[Mapping[str, Any]], dict[str, Any]]]:
+        """list_for_principal's statement (its shape depends on the filter) and
+        a function that adds the state parameters to the others."""
+        clauses = ["principal = :principal"]
+        names = [f"state_{index}" for index in range(len(states))]
+        if states:
+            clauses.append(f"state IN ({', '.join(':' + name for name in names)})")
+        if after:
+            clauses.append(
+                "(created_at > :after_created_at OR"
+                " (created_at = :after_created_at AND operation_id > :after_operation_id))"
+            )
+        text = self.dialect.sql(
+            f"{self.select_operations} WHERE {' AND '.join(clauses)}"
+            " ORDER BY created_at, operation_id LIMIT :limit"
+        )
+
+        def parameters(others: Mapping[str, Any]) -> dict[str, Any]:
+            return {**others, **{n: s.value for n, s in zip(names, states, strict=True)}}
+
+        return text, parameters
+
+
+def _params(codec: Codec[Any]) -> str:
+    return ", ".join(f":{name}" for name, _ in codec.fields)
