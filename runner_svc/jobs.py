@@ -116,7 +116,6 @@ class JobRunner:
         pools: SlotPools,
         *,
         cancel_grace_seconds: float,
-        on_change: Callable[[], None],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -125,7 +124,6 @@ class JobRunner:
         self.incarnation_id = store.incarnation_id
         self.jobs: dict[str, Job] = {}
         self._grace = cancel_grace_seconds
-        self._on_change = on_change
         self._clock = clock
         self._locks = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
 
@@ -298,7 +296,6 @@ class JobRunner:
             log.exception("start confirmation of %s not saved", job.operation_id)
             return
         log.info("operation %s started (incarnation %s)", job.operation_id, self.incarnation_id)
-        self._on_change()
 
     # --- limits and stops (R6) -----------------------------------------------------------
 
@@ -333,7 +330,6 @@ class JobRunner:
         except (StoreError, IllegalRowEvent) as exc:
             log.warning("stop reason of %s kept in memory only: %s", job.operation_id, exc)
             return
-        self._on_change()
 
     # --- settlement (R7) ------------------------------------------------------------------
 
@@ -365,7 +361,6 @@ class JobRunner:
             execution,
             self.incarnation_id,
         )
-        self._on_change()
         return SettlementWritten()
 
     # --- shutdown (R8) -------------------------------------------------------------------

@@ -40,7 +40,7 @@ from runner_svc.core.witness import StoreOpening
 from runner_svc.executors import Executor
 from runner_svc.floor_keeper import FloorKeeper
 from runner_svc.jobs import JobRunner
-from runner_svc.storage.async_store import AsyncRunnerStore
+from runner_svc.storage.async_store import FEED_CAPACITY, AsyncRunnerStore
 from runner_svc.storage.sqlite_store import StoreError
 from turnwire.common.v1 import turn_pb2
 from turnwire.crashpoints import crash_point
@@ -54,6 +54,8 @@ VERSION = "0.1.0"
 # exception names) stays in the log.
 _STORE_UNREADABLE = "the runner store could not be read; nothing was decided"
 _STORE_UNWRITTEN = "the runner store could not be written; nothing changed"
+# Rows a watch replays per read of the store.
+_WATCH_BATCH = 500
 _KINDS = {
     turn_pb2.TURN_KIND_WRITABLE: SlotKind.WRITABLE,
     turn_pb2.TURN_KIND_READ_ONLY: SlotKind.READ_ONLY,
@@ -68,6 +70,9 @@ class ServiceSettings:
     cancel_grace_seconds: float = 5.0
     # How often an idle WatchOperations stream sends a heartbeat.
     heartbeat_seconds: float = 2.0
+    # Changed operations a WatchOperations stream holds for a slow consumer;
+    # past it the stream catches up from the store instead (memory bounded).
+    watch_buffer: int = FEED_CAPACITY
     # §6 witness (runner_svc.core.witness): the admission floor trails this
     # runner's clock by this much, so a Dispatch stamped up to this long ago
     # (its deadline plus any clock skew between coordinator and runner) is
@@ -158,10 +163,8 @@ class RunnerService:
             executor,
             self._pools,
             cancel_grace_seconds=settings.cancel_grace_seconds,
-            on_change=self._publish,
             clock=clock,
         )
-        self._changed = asyncio.Event()
         self._closing = False
         self.floor = FloorKeeper(
             store,
@@ -358,34 +361,51 @@ class RunnerService:
         )
 
     async def watch(self, after_sequence: int) -> AsyncIterator[OperationView | None]:
-        """Every row change after the cursor, then live ones; None is a heartbeat."""
+        """Every row change after the cursor, then live ones; None is a heartbeat.
+
+        Live changes are pushed by the store (AsyncRunnerStore.subscribe), so a
+        write costs a watcher no read. The store is read only to replay from
+        the cursor at the start, and again whenever the feed overflowed (a slow
+        consumer): from memory while the cursor is in the store's window of
+        recent changes, else from SQL.
+        """
         cursor = after_sequence
         opening = True
-        while not self._closing:
-            changed = self._changed  # taken before the read: no wake-up is missed
-            try:
-                rows = await self.store.changes_after(cursor)
-            except StoreError as exc:
-                log.error("store read failed for a watch after %d: %s", cursor, exc)
-                raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, _STORE_UNREADABLE) from exc
-            for row in rows:
-                cursor = max(cursor, row.sequence)
-                yield self._view(row)
-            if opening and not rows:
-                yield None  # a stream with nothing to replay opens with a heartbeat
-            opening = False
-            if rows:
-                continue
-            try:
-                # Not wait_for: on 3.11 it can swallow the cancel of a closed stream.
-                async with asyncio.timeout(self.settings.heartbeat_seconds):
-                    await changed.wait()
-            except TimeoutError:
-                yield None
+        # Subscribed before the first read: a change lands in the read, the feed or both.
+        with self.store.subscribe(self.settings.watch_buffer) as feed:
+            replaying = True
+            while not self._closing:
+                if replaying or feed.behind:
+                    feed.restart()  # what it held is in this read
+                    rows = await self._changes_after(cursor)
+                    replaying = len(rows) >= _WATCH_BATCH  # more may follow
+                else:
+                    rows = feed.take()
+                sent = False
+                for row in rows:
+                    # A pushed row at or below the cursor was in a read already.
+                    if row.sequence > cursor:
+                        cursor = row.sequence
+                        sent = True
+                        yield self._view(row)
+                if opening and not sent:
+                    yield None  # a stream with nothing to replay opens with a heartbeat
+                opening = False
+                if replaying or feed.behind or sent:
+                    continue
+                try:
+                    # Not wait_for: on 3.11 it can swallow the cancel of a closed stream.
+                    async with asyncio.timeout(self.settings.heartbeat_seconds):
+                        await feed.wait()
+                except TimeoutError:
+                    yield None
 
-    def _publish(self) -> None:
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+    async def _changes_after(self, cursor: int) -> list[OperationRow]:
+        try:
+            return await self.store.changes_after(cursor, _WATCH_BATCH)
+        except StoreError as exc:
+            log.error("store read failed for a watch after %d: %s", cursor, exc)
+            raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, _STORE_UNREADABLE) from exc
 
     # --- shutdown (R8) -------------------------------------------------------------
 
@@ -400,7 +420,7 @@ class RunnerService:
 
     def end_watches(self) -> None:
         self._closing = True
-        self._publish()
+        self.store.wake_watchers()
 
     def start_floor_keeper(self) -> None:
         """Start raising the admission floor (§6.1; the serving runner does)."""
@@ -429,7 +449,6 @@ class RunnerService:
                 "store write failed for %s (%s): %s", operation_id, type(change).__name__, exc
             )
             raise RunnerRefusal(Refusal.STORE_WRITE_FAILED, _STORE_UNWRITTEN) from exc
-        self._publish()
         return row
 
     def _view(self, row: OperationRow) -> OperationView:

@@ -1,14 +1,27 @@
-"""The store as the asyncio shell sees it: every call on one dedicated thread.
+"""The store as the asyncio shell sees it: SQL on one dedicated thread, memory on the loop.
 
 One thread keeps SQLite single-writer and keeps fsyncs off the event loop.
-Calls are queued in order, so a write issued before another completes first.
+Calls that reach SQL are queued in order, so a write issued before another
+completes first. A read the store's mirror can answer (storage/mirror.py) is
+answered on the loop with no thread hop (issue 10), unless a write of the
+same row (for ``changes_after``: of any row) is still queued or running: then
+the read queues behind it, as every read used to, so a read never misses a
+write issued before it (let alone one already reported: the mirror takes a
+write before the write returns).
+
+Watchers subscribe to a :class:`ChangeFeed`: every committed row is pushed to
+each feed (bounded; a feed that overflows says so, and its watcher catches up
+from ``changes_after``), so a watch need not query the store after each write.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import Callable, Iterable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -17,6 +30,54 @@ from runner_svc.core.transitions import RowEvent
 from runner_svc.storage.sqlite_store import SqliteRunnerStore
 
 _T = TypeVar("_T")
+
+# Operations a feed holds for a watcher that has not taken them yet; beyond
+# it the watcher reads from the store instead (memory stays bounded however
+# slow a consumer is, or if one is abandoned without being closed).
+FEED_CAPACITY = 1024
+
+
+class ChangeFeed:
+    """Committed rows for one watcher, each operation at its latest change, in
+    sequence order: what ``changes_after`` would return, without asking."""
+
+    def __init__(self, capacity: int = FEED_CAPACITY) -> None:
+        self._capacity = capacity
+        self._rows: OrderedDict[str, OperationRow] = OrderedDict()
+        self._ready = asyncio.Event()
+        # Rows were dropped: only the store can tell what changed.
+        self.behind = False
+
+    def push(self, row: OperationRow) -> None:
+        if self.behind:
+            return  # the catch-up read will include it
+        self._rows[row.operation_id] = row
+        self._rows.move_to_end(row.operation_id)
+        if len(self._rows) > self._capacity:
+            self._rows.clear()
+            self.behind = True
+        self._ready.set()
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def take(self) -> list[OperationRow]:
+        rows = list(self._rows.values())
+        self._rows.clear()
+        self._ready.clear()
+        return rows
+
+    def restart(self) -> None:
+        """The watcher reads the store next: what was pushed so far is in that read."""
+        self._rows.clear()
+        self.behind = False
+        self._ready.clear()
+
+    def wake(self) -> None:
+        self._ready.set()
+
+    async def wait(self) -> None:
+        await self._ready.wait()
 
 
 class AsyncRunnerStore:
@@ -27,22 +88,68 @@ class AsyncRunnerStore:
         self.incarnation_id = store.incarnation_id
         self.openings = store.openings
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-store")
+        self._feeds: set[ChangeFeed] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        store.on_commit = self._committed
+        # Writes issued and not finished, per operation: counted up on the
+        # loop, down on the store's thread once the mirror has the outcome.
+        self._writing: dict[str, int] = {}
+        self._writing_lock = threading.Lock()
 
     async def _call(self, fn: Callable[..., _T], *args: object) -> _T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._thread, functools.partial(fn, *args))
 
     async def get(self, operation_id: str) -> OperationRow | None:
+        if operation_id not in self._writing:
+            row = self.store.mirror.row(operation_id)
+            if row is not None:
+                return row
         return await self._call(self.store.get, operation_id)
 
     async def get_many(self, operation_ids: Iterable[str]) -> dict[str, OperationRow]:
-        return await self._call(self.store.get_many, list(operation_ids))
+        ids = list(dict.fromkeys(operation_ids))
+        if not any(operation_id in self._writing for operation_id in ids):
+            found = self.store.mirror.rows(ids)
+            if found is not None:
+                return found
+        return await self._call(self.store.get_many, ids)
 
     async def changes_after(self, sequence: int, limit: int = 500) -> list[OperationRow]:
+        if not self._writing:
+            recent = self.store.mirror.changes_after(sequence, limit)
+            if recent is not None:
+                return recent
         return await self._call(self.store.changes_after, sequence, limit)
 
     async def write(self, operation_id: str, change: RowEvent) -> OperationRow:
-        return await self._call(self.store.write, operation_id, change)
+        with self._writing_lock:
+            self._writing[operation_id] = self._writing.get(operation_id, 0) + 1
+        try:
+            done = asyncio.get_running_loop().run_in_executor(
+                self._thread, self._write, operation_id, change
+            )
+        except BaseException:  # never queued (e.g. the store is closed)
+            self._written(operation_id)
+            raise
+        return await done
+
+    def _write(self, operation_id: str, change: RowEvent) -> OperationRow:
+        """On the store's thread. Counted down even if the writer stopped waiting."""
+        try:
+            return self.store.write(operation_id, change)
+        finally:
+            self._written(operation_id)
+
+    def _written(self, operation_id: str) -> None:
+        with self._writing_lock:
+            # Never popped while another write of it is pending: the loop
+            # reads this dict without the lock.
+            left = self._writing[operation_id] - 1
+            if left:
+                self._writing[operation_id] = left
+            else:
+                del self._writing[operation_id]
 
     async def advance_floor(self, target: int) -> int:
         return await self._call(self.store.advance_floor, target)
@@ -55,6 +162,40 @@ class AsyncRunnerStore:
     ) -> None:
         records = self.store.executor_records()
         await self._call(records.record, operation_id, pgid, start_time, boot_id, at)
+
+    # --- watchers ----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def subscribe(self, capacity: int = FEED_CAPACITY) -> Iterator[ChangeFeed]:
+        """A feed of every row committed from now on (subscribe before reading
+        the store: a row committed in between then comes both ways, never neither)."""
+        self._loop = asyncio.get_running_loop()
+        feed = ChangeFeed(capacity)
+        self._feeds.add(feed)
+        try:
+            yield feed
+        finally:
+            self._feeds.discard(feed)
+
+    def wake_watchers(self) -> None:
+        for feed in list(self._feeds):
+            feed.wake()
+
+    def _committed(self, row: OperationRow) -> None:
+        """On the store's thread, right after a COMMIT, before the write returns."""
+        loop = self._loop
+        # No feed now means none can miss this row: a feed made later reads
+        # the store after subscribing, and the mirror already holds the row.
+        if loop is None or not self._feeds:
+            return
+        # Queued before the writer's own result, in commit order, and whether
+        # or not the writer is still waiting for it.
+        with contextlib.suppress(RuntimeError):  # the loop is closed: no watcher is left
+            loop.call_soon_threadsafe(self._deliver, row)
+
+    def _deliver(self, row: OperationRow) -> None:
+        for feed in list(self._feeds):
+            feed.push(row)
 
     async def close(self) -> None:
         await self._call(self.store.close)

@@ -9,6 +9,11 @@ opener its owner, so a surviving older process can write nothing), (2) loads
 the row, (3) asks the pure core for the new row (an illegal change raises and
 nothing is written), (4) stamps the next durable change sequence, (5) commits.
 
+The per-turn paths (``write``, ``get``, ``get_many``, ``changes_after``) run on
+one long-lived raw ``sqlite3`` connection with fixed SQL text (rows_sql.py)
+and answer reads from an in-memory mirror when they can (mirror.py); opening,
+ownership, the floor and executor records keep SQLAlchemy (issue 10).
+
 Error tree::
 
     StoreError
@@ -22,31 +27,31 @@ Error tree::
 from __future__ import annotations
 
 import fcntl
-import json
 import logging
 import os
+import sqlite3
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy import event as sa_event
 
-from runner_svc.core.model import (
-    Execution,
-    OperationRow,
-    RowState,
-    SlotKind,
-    StopReason,
-    TurnFailure,
-    TurnOutput,
-)
+from runner_svc.core.model import OperationRow
 from runner_svc.core.transitions import RowEvent, apply
 from runner_svc.core.witness import SEALED_FLOOR, StoreOpening, add_to_digest
-from runner_svc.storage import migrate
+from runner_svc.storage import migrate, rows_sql
+from runner_svc.storage.connections import (
+    BUSY_TIMEOUT_MS,
+    READ_OPTION,
+    connect_raw,
+    make_engine,
+    set_pragmas,
+)
 from runner_svc.storage.migrate import StoreSchemaError
-from runner_svc.storage.tables import operations, store_meta
+from runner_svc.storage.mirror import StoreMirror
+from runner_svc.storage.tables import store_meta
 from runner_svc.storage.witness_sql import (
     LaunchBelowFloorError,
     check_floor,
@@ -61,12 +66,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("runner_svc.store")
 
-# How long a connection waits for SQLite's own lock before failing (ms). Only
-# this process writes (the OS lock), so a wait means a checkpoint or a reader.
-BUSY_TIMEOUT_MS = 5000
-_READ_OPTION = "turnwire_read_only"
-
 __all__ = [
+    "BUSY_TIMEOUT_MS",
     "SqliteRunnerStore",
     "StoreError",
     "StoreFencedError",
@@ -74,6 +75,10 @@ __all__ = [
     "StoreReadError",
     "StoreSchemaError",
     "StoreWriteError",
+    "connect_raw",
+    "lock_store",
+    "make_engine",
+    "set_pragmas",
 ]
 
 
@@ -95,40 +100,6 @@ class StoreWriteError(StoreError):
 
 class StoreFencedError(StoreWriteError):
     """A newer incarnation opened the store; this one may write nothing (§6)."""
-
-
-def make_engine(path: Path) -> sa.Engine:
-    """An engine whose connections carry the pragmas the dedupe store needs."""
-    engine = sa.create_engine(
-        f"sqlite:///{path}",
-        # The service thread and test threads share the engine; SQLite
-        # connections are still used by one thread at a time.
-        connect_args={"check_same_thread": False},
-    )
-
-    @sa_event.listens_for(engine, "connect")
-    def _pragmas(dbapi_connection: Any, _record: Any) -> None:
-        # Let SQLAlchemy's "begin" event below issue BEGIN itself.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        # WAL: readers (status, watch) never block the writer and vice versa.
-        cursor.execute("PRAGMA journal_mode=WAL")
-        # FULL: fsync the WAL at every commit; "accepted" must survive power loss (R3).
-        cursor.execute("PRAGMA synchronous=FULL")
-        # Wait for a checkpoint or a reader instead of failing at once.
-        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        # Constraints are part of the contract; SQLite ignores them unless asked.
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.close()
-
-    @sa_event.listens_for(engine, "begin")
-    def _begin(connection: sa.Connection) -> None:
-        # IMMEDIATE takes the write lock up front: a read-then-write
-        # transaction can never be overtaken between its read and its write.
-        mode = "DEFERRED" if connection.get_execution_options().get(_READ_OPTION) else "IMMEDIATE"
-        connection.exec_driver_sql(f"BEGIN {mode}")
-
-    return engine
 
 
 def lock_store(path: Path) -> IO[str]:
@@ -166,10 +137,13 @@ class SqliteRunnerStore:
         self,
         path: Path,
         engine: sa.Engine,
+        connection: sqlite3.Connection,
         lock: IO[str] | None,
         incarnation_id: str,
         store_id: str,
         openings: tuple[StoreOpening, ...] = (),
+        *,
+        mirror: StoreMirror,
     ) -> None:
         self.path = path
         self.incarnation_id = incarnation_id
@@ -178,8 +152,16 @@ class SqliteRunnerStore:
         # for this incarnation's life.
         self.openings = openings
         self._engine = engine
-        self._reader = engine.execution_options(**{_READ_OPTION: True})
+        self._reader = engine.execution_options(**{READ_OPTION: True})
+        self._db = connection
+        # Held for every use of ``_db`` and every mirror update that goes with
+        # it, so a row read from SQL can never be stored over a newer write.
+        self._db_lock = threading.Lock()
         self._lock = lock
+        self.mirror = mirror
+        # Told every committed row, in commit order, on the writing thread
+        # (AsyncRunnerStore pushes it to watchers); it must not raise or block.
+        self.on_commit: Callable[[OperationRow], None] | None = None
 
     @classmethod
     def open(
@@ -195,9 +177,10 @@ class SqliteRunnerStore:
         path = Path(path)
         lock = lock_store(path) if acquire_lock else None
         engine = make_engine(path)
+        connection: sqlite3.Connection | None = None
         try:
-            with engine.connect() as connection:
-                revision = migrate.current_revision(connection)
+            with engine.connect() as conn:
+                revision = migrate.current_revision(conn)
                 migrate.check_known(revision, str(path))
                 if revision != migrate.head_revision():
                     if not migrate_schema:
@@ -205,16 +188,35 @@ class SqliteRunnerStore:
                             f"runner store {path} is at revision {revision!r}, not "
                             f"{migrate.head_revision()!r}: run `python -m runner_svc migrate`"
                         )
-                    migrate.upgrade_to_head(connection)
-                    connection.commit()
+                    migrate.upgrade_to_head(conn)
+                    conn.commit()
             store_id, chain = cls._take_ownership(engine, path, incarnation_id)
-        except BaseException:
+            connection = connect_raw(path)
+            # Read after taking ownership: from here on only this incarnation
+            # may move it (every other writer is fenced out), so the mirror
+            # starts exactly at the store's last change.
+            last_sequence = int(connection.execute(rows_sql.SELECT_LAST_SEQUENCE).fetchone()[0])
+            newest_row = int(connection.execute(rows_sql.SELECT_NEWEST_ROW).fetchone()[0])
+        except BaseException as exc:
+            if connection is not None:
+                connection.close()
             engine.dispose()
             if lock is not None:
                 lock.close()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"cannot open runner store {path}: {exc}") from exc
             raise
         log.info("store %s opened by incarnation %s (store_id %s)", path, incarnation_id, store_id)
-        return cls(path, engine, lock, incarnation_id, store_id, chain)
+        return cls(
+            path,
+            engine,
+            connection,
+            lock,
+            incarnation_id,
+            store_id,
+            chain,
+            mirror=StoreMirror(last_sequence, newest_row=newest_row),
+        )
 
     @staticmethod
     def _take_ownership(
@@ -262,26 +264,56 @@ class SqliteRunnerStore:
             chain = record_opening(conn, incarnation_id, predecessor, predecessor_floor, now)
             return store_id, chain
 
-    # --- reads -------------------------------------------------------------
+    # --- reads: memory first, then the store's connection ------------------
 
     def get(self, operation_id: str) -> OperationRow | None:
+        row = self.mirror.row(operation_id)
+        if row is not None:
+            return row
         return self.get_many([operation_id]).get(operation_id)
 
     def get_many(self, operation_ids: Iterable[str]) -> dict[str, OperationRow]:
         ids = list(dict.fromkeys(operation_ids))
-        query = sa.select(operations).where(operations.c.operation_id.in_(ids))
-        rows = self._read(query)
-        return {row.operation_id: row for row in rows}
+        found = self.mirror.rows(ids)
+        if found is not None:
+            return found
+        with self._db_lock:
+            # Looked up again under the connection's lock: no write lands
+            # between these look-ups and the SQL below, so the answer is one
+            # moment's, as one SELECT's was.
+            found, missing = {}, []
+            for operation_id in ids:
+                row = self.mirror.row(operation_id)
+                if row is None:
+                    missing.append(operation_id)
+                else:
+                    found[operation_id] = row
+            fetched = self._select(rows_sql.SELECT_ROW, [(op,) for op in missing])
+            self.mirror.read(fetched)
+        found.update((row.operation_id, row) for row in fetched)
+        return found
 
     def changes_after(self, sequence: int, limit: int = 500) -> list[OperationRow]:
         """Rows whose last change is after ``sequence``, oldest change first."""
-        query = (
-            sa.select(operations)
-            .where(operations.c.sequence > sequence)
-            .order_by(operations.c.sequence)
-            .limit(limit)
-        )
-        return self._read(query)
+        recent = self.mirror.changes_after(sequence, limit)
+        if recent is not None:
+            return recent
+        with self._db_lock:
+            # Older than the mirror's window (a watcher far behind, or a cursor
+            # from before this incarnation): SQL, and not kept (a catch-up
+            # would only push the rows in use out of the mirror).
+            return self._select(rows_sql.SELECT_CHANGES, [(sequence, limit)])
+
+    def _select(self, sql: str, each: list[tuple[Any, ...]]) -> list[OperationRow]:
+        """Rows for ``sql`` run once per parameter tuple (the connection's lock held)."""
+        try:
+            return [
+                rows_sql.to_row(values)
+                for params in each
+                for values in self._db.execute(sql, params).fetchall()
+            ]
+        except sqlite3.Error as exc:
+            raise StoreReadError(f"cannot read runner store {self.path}: {exc}") from exc
 
     def last_sequence(self) -> int:
         try:
@@ -291,59 +323,95 @@ class SqliteRunnerStore:
             raise StoreReadError(f"cannot read runner store {self.path}: {exc}") from exc
         return int(value)
 
-    def _read(self, query: sa.Select[Any]) -> list[OperationRow]:
-        try:
-            with self._reader.begin() as conn:
-                return [_to_row(m) for m in conn.execute(query).mappings()]
-        except sa.exc.SQLAlchemyError as exc:
-            raise StoreReadError(f"cannot read runner store {self.path}: {exc}") from exc
-
     # --- the one write path -----------------------------------------------
 
     def _owned_meta(self, conn: sa.Connection) -> sa.RowMapping:
         """The meta row, once §6 fencing confirms this incarnation still owns the store."""
         meta = conn.execute(sa.select(store_meta)).mappings().one()
-        if meta["owner_incarnation_id"] != self.incarnation_id:
+        self._check_owner(str(meta["owner_incarnation_id"]))
+        return meta
+
+    def _check_owner(self, owner: str) -> None:
+        if owner != self.incarnation_id:
+            # Another process writes now: only SQL knows what it wrote.
+            self.mirror.disable()
             raise StoreFencedError(
                 f"runner store {self.path} is owned by incarnation "
-                f"{meta['owner_incarnation_id']}; {self.incarnation_id} may not write"
+                f"{owner}; {self.incarnation_id} may not write"
             )
-        return meta
 
     def write(self, operation_id: str, change: RowEvent) -> OperationRow:
         """Apply one legal change durably, fenced by ownership; returns the new row."""
+        with self._db_lock:
+            row = self._write(operation_id, change)
+            notify = self.on_commit
+            if notify is not None:
+                try:
+                    notify(row)
+                except Exception:  # the write stands; a watcher catches up from the store
+                    log.exception("store %s: commit listener failed", self.path)
+        return row
+
+    def _write(self, operation_id: str, change: RowEvent) -> OperationRow:
+        db = self._db
         try:
-            with self._engine.begin() as conn:
-                meta = self._owned_meta(conn)
-                found = (
-                    conn.execute(
-                        sa.select(operations).where(operations.c.operation_id == operation_id)
-                    )
-                    .mappings()
-                    .first()
-                )
-                current = _to_row(found) if found is not None else None
-                check_floor(current, change, int(meta["admission_floor"]), operation_id)
-                new = apply(current, change, operation_id)
-                sequence = int(meta["last_sequence"]) + 1
-                values = {**_to_values(new), "sequence": sequence}
-                counters: dict[str, int] = {"last_sequence": sequence}
-                if current is None:
-                    conn.execute(operations.insert().values(**values))
-                    counters["row_count"] = int(meta["row_count"]) + 1
-                    counters["row_digest"] = add_to_digest(int(meta["row_digest"]), operation_id)
-                else:
-                    conn.execute(
-                        operations.update()
-                        .where(operations.c.operation_id == operation_id)
-                        .values(**values)
-                    )
-                conn.execute(store_meta.update().values(**counters))
-        except sa.exc.SQLAlchemyError as exc:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
             raise StoreWriteError(f"runner store {self.path}: write failed: {exc}") from exc
-        except LaunchBelowFloorError as exc:
-            raise StoreWriteError(f"runner store {self.path}: {exc}") from exc
-        return _to_row({**values})
+        try:
+            meta = db.execute(rows_sql.SELECT_META).fetchone()
+            if meta is None:
+                raise StoreWriteError(f"runner store {self.path}: its meta row is missing")
+            owner, last, floor, row_count, row_digest = meta
+            self._check_owner(str(owner))
+            # A mirror that lost track (a failed COMMIT) starts again from where
+            # the store really is: its counter and its newest row.
+            current_mirror = self.mirror.is_current(int(last))
+            newest = 0 if current_mirror else db.execute(rows_sql.SELECT_NEWEST_ROW).fetchone()[0]
+            found = db.execute(rows_sql.SELECT_ROW, (operation_id,)).fetchone()
+            current = rows_sql.to_row(found) if found is not None else None
+            check_floor(current, change, int(floor), operation_id)
+            new = apply(current, change, operation_id)
+            sequence = int(last) + 1
+            params = rows_sql.to_params(new, sequence)
+            if current is None:
+                db.execute(rows_sql.INSERT_ROW, params)
+                digest = add_to_digest(int(row_digest), operation_id)
+                db.execute(rows_sql.UPDATE_META_INSERTED, (sequence, int(row_count) + 1, digest))
+            else:
+                db.execute(rows_sql.UPDATE_ROW, rows_sql.update_params(params))
+                db.execute(rows_sql.UPDATE_META_SEQUENCE, (sequence,))
+        except BaseException as exc:
+            # Nothing was committed: the mirror stays as it was (a fence turned
+            # it off above), and the caller fails closed.
+            self._rollback()
+            if isinstance(exc, sqlite3.Error | LaunchBelowFloorError):
+                raise StoreWriteError(f"runner store {self.path}: write failed: {exc}") from exc
+            raise
+        try:
+            db.execute("COMMIT")
+        except BaseException as exc:
+            self._rollback()
+            # It may or may not have landed: the mirror stops answering until
+            # the next write finds the store's sequence again.
+            self.mirror.lose_track()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreWriteError(f"runner store {self.path}: commit failed: {exc}") from exc
+            raise
+        row = rows_sql.to_row(params)  # exactly what a read from SQL returns
+        if not current_mirror:
+            self.mirror.rebase(int(last), int(newest))
+        self.mirror.written(row)
+        return row
+
+    def _rollback(self) -> None:
+        if not self._db.in_transaction:
+            return  # SQLite already rolled back (e.g. after an I/O error)
+        try:
+            self._db.execute("ROLLBACK")
+        except sqlite3.Error:
+            # The next BEGIN fails too, so every write fails closed.
+            log.exception("store %s: rollback failed", self.path)
 
     def advance_floor(self, target: int) -> int:
         """Raise this owner's admission floor towards ``target`` (never past a row
@@ -375,66 +443,11 @@ class SqliteRunnerStore:
         return ExecutorRecords(self._engine, self.path, self.incarnation_id)
 
     def close(self) -> None:
+        with self._db_lock:
+            self.mirror.disable()  # a closed store answers nothing from memory
+            self._db.close()
         self._engine.dispose()
         if self._lock is not None:
             self._lock.close()  # closing the descriptor releases the flock
             self._lock = None
         log.info("store %s closed by incarnation %s", self.path, self.incarnation_id)
-
-
-def _to_values(row: OperationRow) -> dict[str, Any]:
-    result = row.result
-    error = row.error
-    return {
-        "operation_id": row.operation_id,
-        "state": row.state.value,
-        "execution": row.execution.value,
-        "incarnation_id": row.incarnation_id,
-        "fencing_token": row.fencing_token,
-        "attempt": row.attempt,
-        "kind": row.kind.value if row.kind else None,
-        "envelope_digest": row.envelope_digest,
-        "stop_reason": row.stop_reason.value if row.stop_reason else None,
-        "result_output": result.output if result else None,
-        "result_content_type": result.content_type if result else None,
-        "result_metadata": json.dumps(dict(result.metadata), sort_keys=True) if result else None,
-        "error_reason": error.reason if error else None,
-        "error_message": error.message if error else None,
-        "released": row.released,
-        "accepted_at": row.accepted_at,
-        "started_at": row.started_at,
-        "settled_at": row.settled_at,
-        "dispatch_stamp": row.dispatch_stamp,
-    }
-
-
-def _to_row(values: Any) -> OperationRow:
-    result = None
-    if values["result_output"] is not None:
-        result = TurnOutput(
-            output=bytes(values["result_output"]),
-            content_type=values["result_content_type"] or "",
-            metadata=json.loads(values["result_metadata"] or "{}"),
-        )
-    error = None
-    if values["error_reason"] is not None:
-        error = TurnFailure(values["error_reason"], values["error_message"] or "")
-    return OperationRow(
-        operation_id=values["operation_id"],
-        state=RowState(values["state"]),
-        execution=Execution(values["execution"]),
-        incarnation_id=values["incarnation_id"],
-        sequence=int(values["sequence"]),
-        fencing_token=int(values["fencing_token"]),
-        attempt=int(values["attempt"]),
-        kind=SlotKind(values["kind"]) if values["kind"] else None,
-        envelope_digest=values["envelope_digest"],
-        stop_reason=StopReason(values["stop_reason"]) if values["stop_reason"] else None,
-        result=result,
-        error=error,
-        released=bool(values["released"]),
-        accepted_at=values["accepted_at"],
-        started_at=values["started_at"],
-        settled_at=values["settled_at"],
-        dispatch_stamp=int(values["dispatch_stamp"] or 0),
-    )
