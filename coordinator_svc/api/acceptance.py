@@ -89,6 +89,9 @@ class ValidTurn:
 class Accepted:
     operation: OperationRecord
     replayed: bool
+    # The operation's first event (QUEUED, sequence 1) when this call stored it;
+    # None for a replay. SubmitAndWatch streams it without reading it back.
+    first_event: EventRecord | None = None
 
 
 def _turn_invalid(field: str, message: str) -> ApiError:
@@ -301,10 +304,10 @@ async def accept(
     stored, replayed = await journal.submit(record, event)
     if replayed:
         dispatch.quota_refund(principal)
-    else:
-        dispatch.accepted(stored)
-        feed.publish(stored.operation_id)
-    return Accepted(stored, replayed)
+        return Accepted(stored, True)
+    dispatch.accepted(stored)
+    feed.publish(stored.operation_id)
+    return Accepted(stored, False, event)
 
 
 async def _over_quota(journal: Journal, record: OperationRecord, refusal: QuotaRefusal) -> Accepted:

@@ -48,11 +48,14 @@ from coordinator_svc.ports import (
     WriteConflict,
 )
 from turnwire.common.v1 import errors_pb2
+from turnwire.coordinator.v1 import coordinator_pb2
 from turnwire.errors import status_with_details
 from turnwire.guard import EdgeRefusal, uint64_overflow
 
 _log = logging.getLogger(__name__)
 _R = errors_pb2.ErrorReason
+# SubmitAndWatchRequest.submit: refusals name its fields as SubmitTurn does.
+SUBMISSION_PREFIX = "submit."
 
 
 class ApiError(Exception):
@@ -162,12 +165,15 @@ def edge_refusal(method: str, request: Message) -> EdgeRefusal | None:
     A uint64 >= 2^63 anywhere in a request (``after_sequence``,
     ``turn.limits.budget_ms``, ``turn.files[i].size_bytes``) has no stored form
     in the journal: TURN_INVALID inside the turn, ARGUMENT_INVALID elsewhere,
-    with the field named.
+    with the field named. SubmitAndWatch's embedded submission is named as
+    SubmitTurn names it (``turn.limits.budget_ms``), so both refuse alike.
     """
     del method
     path = uint64_overflow(request)
     if path is None:
         return None
+    if isinstance(request, coordinator_pb2.SubmitAndWatchRequest):
+        path = path.removeprefix(SUBMISSION_PREFIX)
     in_turn = path.startswith("turn.")
     return EdgeRefusal(
         grpc.StatusCode.INVALID_ARGUMENT,

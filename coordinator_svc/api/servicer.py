@@ -16,6 +16,10 @@ streamed event carries the operation as last read from the journal (its
 ``last_event_sequence`` is at least the event's sequence: never older than
 the event). The stream ends after the terminal event; a client reconnecting
 with the last sequence it saw misses nothing.
+
+SubmitAndWatch is SubmitTurn's acceptance followed by that same stream, in one
+call (issue 10): the operation just accepted needs no ownership read, and a
+fresh one's QUEUED event is sent as stored, without reading it back.
 """
 
 from __future__ import annotations
@@ -24,11 +28,11 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
-from coordinator_svc.api.acceptance import DEFAULT_LIMITS, accept
+from coordinator_svc.api.acceptance import DEFAULT_LIMITS, Accepted, accept
 from coordinator_svc.api.auth import Authenticator
 from coordinator_svc.api.control import DispatchControl
 from coordinator_svc.api.convert import event_to_proto, op_state_from_proto, operation_to_proto
@@ -45,6 +49,7 @@ from turnwire.limits import MessageLimits
 _log = logging.getLogger(__name__)
 _R = errors_pb2.ErrorReason
 _T = TypeVar("_T")
+_Reply = TypeVar("_Reply", covariant=True)
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
@@ -88,6 +93,14 @@ def _states(values: Any) -> list[OpState]:
 
 def _page_size(requested: int) -> int:
     return DEFAULT_PAGE_SIZE if requested == 0 else min(requested, MAX_PAGE_SIZE)
+
+
+class _Respond(Protocol[_Reply]):
+    """Builds one streamed message (WatchOperationResponse, SubmitAndWatchResponse)."""
+
+    def __call__(
+        self, *, event: coordinator_pb2.OperationEvent, operation: coordinator_pb2.Operation
+    ) -> _Reply: ...
 
 
 class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
@@ -135,6 +148,19 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
             await abort_with(context, exc)
             raise AssertionError("context.abort returned") from exc  # pragma: no cover
 
+    async def _guard_stream(
+        self, context: Any, body: Callable[[str], AsyncIterator[_T]]
+    ) -> AsyncIterator[_T]:
+        """``_guard`` for a response stream: a failure ends it with a typed status."""
+        try:
+            principal = self._auth.authenticate(context.invocation_metadata())
+            async for response in body(principal):
+                yield response
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await abort_with(context, exc)
+
     def _proto(self, record: OperationRecord) -> coordinator_pb2.Operation:
         return operation_to_proto(record, self._dispatch.waiting_for(record))
 
@@ -150,21 +176,24 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
         self, request: coordinator_pb2.SubmitTurnRequest, context: Any
     ) -> coordinator_pb2.SubmitTurnResponse:
         async def body(principal: str) -> coordinator_pb2.SubmitTurnResponse:
-            accepted = await accept(
-                request,
-                principal,
-                journal=self._journal,
-                dispatch=self._dispatch,
-                feed=self._feed,
-                clock=self._clock,
-                default_max_attempts=self._default_max_attempts,
-                limits=self._limits,
-            )
+            accepted = await self._accept(request, principal)
             return coordinator_pb2.SubmitTurnResponse(
                 operation=self._proto(accepted.operation), replayed=accepted.replayed
             )
 
         return await self._guard(context, body)
+
+    async def _accept(self, request: coordinator_pb2.SubmitTurnRequest, principal: str) -> Accepted:
+        return await accept(
+            request,
+            principal,
+            journal=self._journal,
+            dispatch=self._dispatch,
+            feed=self._feed,
+            clock=self._clock,
+            default_max_attempts=self._default_max_attempts,
+            limits=self._limits,
+        )
 
     # --- GetOperation ---------------------------------------------------------------
     async def GetOperation(
@@ -234,19 +263,49 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
     async def WatchOperation(
         self, request: coordinator_pb2.WatchOperationRequest, context: Any
     ) -> AsyncIterator[coordinator_pb2.WatchOperationResponse]:
-        try:
-            principal = self._auth.authenticate(context.invocation_metadata())
+        async def body(principal: str) -> AsyncIterator[coordinator_pb2.WatchOperationResponse]:
             record = await self._owned(principal, request.operation_id)
-            async for response in self._watch(record.operation_id, request.after_sequence):
+            respond = coordinator_pb2.WatchOperationResponse
+            async for response in self._watch(record.operation_id, request.after_sequence, respond):
                 yield response
-        except grpc.aio.AbortError:
-            raise
-        except Exception as exc:
-            await abort_with(context, exc)
+
+        async for response in self._guard_stream(context, body):
+            yield response
+
+    # --- SubmitAndWatch -------------------------------------------------------------
+    async def SubmitAndWatch(
+        self, request: coordinator_pb2.SubmitAndWatchRequest, context: Any
+    ) -> AsyncIterator[coordinator_pb2.SubmitAndWatchResponse]:
+        async def body(principal: str) -> AsyncIterator[coordinator_pb2.SubmitAndWatchResponse]:
+            # Any refusal raises here, before a message: SubmitTurn's status, nothing stored.
+            accepted = await self._accept(request.submit, principal)
+            replayed = accepted.replayed
+
+            def respond(
+                *, event: coordinator_pb2.OperationEvent, operation: coordinator_pb2.Operation
+            ) -> coordinator_pb2.SubmitAndWatchResponse:
+                return coordinator_pb2.SubmitAndWatchResponse(
+                    event=event, operation=operation, replayed=replayed
+                )
+
+            # The operation came from this principal's key: no ownership read.
+            record, cursor = accepted.operation, request.after_sequence
+            first = accepted.first_event
+            if first is not None and first.sequence > cursor:
+                # Stored by this very call: sent as it is, not read back.
+                yield respond(event=event_to_proto(first), operation=self._proto(record))
+                cursor = first.sequence
+            async for response in self._watch(record.operation_id, cursor, respond):
+                yield response
+
+        async for response in self._guard_stream(context, body):
+            yield response
 
     async def _watch(
-        self, operation_id: str, after_sequence: int
-    ) -> AsyncIterator[coordinator_pb2.WatchOperationResponse]:
+        self, operation_id: str, after_sequence: int, respond: _Respond[_T]
+    ) -> AsyncIterator[_T]:
+        """The events after ``after_sequence``, each as ``respond(event=, operation=)``,
+        until the terminal one; UNAVAILABLE / SHUTTING_DOWN when the server closes."""
         cursor = after_sequence
         with self._feed.watching(operation_id):
             while not self._closing.is_set():
@@ -258,9 +317,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
                 if events:
                     operation = self._proto(record)
                     for event in events:
-                        yield coordinator_pb2.WatchOperationResponse(
-                            event=event_to_proto(event), operation=operation
-                        )
+                        yield respond(event=event_to_proto(event), operation=operation)
                         cursor = event.sequence
                         if event.to_state.terminal:
                             return

@@ -11,6 +11,7 @@ from __future__ import annotations
 import queue
 import random
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ GET = SERVICE.methods_by_name["GetOperation"]
 LIST = SERVICE.methods_by_name["ListOperations"]
 CANCEL = SERVICE.methods_by_name["CancelOperation"]
 WATCH = SERVICE.methods_by_name["WatchOperation"]
+SUBMIT_AND_WATCH = SERVICE.methods_by_name["SubmitAndWatch"]
 OK = grpc.StatusCode.OK
 
 
@@ -112,6 +114,13 @@ def fail_typed(
     rpc.terminate(None, status.trailing_metadata, status.code, status.details)
 
 
+def fail_stream_typed(
+    rpc: Any, code: grpc.StatusCode, reason: errors_pb2.ErrorReason.ValueType, message: str
+) -> None:
+    status = rich_status(code, reason, message)
+    rpc.terminate(status.trailing_metadata, status.code, status.details)
+
+
 def operation(
     operation_id: str = "op_1",
     state: str = "QUEUED",
@@ -143,6 +152,37 @@ def event(
         ),
         operation=operation(operation_id, to_state, last_event_sequence=sequence),
     )
+
+
+def submitted_event(
+    sequence: int,
+    from_state: str,
+    to_state: str,
+    operation_id: str = "op_1",
+    *,
+    replayed: bool = False,
+) -> coordinator_pb2.SubmitAndWatchResponse:
+    """One SubmitAndWatch message: ``event(...)``'s event and operation, plus replayed."""
+    watched = event(sequence, from_state, to_state, operation_id)
+    return coordinator_pb2.SubmitAndWatchResponse(
+        event=watched.event, operation=watched.operation, replayed=replayed
+    )
+
+
+def until_read(rpc: Any, timeout: float = 10.0) -> None:
+    """Block until the client has taken every response sent on ``rpc``.
+
+    grpc_testing drops unread responses when a stream ends with an error (as a
+    real transport may), and offers no public way to ask; its RPC state keeps
+    them in ``_responses``. A response taken is handled before the client reads
+    on, so ending the stream after this never races the client.
+    """
+    state = rpc._rpc_state
+    deadline = time.monotonic() + timeout
+    while state._responses:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the client did not read its responses within {timeout}s")
+        time.sleep(0.005)
 
 
 class WatchConsumer:

@@ -8,6 +8,8 @@
         for event in client.watch(submitted.operation.operation_id):
             print(event.sequence, event.from_state, "->", event.to_state)
         final = client.get(submitted.operation.operation_id)
+        # or both in one call (SubmitAndWatch), returning the terminal operation:
+        final = client.submit_and_wait(items=["hello"], model="builtin/echo", timeout=60)
 
 Every call is safe to repeat and is repeated after a transient failure
 (UNAVAILABLE, DEADLINE_EXCEEDED, JOURNAL_UNAVAILABLE, SHUTTING_DOWN) with

@@ -15,15 +15,16 @@ from typing import Any, Unpack
 import grpc
 import grpc.aio
 
-from turnwire.client.failures import WaitLonger, exception_for
+from turnwire.client.failures import TurnwireError, WaitLonger, exception_for
 from turnwire.client.failures import is_retryable as _is_retryable
 from turnwire.client.retrying import RetryBudget, RetryPolicy
 from turnwire.client.sync import (
     DEFAULT_TIMEOUT,
+    OpenStream,
     as_policy,
     bearer_metadata,
-    new_idempotency_key,
     state_number,
+    submit_request,
 )
 from turnwire.client.turns import Turn, TurnFields
 from turnwire.client.values import (
@@ -33,7 +34,15 @@ from turnwire.client.values import (
     OperationState,
     Submission,
 )
-from turnwire.client.watching import reopen_pause, stream_timeout
+from turnwire.client.watching import (
+    ended_early,
+    is_unimplemented,
+    no_operation,
+    remaining,
+    reopen_pause,
+    stream_timeout,
+    submission_label,
+)
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 
@@ -92,16 +101,12 @@ class AsyncTurnwireClient:
         **fields: Unpack[TurnFields],
     ) -> Submission:
         """See TurnwireClient.submit."""
-        if turn is not None and fields:
-            raise TypeError("pass a Turn or its fields as keywords, not both")
-        turn = turn if turn is not None else Turn.build(**fields)
-        key = idempotency_key if idempotency_key is not None else new_idempotency_key()
-        request = coordinator_pb2.SubmitTurnRequest(idempotency_key=key, turn=turn.to_proto())
+        request = submit_request(turn, idempotency_key, fields)
         reply = await self._call(self._stub.SubmitTurn, request)
         return Submission(
             operation=Operation.from_proto(reply.operation),
             replayed=reply.replayed,
-            idempotency_key=key,
+            idempotency_key=request.idempotency_key,
         )
 
     async def get(self, operation_id: str) -> Operation:
@@ -165,36 +170,90 @@ class AsyncTurnwireClient:
         latest = await self.get(operation_id)
         if latest.is_terminal:
             return latest
+        events = self._watch(operation_id, latest.last_event_sequence, deadline)
+        return await self._settle(operation_id, await self._last_operation(events, latest))
+
+    async def submit_and_wait(
+        self,
+        turn: Turn | None = None,
+        /,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109  # as wait: WaitLonger with the state
+        **fields: Unpack[TurnFields],
+    ) -> Operation:
+        """See TurnwireClient.submit_and_wait."""
+        request = submit_request(turn, idempotency_key, fields)
+        deadline = None if timeout is None else self._clock() + timeout
+
+        def open_stream(cursor: int, stream_deadline: float | None) -> Any:
+            return self._stub.SubmitAndWatch(
+                coordinator_pb2.SubmitAndWatchRequest(submit=request, after_sequence=cursor),
+                timeout=stream_deadline,
+                metadata=self._metadata,
+            )
+
+        label = submission_label(request.idempotency_key)
+        events = self._stream(open_stream, label, 0, deadline)
         try:
-            async for event in self._watch(operation_id, latest.last_event_sequence, deadline):
-                if event.operation is not None:
-                    latest = event.operation
-                if event.is_terminal:
-                    return latest if latest.is_terminal else await self.get(operation_id)
+            latest = await self._last_operation(events, None)
+        except TurnwireError as error:
+            if not is_unimplemented(error):
+                raise
+            # An older coordinator: nothing was done, so submit (same key) and watch.
+            reply = await self._call(self._stub.SubmitTurn, request)
+            return await self.wait(reply.operation.operation_id, remaining(deadline, self._clock))
+        if latest is None:
+            raise no_operation(label)
+        return await self._settle(latest.operation_id, latest)
+
+    async def _last_operation(
+        self, events: AsyncIterator[OperationEvent], latest: Operation | None
+    ) -> Operation | None:
+        """See TurnwireClient._last_operation."""
+        try:
+            async for event in events:  # the stream ends after the terminal event
+                latest = event.operation or latest
         except WaitLonger as waited:
             raise WaitLonger(str(waited), operation=latest) from None
+        return latest
+
+    async def _settle(self, operation_id: str, latest: Operation | None) -> Operation:
+        """See TurnwireClient._settle."""
+        if latest is not None and latest.is_terminal:
+            return latest
         latest = await self.get(operation_id)
         if latest.is_terminal:
             return latest
-        raise WaitLonger(
-            f"{operation_id} is still {latest.state}: the watch ended early", operation=latest
-        )
+        raise ended_early(operation_id, latest)
 
-    async def _watch(
+    def _watch(
         self, operation_id: str, after_sequence: int, deadline: float | None
     ) -> AsyncIterator[OperationEvent]:
-        cursor = after_sequence
-        budget = RetryBudget(self._policy, self._clock, self._rng)
-        while True:
-            timeout = stream_timeout(deadline, self._clock, operation_id)
-            budget.start_attempt()
+        def open_stream(cursor: int, stream_deadline: float | None) -> Any:
             request = coordinator_pb2.WatchOperationRequest(
                 operation_id=operation_id, after_sequence=cursor
             )
-            call = self._stub.WatchOperation(request, timeout=timeout, metadata=self._metadata)
+            return self._stub.WatchOperation(
+                request, timeout=stream_deadline, metadata=self._metadata
+            )
+
+        return self._stream(open_stream, operation_id, after_sequence, deadline)
+
+    async def _stream(
+        self, open_stream: OpenStream, label: str, after_sequence: int, deadline: float | None
+    ) -> AsyncIterator[OperationEvent]:
+        """See TurnwireClient._stream."""
+        cursor = after_sequence
+        budget = RetryBudget(self._policy, self._clock, self._rng)
+        while True:
+            timeout = stream_timeout(deadline, self._clock, label)
+            budget.start_attempt()
+            call = open_stream(cursor, timeout)
             try:
                 async for reply in call:
                     event = OperationEvent.from_proto(reply)
+                    label = event.operation_id or label
                     if event.sequence <= cursor:
                         continue  # already delivered before a reconnect
                     cursor = event.sequence
@@ -209,7 +268,7 @@ class AsyncTurnwireClient:
                     error,
                     budget,
                     deadline_passed=deadline_passed,
-                    operation_id=operation_id,
+                    operation_id=label,
                     cursor=cursor,
                 )
             finally:

@@ -6,11 +6,12 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar, Unpack
+from typing import Any, TypeVar, Unpack
 
 import grpc
 
 from turnwire.client.failures import (
+    TurnwireError,
     WaitLonger,
     exception_for,
     is_retryable,
@@ -24,7 +25,15 @@ from turnwire.client.values import (
     OperationState,
     Submission,
 )
-from turnwire.client.watching import reopen_pause, stream_timeout
+from turnwire.client.watching import (
+    ended_early,
+    is_unimplemented,
+    no_operation,
+    remaining,
+    reopen_pause,
+    stream_timeout,
+    submission_label,
+)
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 DEFAULT_TIMEOUT = 10.0
@@ -48,6 +57,21 @@ def state_number(state: OperationState | str) -> coordinator_pb2.OperationState.
 
 def as_policy(retries: int | RetryPolicy) -> RetryPolicy:
     return retries if isinstance(retries, RetryPolicy) else RetryPolicy(attempts=1 + retries)
+
+
+def submit_request(
+    turn: Turn | None, idempotency_key: str | None, fields: TurnFields
+) -> coordinator_pb2.SubmitTurnRequest:
+    """The SubmitTurnRequest for ``submit``/``submit_and_wait``; a fresh key if none."""
+    if turn is not None and fields:
+        raise TypeError("pass a Turn or its fields as keywords, not both")
+    turn = turn if turn is not None else Turn.build(**fields)
+    key = idempotency_key if idempotency_key is not None else new_idempotency_key()
+    return coordinator_pb2.SubmitTurnRequest(idempotency_key=key, turn=turn.to_proto())
+
+
+# Opens one response stream: (after_sequence, stream deadline in seconds) -> the call.
+OpenStream = Callable[[int, float | None], Any]
 
 
 class TurnwireClient:
@@ -116,16 +140,12 @@ class TurnwireClient:
         Without ``idempotency_key`` a fresh one is made; it is returned in the
         Submission and reused for every retry of this call.
         """
-        if turn is not None and fields:
-            raise TypeError("pass a Turn or its fields as keywords, not both")
-        turn = turn if turn is not None else Turn.build(**fields)
-        key = idempotency_key if idempotency_key is not None else new_idempotency_key()
-        request = coordinator_pb2.SubmitTurnRequest(idempotency_key=key, turn=turn.to_proto())
+        request = submit_request(turn, idempotency_key, fields)
         reply = self._call(self._stub.SubmitTurn, request)
         return Submission(
             operation=Operation.from_proto(reply.operation),
             replayed=reply.replayed,
-            idempotency_key=key,
+            idempotency_key=request.idempotency_key,
         )
 
     def get(self, operation_id: str) -> Operation:
@@ -203,37 +223,107 @@ class TurnwireClient:
         latest = self.get(operation_id)
         if latest.is_terminal:
             return latest
+        events = self._watch(operation_id, latest.last_event_sequence, deadline)
+        return self._settle(operation_id, self._last_operation(events, latest))
+
+    def submit_and_wait(
+        self,
+        turn: Turn | None = None,
+        /,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        **fields: Unpack[TurnFields],
+    ) -> Operation:
+        """Submit a turn and wait until it is terminal, in one call (SubmitAndWatch).
+
+        The same as ``wait(submit(...).operation.operation_id)`` in one call
+        where those make three (SubmitTurn, GetOperation, WatchOperation), and
+        returns the terminal operation. Submitting is ``submit``'s: the same
+        refusals, and without ``idempotency_key`` a fresh key is made. Every
+        retry (after UNAVAILABLE, a deadline, JOURNAL_UNAVAILABLE or
+        SHUTTING_DOWN, within the retry policy) sends the same key, so it
+        replays the same operation, and resumes after the last event seen; a
+        refusal is never retried. ``timeout`` and WaitLonger are ``wait``'s; a
+        timeout or a give-up never cancels the turn: pass your own key to find
+        it again (submitting it once more returns the same operation). A
+        coordinator without SubmitAndWatch gets SubmitTurn and WatchOperation.
+        """
+        request = submit_request(turn, idempotency_key, fields)
+        deadline = None if timeout is None else self._clock() + timeout
+
+        def open_stream(cursor: int, stream_deadline: float | None) -> Any:
+            return self._stub.SubmitAndWatch(
+                coordinator_pb2.SubmitAndWatchRequest(submit=request, after_sequence=cursor),
+                timeout=stream_deadline,
+                metadata=self._metadata,
+            )
+
+        label = submission_label(request.idempotency_key)
+        events = self._stream(open_stream, label, 0, deadline)
         try:
-            for event in self._watch(operation_id, latest.last_event_sequence, deadline):
-                if event.operation is not None:
-                    latest = event.operation
-                if event.is_terminal:
-                    return latest if latest.is_terminal else self.get(operation_id)
+            latest = self._last_operation(events, None)
+        except TurnwireError as error:
+            if not is_unimplemented(error):
+                raise
+            # An older coordinator: nothing was done, so submit (same key) and watch.
+            reply = self._call(self._stub.SubmitTurn, request)
+            return self.wait(reply.operation.operation_id, remaining(deadline, self._clock))
+        if latest is None:
+            raise no_operation(label)
+        return self._settle(latest.operation_id, latest)
+
+    def _last_operation(
+        self, events: Iterator[OperationEvent], latest: Operation | None
+    ) -> Operation | None:
+        """The operation as of the terminal event (or the last one, if the stream
+        ended first); WaitLonger carries the latest known state."""
+        try:
+            for event in events:  # the stream ends after the terminal event
+                latest = event.operation or latest
         except WaitLonger as waited:
             raise WaitLonger(str(waited), operation=latest) from None
-        # The stream ended without a terminal event: ask once more.
+        return latest
+
+    def _settle(self, operation_id: str, latest: Operation | None) -> Operation:
+        """``latest`` if terminal, else the operation read once more (WaitLonger if
+        still not terminal: the stream ended early)."""
+        if latest is not None and latest.is_terminal:
+            return latest
         latest = self.get(operation_id)
         if latest.is_terminal:
             return latest
-        raise WaitLonger(
-            f"{operation_id} is still {latest.state}: the watch ended early", operation=latest
-        )
+        raise ended_early(operation_id, latest)
 
     def _watch(
         self, operation_id: str, after_sequence: int, deadline: float | None
     ) -> Iterator[OperationEvent]:
-        cursor = after_sequence
-        budget = RetryBudget(self._policy, self._clock, self._rng)
-        while True:
-            timeout = stream_timeout(deadline, self._clock, operation_id)
-            budget.start_attempt()
+        def open_stream(cursor: int, stream_deadline: float | None) -> Any:
             request = coordinator_pb2.WatchOperationRequest(
                 operation_id=operation_id, after_sequence=cursor
             )
-            call = self._stub.WatchOperation(request, timeout=timeout, metadata=self._metadata)
+            return self._stub.WatchOperation(
+                request, timeout=stream_deadline, metadata=self._metadata
+            )
+
+        return self._stream(open_stream, operation_id, after_sequence, deadline)
+
+    def _stream(
+        self, open_stream: OpenStream, label: str, after_sequence: int, deadline: float | None
+    ) -> Iterator[OperationEvent]:
+        """The events of one operation's stream, reopened after ``cursor`` on a
+        transient failure (see ``watch``); ``label`` names it in errors until
+        its first event names the operation."""
+        cursor = after_sequence
+        budget = RetryBudget(self._policy, self._clock, self._rng)
+        while True:
+            timeout = stream_timeout(deadline, self._clock, label)
+            budget.start_attempt()
+            call = open_stream(cursor, timeout)
             try:
                 for reply in call:
                     event = OperationEvent.from_proto(reply)
+                    label = event.operation_id or label
                     if event.sequence <= cursor:
                         continue  # already delivered before a reconnect
                     cursor = event.sequence
@@ -248,7 +338,7 @@ class TurnwireClient:
                     error,
                     budget,
                     deadline_passed=deadline_passed,
-                    operation_id=operation_id,
+                    operation_id=label,
                     cursor=cursor,
                 )
             finally:

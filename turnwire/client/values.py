@@ -251,7 +251,10 @@ class OperationEvent:
         return self.to_state.is_terminal
 
     @classmethod
-    def from_proto(cls, message: coordinator_pb2.WatchOperationResponse) -> OperationEvent:
+    def from_proto(
+        cls,
+        message: coordinator_pb2.WatchOperationResponse | coordinator_pb2.SubmitAndWatchResponse,
+    ) -> OperationEvent:
         event = message.event
         return cls(
             operation_id=event.operation_id,

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import grpc
 
 from turnwire.client.failures import (
+    ReportABug,
     RetryLater,
     TurnwireError,
     WaitLonger,
@@ -19,6 +20,7 @@ from turnwire.client.failures import (
     is_retryable,
 )
 from turnwire.client.retrying import RetryBudget
+from turnwire.client.values import Operation
 
 
 def reopen_pause(
@@ -51,3 +53,30 @@ def stream_timeout(
     if remaining <= 0:
         raise WaitLonger(f"{operation_id} is not terminal yet", operation=None)
     return remaining
+
+
+def remaining(deadline: float | None, clock: Callable[[], float]) -> float | None:
+    """Seconds left before ``deadline`` (None: no deadline)."""
+    return None if deadline is None else deadline - clock()
+
+
+def ended_early(operation_id: str, latest: Operation) -> WaitLonger:
+    """A stream that ended OK before the terminal event, the operation still not terminal."""
+    return WaitLonger(
+        f"{operation_id} is still {latest.state}: the watch ended early", operation=latest
+    )
+
+
+def submission_label(idempotency_key: str) -> str:
+    """How errors name a submitted turn before its first event names the operation."""
+    return f"the turn submitted with idempotency key {idempotency_key!r}"
+
+
+def is_unimplemented(error: TurnwireError) -> bool:
+    """The coordinator does not know the method (older than it): nothing was done."""
+    return error.code is grpc.StatusCode.UNIMPLEMENTED
+
+
+def no_operation(label: str) -> ReportABug:
+    """SubmitAndWatch ended without a single event: the contract sends QUEUED first."""
+    return ReportABug(f"{label}: the stream ended without naming its operation")

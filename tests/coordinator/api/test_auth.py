@@ -38,6 +38,9 @@ def _every_rpc(stub: Any) -> dict[str, Any]:
         "WatchOperation": lambda md: stub.WatchOperation(
             coordinator_pb2.WatchOperationRequest(operation_id="op_x"), metadata=md
         ).read(),
+        "SubmitAndWatch": lambda md: stub.SubmitAndWatch(
+            coordinator_pb2.SubmitAndWatchRequest(submit=submit_request()), metadata=md
+        ).read(),
     }
 
 

@@ -503,3 +503,68 @@ class WatchOperationResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WatchOperationResponse: _TypeAlias = WatchOperationResponse  # noqa: Y015
+
+@_typing.final
+class SubmitAndWatchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBMIT_FIELD_NUMBER: _builtins.int
+    AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
+    after_sequence: _builtins.int
+    """Events with a sequence greater than this, as in WatchOperationRequest:
+    0 on the first call; the last sequence seen when calling again.
+    """
+    @_builtins.property
+    def submit(self) -> Global___SubmitTurnRequest:
+        """The submission, exactly as SubmitTurn takes it and checked the same way;
+        a refusal names its fields as SubmitTurn does (`turn.kind`, not
+        `submit.turn.kind`).
+        """
+
+    def __init__(
+        self,
+        *,
+        submit: Global___SubmitTurnRequest | None = ...,
+        after_sequence: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["submit", b"submit"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "submit", b"submit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubmitAndWatchRequest: _TypeAlias = SubmitAndWatchRequest  # noqa: Y015
+
+@_typing.final
+class SubmitAndWatchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENT_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    REPLAYED_FIELD_NUMBER: _builtins.int
+    replayed: _builtins.bool
+    """As SubmitTurnResponse.replayed, the same on every message of one call:
+    true when the idempotency key was known and this call stored nothing.
+    """
+    @_builtins.property
+    def event(self) -> Global___OperationEvent:
+        """One transition, as WatchOperationResponse.event."""
+
+    @_builtins.property
+    def operation(self) -> Global___Operation:
+        """The operation as of this event, as WatchOperationResponse.operation."""
+
+    def __init__(
+        self,
+        *,
+        event: Global___OperationEvent | None = ...,
+        operation: Global___Operation | None = ...,
+        replayed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "operation", b"operation"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "operation", b"operation", "replayed", b"replayed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubmitAndWatchResponse: _TypeAlias = SubmitAndWatchResponse  # noqa: Y015

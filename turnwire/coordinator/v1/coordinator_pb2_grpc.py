@@ -64,6 +64,11 @@ class TurnServiceStub:
                 request_serializer=turnwire_dot_coordinator_dot_v1_dot_coordinator__pb2.WatchOperationRequest.SerializeToString,
                 response_deserializer=turnwire_dot_coordinator_dot_v1_dot_coordinator__pb2.WatchOperationResponse.FromString,
                 _registered_method=True)
+        self.SubmitAndWatch = channel.unary_stream(
+                '/turnwire.coordinator.v1.TurnService/SubmitAndWatch',
+                request_serializer=turnwire_dot_coordinator_dot_v1_dot_coordinator__pb2.SubmitAndWatchRequest.SerializeToString,
+                response_deserializer=turnwire_dot_coordinator_dot_v1_dot_coordinator__pb2.SubmitAndWatchResponse.FromString,
+                _registered_method=True)
 
 
 class TurnServiceServicer:
@@ -111,6 +116,20 @@ class TurnServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubmitAndWatch(self, request, context):
+        """SubmitTurn then WatchOperation in one call (PROTOCOL.md §7). Acceptance is
+        exactly SubmitTurn's: a refusal is SubmitTurn's status and ErrorInfo, sent
+        before any message, and stores nothing. Then the operation's events stream
+        exactly as WatchOperation streams them, ending after the terminal event;
+        from after_sequence 0 the first message is the QUEUED event (sequence 1)
+        with the operation. Cancelling the call does not cancel the turn. A client
+        that lost the stream calls again with the same request (a replay, never a
+        second operation) and after_sequence = the last sequence it saw.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TurnServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -138,6 +157,11 @@ def add_TurnServiceServicer_to_server(servicer, server):
                     servicer.WatchOperation,
                     request_deserializer=turnwire_dot_coordinator_dot_v1_dot_coordinator__pb2.WatchOperationRequest.FromString,
                     response_serializer=turnwire_dot_coordinator_dot_v1_dot_coordinator__pb2.WatchOperationResponse.SerializeToString,
+            ),
+            'SubmitAndWatch': grpc.unary_stream_rpc_method_handler(
+                    servicer.SubmitAndWatch,
+                    request_deserializer=turnwire_dot_coordinator_dot_v1_dot_coordinator__pb2.SubmitAndWatchRequest.FromString,
+                    response_serializer=turnwire_dot_coordinator_dot_v1_dot_coordinator__pb2.SubmitAndWatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -280,6 +304,33 @@ class TurnService:
             '/turnwire.coordinator.v1.TurnService/WatchOperation',
             turnwire_dot_coordinator_dot_v1_dot_coordinator__pb2.WatchOperationRequest.SerializeToString,
             turnwire_dot_coordinator_dot_v1_dot_coordinator__pb2.WatchOperationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitAndWatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/turnwire.coordinator.v1.TurnService/SubmitAndWatch',
+            turnwire_dot_coordinator_dot_v1_dot_coordinator__pb2.SubmitAndWatchRequest.SerializeToString,
+            turnwire_dot_coordinator_dot_v1_dot_coordinator__pb2.SubmitAndWatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -53,6 +53,16 @@ class TurnServiceStub:
     """Every transition of one operation from a cursor; the stream ends after
     the terminal event.
     """
+    SubmitAndWatch: _grpc.UnaryStreamMultiCallable[_coordinator_pb2.SubmitAndWatchRequest, _coordinator_pb2.SubmitAndWatchResponse]
+    """SubmitTurn then WatchOperation in one call (PROTOCOL.md §7). Acceptance is
+    exactly SubmitTurn's: a refusal is SubmitTurn's status and ErrorInfo, sent
+    before any message, and stores nothing. Then the operation's events stream
+    exactly as WatchOperation streams them, ending after the terminal event;
+    from after_sequence 0 the first message is the QUEUED event (sequence 1)
+    with the operation. Cancelling the call does not cancel the turn. A client
+    that lost the stream calls again with the same request (a replay, never a
+    second operation) and after_sequence = the last sequence it saw.
+    """
 
 @_typing.type_check_only
 class TurnServiceAsyncStub(TurnServiceStub):
@@ -78,6 +88,16 @@ class TurnServiceAsyncStub(TurnServiceStub):
     WatchOperation: _aio.UnaryStreamMultiCallable[_coordinator_pb2.WatchOperationRequest, _coordinator_pb2.WatchOperationResponse]  # type: ignore[assignment]
     """Every transition of one operation from a cursor; the stream ends after
     the terminal event.
+    """
+    SubmitAndWatch: _aio.UnaryStreamMultiCallable[_coordinator_pb2.SubmitAndWatchRequest, _coordinator_pb2.SubmitAndWatchResponse]  # type: ignore[assignment]
+    """SubmitTurn then WatchOperation in one call (PROTOCOL.md §7). Acceptance is
+    exactly SubmitTurn's: a refusal is SubmitTurn's status and ErrorInfo, sent
+    before any message, and stores nothing. Then the operation's events stream
+    exactly as WatchOperation streams them, ending after the terminal event;
+    from after_sequence 0 the first message is the QUEUED event (sequence 1)
+    with the operation. Cancelling the call does not cancel the turn. A client
+    that lost the stream calls again with the same request (a replay, never a
+    second operation) and after_sequence = the last sequence it saw.
     """
 
 class TurnServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -131,6 +151,22 @@ class TurnServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_coordinator_pb2.WatchOperationResponse], _abc.AsyncIterator[_coordinator_pb2.WatchOperationResponse]]:
         """Every transition of one operation from a cursor; the stream ends after
         the terminal event.
+        """
+
+    @_abc_1.abstractmethod
+    def SubmitAndWatch(
+        self,
+        request: _coordinator_pb2.SubmitAndWatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_coordinator_pb2.SubmitAndWatchResponse], _abc.AsyncIterator[_coordinator_pb2.SubmitAndWatchResponse]]:
+        """SubmitTurn then WatchOperation in one call (PROTOCOL.md §7). Acceptance is
+        exactly SubmitTurn's: a refusal is SubmitTurn's status and ErrorInfo, sent
+        before any message, and stores nothing. Then the operation's events stream
+        exactly as WatchOperation streams them, ending after the terminal event;
+        from after_sequence 0 the first message is the QUEUED event (sequence 1)
+        with the operation. Cancelling the call does not cancel the turn. A client
+        that lost the stream calls again with the same request (a replay, never a
+        second operation) and after_sequence = the last sequence it saw.
         """
 
 def add_TurnServiceServicer_to_server(servicer: TurnServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
