@@ -168,6 +168,14 @@ def _serve_behaviour_flags(serve: argparse.ArgumentParser) -> None:
         help="upgrade the journal schema before starting (env TURNWIRE_MIGRATE=1)",
     )
     serve.add_argument(
+        "--preflight-first-attempts",
+        action="store_true",
+        default=_env("TURNWIRE_PREFLIGHT_FIRST_ATTEMPTS") in ("1", "true", "yes"),
+        help="ask the runner for the turn's status before its first Dispatch too, even when "
+        "the runner's live watch already says who it is (PROTOCOL C2a): one more round trip "
+        "per turn (env TURNWIRE_PREFLIGHT_FIRST_ATTEMPTS=1)",
+    )
+    serve.add_argument(
         "--default-max-attempts",
         type=_attempts,
         default=_env("TURNWIRE_DEFAULT_MAX_ATTEMPTS", "5"),
@@ -294,6 +302,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         quota=args.quota or PrincipalLimits(),
         principal_quotas=tuple(principal_quotas),
         queue_timeout=args.queue_timeout,
+        preflight_first_attempts=args.preflight_first_attempts,
         listen=args.listen,
         journal_url=args.journal_url,
         runners=tuple(runners),

@@ -132,6 +132,7 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
         limits=config.limits,
         quotas=Quotas(config.quota, dict(config.principal_quotas)),
         queue_timeout=config.queue_timeout,
+        preflight_first_attempts=config.preflight_first_attempts,
     )
     await dispatcher.start()
     servicer = TurnServicer(

@@ -85,3 +85,6 @@ class CoordinatorConfig:
     quota: PrincipalLimits = field(default_factory=PrincipalLimits)
     principal_quotas: tuple[tuple[str, PrincipalLimits], ...] = ()
     queue_timeout: float | None = None
+    # C2a off: a status read before every first attempt as well (one more
+    # round trip per turn; the preflight path's own tests use it).
+    preflight_first_attempts: bool = False

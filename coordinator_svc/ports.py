@@ -204,6 +204,15 @@ class LeasingJournal(Journal, Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class RunnerInfo:
+    """What GetRunnerInfo tells the coordinator: who the runner is now, and its pools."""
+
+    incarnation_id: str
+    store_id: str
+    slot_sizes: dict[TurnKind, int]
+
+
 class WatchCall(Protocol):
     """The part of a grpc.aio stream call the watch uses."""
 
@@ -242,8 +251,8 @@ class RunnerGateway(Protocol):
 
     async def release(self, operation_id: str, command: commands.Release) -> bool: ...
 
-    async def info(self) -> tuple[str, dict[TurnKind, int]]:
-        """(incarnation, writable/read-only pool sizes)."""
+    async def info(self) -> RunnerInfo:
+        """The runner's identity and writable/read-only pool sizes (GetRunnerInfo)."""
         ...
 
     def watch(self, after_sequence: int) -> WatchCall: ...

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from coordinator_svc.core.adopt import adopt, release_only, terminal_report
-from coordinator_svc.core.attempting import end, give_up
+from coordinator_svc.core.attempting import end, give_up, write_ahead
 from coordinator_svc.core.commands import Preflight, Release, ScheduleAt
 from coordinator_svc.core.decide_cancel import start_cancelling
 from coordinator_svc.core.decide_preflight import past_reconcile_deadline
@@ -66,6 +66,20 @@ def _queued_tick(record: OperationRecord, ev: Tick, ctx: Context) -> Decision:
             detail = f"{what} ({at.isoformat()}) passed while it waited QUEUED"
             return end(record, ctx, OpState.TIMED_OUT, reason, detail)
     if ev.route is not None:
+        known = ev.route_identity
+        if known is not None and record.attempt_count == 0:
+            # C2a: no Dispatch for it was ever sent (C4: an attempt row comes
+            # first), so no runner holds it and a preflight can only say
+            # "absent". Bind to the incarnation the watch knows; if the runner
+            # has restarted since, C5 refuses the send and C6 applies.
+            return write_ahead(
+                record,
+                ctx,
+                runner=ev.route,
+                incarnation_id=known.incarnation_id,
+                store_id=known.store_id,
+                why="first attempt: never sent, so nothing to ask first (C2a)",
+            )
         return nothing("route chosen: preflight", Preflight(ev.route))
     # No route: the scheduler holds the turn and grants it a slot when one
     # frees (fair across principals). Look again at the first time limit.

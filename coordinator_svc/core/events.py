@@ -16,11 +16,23 @@ from coordinator_svc.core.witness import StoreOpen
 
 
 @dataclass(frozen=True)
+class RunnerIdentity:
+    """A runner's incarnation and store as the coordinator last heard them."""
+
+    incarnation_id: str
+    store_id: str
+
+
+@dataclass(frozen=True)
 class Tick:
     """The operation is due: do its next step. ``route`` is the runner the
     router picked, used only while QUEUED (C6: only QUEUED chooses)."""
 
     route: str | None = None
+    # The route's identity, when the coordinator's live watch on it knows it
+    # (None: unknown, so ask). Lets a never-sent first attempt skip the
+    # preflight (C2a).
+    route_identity: RunnerIdentity | None = None
     # Consecutive fruitless tries (unreachable runner), for backoff.
     retry_streak: int = 0
     # QUEUED without a route: why it waits (the scheduler's words), for the log.

@@ -52,6 +52,7 @@ from coordinator_svc.core.events import (
     CancelRequested,
     Event,
     Restarted,
+    RunnerIdentity,
     Tick,
 )
 from coordinator_svc.core.model import AttemptRecord, OperationRecord, OpState, TurnKind
@@ -124,6 +125,7 @@ class Dispatcher:
         quotas: Quotas | None = None,
         queue_timeout: float | None = None,
         gateways: Mapping[str, RunnerGateway] | None = None,
+        preflight_first_attempts: bool = False,
     ) -> None:
         self._journal = journal
         self._runners = tuple(runners)
@@ -150,6 +152,7 @@ class Dispatcher:
         self._active: set[str] = set()
         self._agenda = Agenda(timings.backoff_initial, timings.backoff_max)
         self._deadlines = TurnDeadlines(queue_timeout)
+        self._preflight_first_attempts = preflight_first_attempts
         quotas = quotas or Quotas()
         self.room = WaitingRoom(self._runners, quotas, self._deadlines, clock, self.wake)
         # Operations a grant is routing right now (their slot is reserved).
@@ -326,7 +329,11 @@ class Dispatcher:
         op_id = grant.operation_id
         last: OperationRecord | None = None
         try:
-            tick = Tick(route=grant.runner, retry_streak=self._agenda.streak(op_id))
+            tick = Tick(
+                route=grant.runner,
+                route_identity=self._identity_of(grant.runner),
+                retry_streak=self._agenda.streak(op_id),
+            )
             last = await self._drive(op_id, tick)
         finally:
             self._routing.discard(op_id)
@@ -340,6 +347,19 @@ class Dispatcher:
                 self._pump()
             if last is not None and last.state is OpState.QUEUED:
                 self._after_grant_queued(last)
+
+    def _identity_of(self, runner: str) -> RunnerIdentity | None:
+        """The runner's identity if a live watch on it knows it (C2a)."""
+        if self._preflight_first_attempts:
+            return None
+        return self.watch_on(runner).identity
+
+    def watch_on(self, runner: str) -> RunnerWatch:
+        """The watch stream on ``runner`` (one per configured runner)."""
+        for watch in self._watches:
+            if watch.runner == runner:
+                return watch
+        raise KeyError(runner)
 
     def _after_grant_queued(self, record: OperationRecord) -> None:
         """Still QUEUED after its grant: wait out the backoff, or wait again now."""

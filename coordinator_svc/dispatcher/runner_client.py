@@ -32,7 +32,7 @@ from coordinator_svc.core.events import (
     PreflightAnswer,
     PreflightFailed,
 )
-from coordinator_svc.core.model import OperationRecord, TurnKind
+from coordinator_svc.core.model import OperationRecord
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.translate import (
     RunnerContractViolation,
@@ -40,7 +40,7 @@ from coordinator_svc.dispatcher.translate import (
     slot_sizes,
     store_opens,
 )
-from coordinator_svc.ports import WatchCall
+from coordinator_svc.ports import RunnerInfo, WatchCall
 from turnwire.errors import error_info
 from turnwire.limits import MessageLimits
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
@@ -259,9 +259,9 @@ class RunnerClient:
 
     async def incarnation(self) -> str:
         """The runner's current incarnation (GetRunnerInfo); raises AioRpcError."""
-        return (await self.info())[0]
+        return (await self.info()).incarnation_id
 
-    async def info(self) -> tuple[str, dict[TurnKind, int]]:
+    async def info(self) -> RunnerInfo:
         """The runner's incarnation and slot pool sizes (GetRunnerInfo); raises AioRpcError."""
         self._metrics.rpc_calls["GetRunnerInfo"] += 1
         reply = await self._stub.GetRunnerInfo(
@@ -278,7 +278,7 @@ class RunnerClient:
                 receives,
                 self._limits.runner_max_receive_bytes,
             )
-        return str(reply.incarnation_id), slot_sizes(reply.pools)
+        return RunnerInfo(str(reply.incarnation_id), str(reply.store_id), slot_sizes(reply.pools))
 
     def watch(self, after_sequence: int) -> WatchCall:
         """One WatchOperations stream from ``after_sequence`` (C9)."""

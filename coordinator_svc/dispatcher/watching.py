@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from coordinator_svc.config import DispatchTimings
-from coordinator_svc.core.events import RunnerReported
+from coordinator_svc.core.events import RunnerIdentity, RunnerReported
 from coordinator_svc.core.model import Execution, OpState
 from coordinator_svc.dispatcher.runner_client import describe
 from coordinator_svc.dispatcher.translate import (
@@ -57,6 +57,12 @@ class RunnerWatch:
         self._stopped = False
         self.cursor = 0
         self.incarnation: str | None = None
+        # Who the runner is, while this watch is following it live: set once
+        # GetRunnerInfo was read and the incarnation checked, cleared the
+        # moment the stream fails or ends (a restart ends it). A never-sent
+        # first attempt binds to it without a preflight (C2a); if it is stale
+        # anyway, the runner refuses the send (C5), nothing runs.
+        self.identity: RunnerIdentity | None = None
         self._failures = 0
         # Since when the runner has not answered the watch (shown on every
         # operation that waits for it, PROTOCOL §8.2), and the last error.
@@ -84,13 +90,16 @@ class RunnerWatch:
         while not self._stopped:
             try:
                 if fresh:
-                    incarnation, sizes = await self._client.info()
+                    self.identity = None
+                    info = await self._client.info()
                     self._up()
-                    self._dispatcher.runner_slots(self._client.name, sizes)
-                    await self._check_incarnation(incarnation)
+                    self._dispatcher.runner_slots(self._client.name, info.slot_sizes)
+                    await self._check_incarnation(info.incarnation_id)
+                    self.identity = RunnerIdentity(info.incarnation_id, info.store_id)
                 await self._follow()
                 # The stream ended without an error: the runner may be
                 # going away; look at its incarnation before re-opening.
+                self.identity = None
                 fresh = True
                 self._failures = 0
                 await asyncio.sleep(self._timings.backoff_initial)
@@ -99,11 +108,13 @@ class RunnerWatch:
                 fresh = not window_over
                 self._failures = 0 if window_over else self._failures + 1
                 if not window_over:
+                    self.identity = None
                     log.info("%s: watch interrupted: %s", self._client.name, describe(error))
                     self._down(describe(error))
                     await asyncio.sleep(self._delay())
             except Exception:  # e.g. the journal is unavailable: never end the watch
                 log.exception("%s: watch step failed", self._client.name)
+                self.identity = None
                 self._down("the watch step failed (see the log)")
                 fresh = True
                 self._failures += 1
@@ -140,6 +151,7 @@ class RunnerWatch:
                 self._dispatcher.runner_answered(self._client.name)
                 self._up()
                 if message.incarnation_id != self.incarnation:
+                    self.identity = None
                     await self._check_incarnation(message.incarnation_id)
                     return  # re-open from the reset cursor
                 if message.pools:

@@ -73,6 +73,10 @@ class Injection:
     # watch streams re-open through them: a healthy stream opened earlier
     # would otherwise carry every report past the fault.
     reopen_watch: bool = False
+    # Run the cell on a coordinator restarted with --preflight-first-attempts
+    # (C2 without C2a), then restart it back: the fault is aimed at the first
+    # preflight, which C2a otherwise skips when the runner's watch is live.
+    first_preflight: bool = False
     sleep_ms: int = 300  # how long the metered executor runs
     how: str = ""
 

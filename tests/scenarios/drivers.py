@@ -22,12 +22,23 @@ Driver = Callable[[Stage, Injection, str], Awaitable[str]]
 S = OperationState
 
 
+FIRST_PREFLIGHT_ENV = {"TURNWIRE_PREFLIGHT_FIRST_ATTEMPTS": "1"}
+
+
 async def _prepare(stage: Stage, inj: Injection) -> None:
     await stage.install(inj.rules)
-    if inj.reopen_watch:
+    if inj.first_preflight:
+        await stage.restart_coordinator(hard=False, env=FIRST_PREFLIGHT_ENV)
+    elif inj.reopen_watch:
         # A watch stream opened earlier is not subject to rules added later:
         # restart the coordinator (SIGTERM) so its watches open through them.
         await stage.restart_coordinator(hard=False)
+
+
+async def _finish(stage: Stage, inj: Injection) -> None:
+    await stage.clear_rules()
+    if inj.first_preflight:
+        await stage.restart_coordinator(hard=False)  # back to the default (C2a on)
 
 
 async def proxy(stage: Stage, inj: Injection, key: str) -> str:
@@ -35,7 +46,7 @@ async def proxy(stage: Stage, inj: Injection, key: str) -> str:
     await _prepare(stage, inj)
     op_id = await stage.submit(key, inj.sleep_ms)
     await stage.wait_terminal(op_id)
-    await stage.clear_rules()
+    await _finish(stage, inj)
     return op_id
 
 
@@ -169,7 +180,7 @@ async def reconcile_cancel(stage: Stage, inj: Injection, key: str) -> str:
 
 
 async def cancel_queued(stage: Stage, inj: Injection, key: str) -> str:
-    await stage.install(inj.rules)
+    await _prepare(stage, inj)
     before = await stage.proxy_calls("GetOperationStatus")
     op_id = await stage.submit(key, inj.sleep_ms)
     for _ in range(200):  # until a preflight was dropped (bounded: 10 s)
@@ -178,7 +189,7 @@ async def cancel_queued(stage: Stage, inj: Injection, key: str) -> str:
         await asyncio.sleep(0.05)
     await stage.api.cancel(op_id)
     await stage.wait_terminal(op_id)
-    await stage.clear_rules()
+    await _finish(stage, inj)
     return op_id
 
 

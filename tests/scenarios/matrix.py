@@ -84,25 +84,27 @@ _REPLY_AFTER_COMMIT = (
 def _transport_cells() -> list[Cell]:
     F, P = Fault, Phase
     cells = [
-        # --- before send: the C2 preflight on the first dispatch -------------------
+        # --- before send: the C2 preflight on the first dispatch (C2a off) ----------
         Cell(F.REQUEST_DROPPED, P.BEFORE_SEND,
              _proxy(("drop-request method=GetOperationStatus count=1",),
-                    "the first preflight (GetOperationStatus) never reaches the runner"),
+                    "the first preflight (GetOperationStatus) never reaches the runner",
+                    first_preflight=True),
              ran_once("C2: no Dispatch without a preflight answer; retried, then sent once"),
              pins="C2"),
         Cell(F.RESPONSE_DROPPED, P.BEFORE_SEND,
              _proxy(("drop-response method=GetOperationStatus count=1",),
-                    "the first preflight's answer is lost"),
+                    "the first preflight's answer is lost", first_preflight=True),
              ran_once("C2: a lost status answer proves nothing; retried, then sent once"),
              pins="C2"),
         Cell(F.RESPONSE_DELAYED, P.BEFORE_SEND,
              _proxy(("delay-response method=GetOperationStatus ms=1000 count=1",),
-                    "the first preflight's answer comes after its 0.5 s deadline"),
+                    "the first preflight's answer comes after its 0.5 s deadline",
+                    first_preflight=True),
              ran_once("C2: a late status answer is discarded (C8a); retried, sent once"),
              pins="C2, C8a"),
         Cell(F.CONNECTION_RESET, P.BEFORE_SEND,
              _proxy(("reset method=GetOperationStatus count=1",),
-                    "the first preflight's connection is reset"),
+                    "the first preflight's connection is reset", first_preflight=True),
              ran_once("C2: retried, then sent once"), pins="C2"),
         # --- in flight: the Dispatch call ------------------------------------------
         Cell(F.REQUEST_DROPPED, P.IN_FLIGHT,
@@ -419,7 +421,7 @@ def _cancel_cells() -> list[Cell]:
     F, P = Fault.CANCEL_RACING, Phase
     return [
         Cell(F, P.BEFORE_SEND,
-             Injection("cancel_queued", (HOLD_STATUS,),
+             Injection("cancel_queued", (HOLD_STATUS,), first_preflight=True,
                        how="preflights held, so the operation stays QUEUED; cancelled"),
              Legal(CANCELLED, NOT_STARTED, (0, 0), 0, why="C11: QUEUED -> CANCELLED at once"),
              pins="C11, C14"),

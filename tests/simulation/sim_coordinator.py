@@ -27,7 +27,9 @@ from coordinator_svc.core.decide import decide
 from coordinator_svc.core.decision import Context, Decision
 from coordinator_svc.core.events import (
     Event,
+    PreflightAnswer,
     Restarted,
+    RunnerIdentity,
     RunnerReported,
     Tick,
 )
@@ -135,6 +137,11 @@ class SimCoordinator:
     stale_status_guard: bool = False
     # Issue 9: the real scheduler routes every QUEUED turn (scheduled schedules).
     scheduling: SimScheduling | None = None
+    # C2a: who each runner is, as its last status answer said. The engine learns
+    # it from its live watch and forgets it when the stream breaks; this one
+    # keeps it across runner restarts it has not heard of, so a first attempt
+    # is often bound to a stale incarnation (the runner must refuse it, C5).
+    known: dict[str, RunnerIdentity] = field(default_factory=dict)
 
     # --- client calls -------------------------------------------------------------
 
@@ -354,7 +361,8 @@ class SimCoordinator:
             return
         self.agenda.now_due(operation_id)  # its timer (if any) is spent
         streak = self.agenda.streak(operation_id)
-        self.handle(operation_id, Tick(route=route, retry_streak=streak))
+        identity = self.known.get(route) if route is not None else None
+        self.handle(operation_id, Tick(route=route, route_identity=identity, retry_streak=streak))
         record = self.journal.operations.get(operation_id)
         if route is None and record is not None and record.state is OpState.QUEUED:
             # No route: the real engine holds the turn until its scheduler grants a
@@ -385,7 +393,9 @@ class SimCoordinator:
             self.log.append(f"    granted {grant.operation_id} -> {grant.runner}")
         for grant in grants:
             streak = self.agenda.streak(grant.operation_id)
-            self.handle(grant.operation_id, Tick(route=grant.runner, retry_streak=streak))
+            identity = self.known.get(grant.runner)
+            tick = Tick(route=grant.runner, route_identity=identity, retry_streak=streak)
+            self.handle(grant.operation_id, tick)
         if self.scheduling.scheduler.holding(operation_id):
             self.tick(operation_id, None)  # waits: the core says so; looked at again later
 
@@ -423,6 +433,8 @@ class SimCoordinator:
         ):
             return f"reply to #{call.id} discarded: asked before the latest transition"
         event = reply_event(call, message.body, self.agenda)
+        if isinstance(event, PreflightAnswer):
+            self.known[event.runner] = RunnerIdentity(event.incarnation_id, event.store_id)
         if event is not None:
             self.handle(call.operation_id, event)
         self._settle(call.operation_id)
@@ -432,6 +444,7 @@ class SimCoordinator:
         """C12: a new process: no live call, no timer; DISPATCHING -> DISPATCH_UNKNOWN."""
         self.epoch += 1
         self.calls.clear()
+        self.known.clear()
         self.agenda = new_agenda()
         self.paused = False
         self.pending = []

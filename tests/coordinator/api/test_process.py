@@ -221,3 +221,22 @@ def test_runners_and_listen_come_from_environment_variables(tmp_path: Path) -> N
         assert (tmp_path / "j.db").exists()
     finally:
         _end(proc)
+
+
+def test_preflight_first_attempts_flag_and_environment_turn_c2a_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """C2a is on by default; --preflight-first-attempts or
+    TURNWIRE_PREFLIGHT_FIRST_ATTEMPTS=1 turns it off (the scenario cells that fault
+    the first preflight run the coordinator that way)."""
+    from coordinator_svc.__main__ import build_parser, config_from_args
+
+    def parsed(*flags: str) -> bool:
+        args = build_parser().parse_args(["serve", *flags])
+        return config_from_args(args).preflight_first_attempts
+
+    monkeypatch.delenv("TURNWIRE_PREFLIGHT_FIRST_ATTEMPTS", raising=False)
+    assert parsed() is False
+    assert parsed("--preflight-first-attempts") is True
+    monkeypatch.setenv("TURNWIRE_PREFLIGHT_FIRST_ATTEMPTS", "1")
+    assert parsed() is True

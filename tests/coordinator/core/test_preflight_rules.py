@@ -8,7 +8,7 @@ import pytest
 
 from coordinator_svc.core import commands as cmd
 from coordinator_svc.core.decide import decide
-from coordinator_svc.core.events import DispatchAccepted, PreflightFailed, Tick
+from coordinator_svc.core.events import DispatchAccepted, PreflightFailed, RunnerIdentity, Tick
 from coordinator_svc.core.model import AttemptOutcome, Execution, OpState
 from coordinator_svc.core.runner_view import RunnerOpState as R
 from tests.coordinator.core.giving_up import without_tombstone
@@ -32,6 +32,33 @@ from tests.coordinator.core.scenario import (
 def test_queued_tick_asks_the_routed_runner_first() -> None:
     """C2: a QUEUED operation is preflighted on the chosen runner before any Dispatch."""
     decision = decide(queued(), Tick(route=RUNNER), ctx())
+    assert decision.change is None
+    assert decision.commands == (cmd.Preflight(RUNNER),)
+
+
+def test_never_sent_first_attempt_to_a_known_runner_goes_without_a_preflight() -> None:
+    """C2a: attempt_count 0 and a live watch's identity: written ahead (C4) bound to
+    that incarnation and store, and sent, with no status call."""
+    known = RunnerIdentity(INC_B, "store-known")
+    record, decision = step(queued(), Tick(route=RUNNER, route_identity=known), ctx())
+    assert record.state is OpState.DISPATCHING and record.attempt_count == 1
+    assert (record.runner, record.incarnation_id, record.store_id) == (
+        RUNNER,
+        INC_B,
+        "store-known",
+    )
+    assert [type(c) for c in decision.commands] == [cmd.Dispatch]
+    dispatch = decision.commands[0]
+    assert isinstance(dispatch, cmd.Dispatch) and dispatch.incarnation_id == INC_B
+
+
+def test_a_turn_sent_before_asks_first_even_when_the_runner_is_known() -> None:
+    """C2a covers only a first attempt never sent: after any attempt (here one a full
+    runner refused, so the turn is QUEUED again) a copy may still arrive: preflight."""
+    known = RunnerIdentity(INC_A, STORE)
+    refused = attempt(1, AttemptOutcome.REFUSED)
+    before = queued(attempt_count=1)
+    decision = decide(before, Tick(route=RUNNER, route_identity=known), ctx(refused))
     assert decision.change is None
     assert decision.commands == (cmd.Preflight(RUNNER),)
 

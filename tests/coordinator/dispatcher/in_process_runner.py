@@ -23,10 +23,11 @@ from coordinator_svc.core.events import (
     PreflightAnswer,
     PreflightFailed,
 )
-from coordinator_svc.core.model import OperationRecord, TurnKind
+from coordinator_svc.core.model import OperationRecord
 from coordinator_svc.core.runner_view import RunnerOp
 from coordinator_svc.dispatcher.runner_client import DISPATCH_REFUSALS
 from coordinator_svc.dispatcher.translate import runner_op, slot_sizes, store_opens
+from coordinator_svc.ports import RunnerInfo
 from runner_svc.core.model import RunnerRefusal
 from runner_svc.service import DispatchCall, OperationView, RunnerService
 from runner_svc.transport import convert
@@ -112,9 +113,11 @@ class InProcessRunner:
             return False
         return True
 
-    async def info(self) -> tuple[str, dict[TurnKind, int]]:
-        pools = convert.slot_pools(self._service.info().pools)
-        return self._incarnation, slot_sizes(pools)
+    async def info(self) -> RunnerInfo:
+        info = self._service.info()
+        return RunnerInfo(
+            self._incarnation, info.store_id, slot_sizes(convert.slot_pools(info.pools))
+        )
 
     def watch(self, after_sequence: int) -> _Watch:
         return _Watch(self._service, after_sequence)

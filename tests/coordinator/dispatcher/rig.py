@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 
 from coordinator_svc.config import DispatchTimings, RunnerEndpoint
+from coordinator_svc.core.events import RunnerIdentity
 from coordinator_svc.core.model import (
     EventRecord,
     Execution,
@@ -166,6 +167,16 @@ class Rig:
                 return dispatcher
             await asyncio.sleep(0.05)
         raise AssertionError("the runner's slot sizes never became known")
+
+    async def watching(self, runner: str = "r1") -> RunnerIdentity:
+        """Until the dispatcher's live watch knows who ``runner`` is (C2a)."""
+        assert self.dispatcher is not None
+        for _ in range(200):  # bounded: 10 s
+            identity = self.dispatcher.watch_on(runner).identity
+            if identity is not None:
+                return identity
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"the watch on {runner} never learned its identity")
 
     def make_dispatcher(
         self,

@@ -140,7 +140,12 @@ def test_info_and_the_watch_show_the_pools_and_the_rows(tmp_path: Path, adapter:
     """R4, C9: pool sizes from info; the watch replays a row with the pools in use."""
 
     async def scenario(gateway: RunnerGateway, incarnation: str) -> None:
-        assert await gateway.info() == (incarnation, {TurnKind.WRITABLE: 2, TurnKind.READ_ONLY: 4})
+        info = await gateway.info()
+        assert (info.incarnation_id, info.slot_sizes) == (
+            incarnation,
+            {TurnKind.WRITABLE: 2, TurnKind.READ_ONLY: 4},
+        )
+        assert info.store_id  # every runner store has one (§6)
         record, _ = new_operation({"sleep_ms": "300"})
         accepted = await gateway.dispatch(record, _dispatch(incarnation))
         assert isinstance(accepted, DispatchAccepted)

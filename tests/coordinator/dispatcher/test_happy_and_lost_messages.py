@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from coordinator_svc.core.events import RunnerIdentity
 from coordinator_svc.core.model import AttemptOutcome, Execution, OpState
 from coordinator_svc.storage import FakeJournal
 from tests.coordinator.dispatcher.rig import Rig, per_operation_rpcs, sqlite_journal
@@ -13,7 +14,9 @@ from tests.support.fault_interceptor import DROP_REQUEST, DROP_RESPONSE, Fault, 
 
 
 def test_happy_path_succeeds_once_with_few_commits_and_calls(tmp_path: Path) -> None:
-    """C2/C4/C10: happy path: one execution, <= 4 commits, 3 per-operation runner calls."""
+    """C2a/C4/C10: happy path: one execution, <= 4 commits, and 2 per-operation runner
+    calls (Dispatch, Release): a first attempt to a runner the live watch knows goes
+    without a preflight."""
 
     async def scenario() -> None:
         rig = Rig(tmp_path, sqlite_journal(tmp_path / "journal.db"))
@@ -21,6 +24,7 @@ def test_happy_path_succeeds_once_with_few_commits_and_calls(tmp_path: Path) -> 
             await rig.start_runner()
             dispatcher = rig.make_dispatcher(status_poll=60.0)
             await dispatcher.start()
+            await rig.watching("r1")
             op_id = await rig.submit({"output": "hi"})
             record = await rig.terminal(op_id)
             assert record.state is OpState.SUCCEEDED
@@ -36,7 +40,8 @@ def test_happy_path_succeeds_once_with_few_commits_and_calls(tmp_path: Path) -> 
                 await asyncio.sleep(0.02)
                 row = await rig.runner_row("r1", op_id)
             assert row.operation.released
-            assert per_operation_rpcs(dispatcher) == 3
+            assert per_operation_rpcs(dispatcher) == 2
+            assert dispatcher.metrics.rpc_calls["GetOperationStatus"] == 0
             attempts = await rig.journal.attempts(op_id)
             assert [a.outcome for a in attempts] == [AttemptOutcome.ACCEPTED]
             events = await rig.journal.events(op_id, 0, 100)
@@ -118,6 +123,41 @@ def test_operations_due_together_share_batched_preflights(tmp_path: Path) -> Non
             assert calls["Dispatch"] == len(op_ids)
             starts = rig.starts()
             assert all(starts[op_id] == 1 for op_id in op_ids)
+        finally:
+            await rig.close()
+
+    asyncio.run(scenario())
+
+
+def test_first_attempt_with_a_stale_identity_is_refused_and_runs_once_after_a_preflight(
+    tmp_path: Path,
+) -> None:
+    """C2a + C5/C6: a never-sent first attempt bound to an incarnation the runner no
+    longer has (it restarted after the watch learned it) is refused INCARNATION_MISMATCH
+    without running; the turn waits QUEUED, asks first the next time, and runs once."""
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, sqlite_journal(tmp_path / "journal.db"))
+        try:
+            runner = await rig.start_runner()
+            dispatcher = rig.make_dispatcher(status_poll=60.0)
+            await dispatcher.start()
+            known = await rig.watching("r1")
+            # What the watch would hold for a moment after a restart it has not seen yet.
+            stale = RunnerIdentity("f" * 32, known.store_id)
+            dispatcher.watch_on("r1").identity = stale
+            op_id = await rig.submit({"output": "hi"})
+            record = await rig.terminal(op_id)
+            assert record.state is OpState.SUCCEEDED
+            assert record.incarnation_id == runner.incarnation_id
+            assert rig.starts()[op_id] == 1
+            attempts = await rig.journal.attempts(op_id)
+            assert [(a.outcome, a.incarnation_id) for a in attempts] == [
+                (AttemptOutcome.REFUSED, stale.incarnation_id),
+                (AttemptOutcome.ACCEPTED, runner.incarnation_id),
+            ]
+            assert attempts[0].detail.startswith("INCARNATION_MISMATCH")
+            assert dispatcher.metrics.rpc_calls["GetOperationStatus"] >= 1
         finally:
             await rig.close()
 

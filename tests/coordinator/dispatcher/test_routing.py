@@ -86,7 +86,8 @@ def test_runner_avoided_after_lost_preflights_is_used_again_once_it_answers(
         try:
             first = await rig.start_runner("a")  # first by name: the router's first choice
             await rig.start_runner("b")
-            dispatcher = rig.make_dispatcher()
+            # C2a off: the first attempt asks first, so the lost preflights happen.
+            dispatcher = rig.make_dispatcher(preflight_first_attempts=True)
             await dispatcher.start()
             # Both watch streams have opened (their first message clears any streak)
             # before the preflights are lost: only a later message may clear it.
