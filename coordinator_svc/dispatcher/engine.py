@@ -51,7 +51,6 @@ from coordinator_svc.core.edges import IllegalTransition
 from coordinator_svc.core.events import (
     CancelRequested,
     Event,
-    Restarted,
     RunnerIdentity,
     Tick,
 )
@@ -64,7 +63,8 @@ from coordinator_svc.dispatcher.calls import RunnerCalls
 from coordinator_svc.dispatcher.deadlines import TurnDeadlines
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.performing import CommandPerformer
-from coordinator_svc.dispatcher.visibility import describe_wait
+from coordinator_svc.dispatcher.recovery import bound_to, recover
+from coordinator_svc.dispatcher.visibility import describe_wait, log_transition
 from coordinator_svc.dispatcher.waiting_room import WaitingRoom
 from coordinator_svc.dispatcher.watching import RunnerWatch
 from coordinator_svc.feed import ChangeFeed
@@ -77,8 +77,6 @@ log = logging.getLogger("coordinator_svc.dispatcher")
 # Bounds on every loop (never spin forever on one operation).
 MAX_CAS_RETRIES = 16
 MAX_STEPS_PER_DRIVE = 64
-RECOVERY_PAGE = 500
-MAX_RECOVERY_PAGES = 10_000
 LOCK_STRIPES = 1024
 # Consecutive unanswered calls after which a runner gets no grants until it
 # answers again (one lost call is not an outage).
@@ -447,20 +445,8 @@ class Dispatcher:
             self._deadlines.forget(op_id)
         if self.room.scheduler.follow(after, routing=op_id in self._routing):
             self._pump()
-        event = d.change.event if d.change is not None else None
-        if event is not None:
-            log.info(
-                "%s %s->%s runner=%s incarnation=%s attempt=%d execution=%s reason=%s %s",
-                after.operation_id,
-                before.state,
-                after.state,
-                after.runner,
-                after.incarnation_id,
-                after.attempt_count,
-                after.execution,
-                event.reason or "-",
-                event.detail,
-            )
+        if d.change is not None and d.change.event is not None:
+            log_transition(before, after, d.change.event)
         self._feed.publish(after.operation_id)
         self._calls.committed(after.operation_id)
         if d.change is not None and d.change.new_attempt is not None:
@@ -501,23 +487,8 @@ class Dispatcher:
     # --- recovery and the due scan ---
 
     async def _recover(self) -> None:
-        """C12: every DISPATCHING row becomes DISPATCH_UNKNOWN (bounded pages)."""
-        for _ in range(MAX_RECOVERY_PAGES):
-            rows = await self._journal.in_state(OpState.DISPATCHING, RECOVERY_PAGE)
-            progressed = False
-            for record in rows:
-                step = await self._step(record.operation_id, Restarted())
-                progressed |= step is not None and step.record.state is not OpState.DISPATCHING
-            if not rows or not progressed:
-                break
-        for state in (OpState.DISPATCH_UNKNOWN, OpState.RUNNING, OpState.CANCELLING):
-            for record in await self._journal.in_state(state, 100_000):
-                self.room.occupancy.note(record.operation_id, record.principal, record.state)
-                if record.runner is not None:
-                    self.room.scheduler.bind(record.operation_id, record.runner, record.kind)
-        # Every QUEUED turn waits for a grant again (a backoff does not survive a restart).
-        for record in await self._journal.in_state(OpState.QUEUED, 1_000_000):
-            self.room.hold(record)
+        """C12 (dispatcher/recovery.py)."""
+        await recover(self._journal, self._step, self.room)
 
     async def _scan_loop(self) -> None:
         while self._running:
@@ -551,8 +522,4 @@ class Dispatcher:
 
     async def bound_to(self, runner: str, states: Sequence[OpState]) -> list[OperationRecord]:
         """Non-terminal operations bound to ``runner`` (for the watch's C9 checks)."""
-        found: list[OperationRecord] = []
-        for state in states:
-            rows = await self._journal.in_state(state, 100_000)
-            found.extend(r for r in rows if r.runner == runner)
-        return found
+        return await bound_to(self._journal, runner, states)

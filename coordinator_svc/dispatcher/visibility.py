@@ -10,14 +10,18 @@ so a flood of waiting turns costs no commits.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
 from coordinator_svc.config import RunnerEndpoint
-from coordinator_svc.core.model import OperationRecord, OpState
+from coordinator_svc.core.model import EventRecord, OperationRecord, OpState
 from coordinator_svc.core.routing import serves
 from coordinator_svc.core.scheduler import Scheduler
+
+# The dispatcher's logger: the transition lines are its own.
+log = logging.getLogger("coordinator_svc.dispatcher")
 
 
 class WatchState(Protocol):
@@ -75,3 +79,19 @@ def runner_down(runner: str, failures: int, watches: Sequence[WatchState]) -> st
     if failures:
         said += f"; {failures} call(s) in a row unanswered"
     return said
+
+
+def log_transition(before: OperationRecord, after: OperationRecord, event: EventRecord) -> None:
+    """One INFO line per committed transition: what an operator greps for."""
+    log.info(
+        "%s %s->%s runner=%s incarnation=%s attempt=%d execution=%s reason=%s %s",
+        after.operation_id,
+        before.state,
+        after.state,
+        after.runner,
+        after.incarnation_id,
+        after.attempt_count,
+        after.execution,
+        event.reason or "-",
+        event.detail,
+    )
