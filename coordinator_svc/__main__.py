@@ -385,6 +385,8 @@ def _serve(args: argparse.Namespace) -> int:
         return _fail(EXIT_USAGE, str(exc))
     except (JournalError, AddressInUseError) as exc:
         return _fail(EXIT_FAILED, str(exc))
+    except ValueError as exc:  # TURNWIRE_EVENT_LOOP names no loop we have
+        return _fail(EXIT_USAGE, str(exc))
 
 
 def _current_revision(url: str) -> str | None:

@@ -46,8 +46,13 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(main)`` on the chosen loop."""
-    factory = loop_factory()
+    """``asyncio.run(main)`` on the chosen loop (ValueError, with ``main`` closed
+    unstarted, for a bad ``TURNWIRE_EVENT_LOOP``)."""
+    try:
+        factory = loop_factory()
+    except ValueError:
+        main.close()
+        raise
     if factory is None:
         return asyncio.run(main)
     with asyncio.Runner(loop_factory=factory) as runner:
