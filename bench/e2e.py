@@ -1,22 +1,35 @@
 """End-to-end Turnwire figures next to the raw gRPC baseline, in one run.
 
-    .venv/bin/python bench/e2e.py [--turns N] [--skip-postgres] [--json]
+    .venv/bin/python bench/e2e.py [--turns N] [--skip-postgres] [--json] [--quick]
+    .venv/bin/python bench/e2e.py --peers [--quick]     # and the peer harness, one table
 
 Measures, each sequentially (1 in flight) and with 16 in flight, after a
 warm-up:
 
 1. the raw gRPC echo baseline (``bench/baseline.py --serve`` in its own
    process; the loop runs here), the denominator of every ratio;
-2. the system with no-op turns (runners ``python -m runner_svc serve
-   --executor echo`` as processes; the coordinator and the SDK client in
-   this process), on SQLite and on a throwaway PostgreSQL cluster.
+2. the system with no-op turns, every part its own process: runners
+   (``python -m runner_svc serve --executor echo``), the coordinator
+   (``bench/counting_coordinator.py``: the real coordinator, started as
+   ``python -m coordinator_svc serve`` starts it, with its journal calls
+   counted) and the SDK client (this process); on SQLite and on a throwaway
+   PostgreSQL cluster.
 
-One operation is submit -> terminal: SubmitTurn, then a WatchOperation
-stream until a terminal event. Per configuration it prints ops/s, p50/p99
-latency, journal commits per op and coordinator -> runner RPCs per op (by
-method), and ops/s and p50 as ratios to the baseline of the same run.
-Counter deltas are taken after the system is quiet again (every Release
-done), so trailing work after the terminal state counts, but not its time.
+One operation is submit -> terminal: one SubmitAndWatch call streamed to the
+terminal event (the SDK's submit_and_wait), or with ``--api two-calls``
+SubmitTurn, then a WatchOperation stream until a terminal event. Per
+configuration it prints ops/s, p50/p99 latency, journal commits and reads
+per op, coordinator -> runner RPCs per op (by method), CPU ms per op of each
+process (the client, the coordinator, each runner, the PostgreSQL server
+with its backends) and their sum (the stack), and ops/s and p50 as ratios to
+the baseline of the same run. The counters come from the coordinator process
+(a snapshot on SIGUSR1, see counting_coordinator.py), taken after the system
+is quiet again (every Release done): trailing work after the terminal state
+counts (in the counters and in the servers' CPU), but not its time; the
+client's CPU is its measured loop only.
+
+``--peers`` runs ``../shared/bench-peers/run_all.py`` first, then all of the
+above, and prints one table of both (bench/peers.py).
 
 It prints figures and never judges speed: exit 0 unless something broke
 (a process did not start, a wait ran out, or a no-op turn did not succeed).
@@ -27,20 +40,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import contextlib
-import hashlib
 import json
 import os
-import secrets
-import shutil
 import signal
 import sys
-import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -50,8 +58,19 @@ for _path in (str(REPO_ROOT), str(BENCH_DIR)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+import peers  # noqa: E402
 from baseline import ECHO_METHOD, Figures, measure  # noqa: E402
-from counting_journal import CountingJournal  # noqa: E402
+from e2e_processes import (  # noqa: E402
+    STOP_GRACE,
+    BenchBroke,
+    CoordinatorProcess,
+    Plan,
+    Scratch,
+    scratch,
+    start_coordinator,
+    start_runners,
+    tree_cpu_seconds,
+)
 from e2e_report import (  # noqa: E402
     RPC_METHODS,
     BaselineResult,
@@ -60,113 +79,19 @@ from e2e_report import (  # noqa: E402
     print_report,
 )
 
-from coordinator_svc.app import RunningCoordinator, start_coordinator  # noqa: E402
-from coordinator_svc.config import CoordinatorConfig, RunnerEndpoint  # noqa: E402
-from coordinator_svc.storage import migrate, open_journal  # noqa: E402
 from turnwire.client import AsyncTurnwireClient, OperationState  # noqa: E402
-from turnwire.launcher import LaunchError, ManagedProcess, python_module  # noqa: E402
+from turnwire.launcher import LaunchError, ManagedProcess  # noqa: E402
 
 IN_FLIGHT = (1, 16)
 PAYLOAD = b"x" * 256  # about the size of a small SubmitTurn request
-START_TIMEOUT = 60.0  # one process start, or one PostgreSQL cluster start
 RPC_TIMEOUT = 10.0  # one echo, or one client call (the SDK's own default)
 TURN_TIMEOUT = 30.0  # one submit -> terminal
 LOOP_TIMEOUT = 240.0  # one whole measured (or warm-up) loop
 SETTLE_TIMEOUT = 15.0  # for trailing Releases after a loop
 SETTLE_QUIET_POLLS = 4
 SETTLE_POLL = 0.05
-STOP_GRACE = 5.0
-
-
-class BenchBroke(RuntimeError):
-    """Something the bench needs did not work (not: something was slow)."""
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How many operations each loop runs."""
-
-    sequential: int
-    concurrent: int
-    runners: int
-    slots: int
-
-    def count(self, in_flight: int) -> int:
-        return self.sequential if in_flight == 1 else self.concurrent
-
-    def warmup(self, in_flight: int) -> int:
-        return max(5, self.count(in_flight) // 10)
-
-
-# --- processes --------------------------------------------------------------
-
-
-@dataclass
-class Scratch:
-    """The run's temp dir and every process started in it (ended by PID)."""
-
-    root: Path
-    processes: list[ManagedProcess]
-
-    def start(self, name: str, argv: list[str], *, healthy: bool) -> ManagedProcess:
-        process = ManagedProcess(
-            name, argv, self.root / "logs" / f"{name}.log", self.root / f"{name}.addr"
-        )
-        self.processes.append(process)
-        process.start(START_TIMEOUT)
-        if healthy:
-            process.wait_healthy(START_TIMEOUT)
-        return process
-
-    def stop_all(self) -> None:
-        for process in reversed(self.processes):
-            try:
-                process.terminate(timeout=STOP_GRACE)
-            except Exception as error:  # keep stopping the others
-                print(f"stopping {process.name} (pid {process.pid}): {error}", file=sys.stderr)
-
-
-@contextlib.contextmanager
-def scratch(keep: bool) -> Iterator[Scratch]:
-    root = Path(tempfile.mkdtemp(prefix="turnwire-bench-"))
-    area = Scratch(root, [])
-    failed = True
-    try:
-        yield area
-        failed = False
-    finally:
-        area.stop_all()
-        if keep or failed:
-            print(f"bench files kept in {root}", file=sys.stderr)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
-
-
-def start_runners(area: Scratch, prefix: str, plan: Plan) -> list[ManagedProcess]:
-    runners = []
-    for index in range(1, plan.runners + 1):
-        name = f"{prefix}-runner-{index}"
-        (area.root / name).mkdir()
-        argv = python_module(
-            "runner_svc", "serve",
-            "--listen", "127.0.0.1:0",
-            "--store", str(area.root / name / "store.db"),
-            "--executor", "echo",
-            "--writable-slots", str(plan.slots),
-            "--read-only-slots", str(plan.slots),
-            "--log-level", "WARNING",
-        )  # fmt: skip
-        runners.append(area.start(name, argv, healthy=True))
-    return runners
-
-
-def process_cpu_seconds(pid: int | None) -> float:
-    """User + system CPU of another process so far (Linux /proc; 0.0 where unknown)."""
-    try:
-        after_name = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(after_name[11]) + int(after_name[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return 0.0
+DEFAULT_TURNS = 300
+QUICK_TURNS = 30
 
 
 # --- the baseline -----------------------------------------------------------
@@ -193,15 +118,21 @@ async def baseline_loop(
     echo_once: Callable[[int], Awaitable[None]], server: ManagedProcess, in_flight: int, plan: Plan
 ) -> BaselineResult:
     label = f"grpc echo x{in_flight}"
+    roots = {"server": server.pid}
     async with asyncio.timeout(LOOP_TIMEOUT):
         await measure("warm-up", echo_once, plan.warmup(in_flight), in_flight)
-        client_cpu, server_cpu = time.process_time(), process_cpu_seconds(server.pid)
+        server_cpu = tree_cpu_seconds(roots)["server"]
+        client_cpu = time.process_time()
         figures = await measure(label, echo_once, plan.count(in_flight), in_flight)
         client_cpu = time.process_time() - client_cpu
-        server_cpu = process_cpu_seconds(server.pid) - server_cpu
-    progress(f"{label}: {figures.ops_per_second:.0f} ops/s")
+        server_cpu = tree_cpu_seconds(roots)["server"] - server_cpu
     ops = figures.operations
-    return BaselineResult(in_flight, figures, client_cpu * 1000 / ops, server_cpu * 1000 / ops)
+    result = BaselineResult(in_flight, figures, client_cpu * 1000 / ops, server_cpu * 1000 / ops)
+    progress(
+        f"{label}: {figures.ops_per_second:.0f} ops/s, p50 {figures.p50_ms:.2f} ms, "
+        f"stack CPU {result.cpu_ms_per_op_stack:.3f} ms/op"
+    )
+    return result
 
 
 # --- the system -------------------------------------------------------------
@@ -209,36 +140,45 @@ async def baseline_loop(
 
 @dataclass
 class Stack:
-    """One system under test: runner processes, the coordinator and a client."""
+    """One system under test: runner and coordinator processes, a client here."""
 
     journal: str
     runners: list[ManagedProcess]
-    coordinator: RunningCoordinator
-    counting: CountingJournal  # the coordinator's journal
+    coordinator: CoordinatorProcess
     client: AsyncTurnwireClient
+    postgres_pid: int | None = None  # the postmaster, for the PostgreSQL journal
+
+    def processes(self) -> dict[str, int | None]:
+        """Every server-side process whose CPU counts, by the name the report shows."""
+        named: dict[str, int | None] = {"coordinator": self.coordinator.pid}
+        for index, runner in enumerate(self.runners, 1):
+            named[f"runner-{index}"] = runner.pid
+        if self.postgres_pid is not None:
+            named["postgresql"] = self.postgres_pid
+        return named
 
 
 @dataclass(frozen=True)
 class Counters:
-    """What the coordinator has counted so far, and the CPU spent so far."""
+    """What the coordinator process has counted so far (one snapshot)."""
 
     journal_commits: int
     dispatcher_commits: int
     rpc_calls: Mapping[str, int]
     journal_calls: Mapping[str, int]
-    cpu_here: float = 0.0  # this process: the coordinator and the client
-    cpu_runners: float = 0.0
+    dispatcher_events: Mapping[str, int]  # the dispatcher's other integer metrics
 
     @classmethod
-    def read(cls, stack: Stack) -> Counters:
-        metrics = stack.coordinator.dispatcher.metrics
+    def from_snapshot(cls, snapshot: Mapping[str, Any]) -> Counters:
+        dispatcher = snapshot["dispatcher"]
         return cls(
-            stack.coordinator.journal.commits,
-            metrics.commits,
-            dict(metrics.rpc_calls),
-            dict(stack.counting.calls),
-            time.process_time(),
-            sum(process_cpu_seconds(r.pid) for r in stack.runners),
+            journal_commits=int(snapshot["journal_commits"]),
+            dispatcher_commits=int(dispatcher.get("commits", 0)),
+            rpc_calls=dict(dispatcher.get("rpc_calls", {})),
+            journal_calls=dict(snapshot["journal_calls"]),
+            dispatcher_events={
+                k: v for k, v in dispatcher.items() if isinstance(v, int) and k != "commits"
+            },
         )
 
     def minus(self, earlier: Counters) -> Counters:
@@ -247,8 +187,7 @@ class Counters:
             self.dispatcher_commits - earlier.dispatcher_commits,
             _difference(self.rpc_calls, earlier.rpc_calls),
             _difference(self.journal_calls, earlier.journal_calls),
-            self.cpu_here - earlier.cpu_here,
-            self.cpu_runners - earlier.cpu_runners,
+            _difference(self.dispatcher_events, earlier.dispatcher_events),
         )
 
     def counts(self) -> tuple[int, int, Mapping[str, int]]:
@@ -261,22 +200,29 @@ def _difference(later: Mapping[str, int], earlier: Mapping[str, int]) -> dict[st
     return {k: later.get(k, 0) - earlier.get(k, 0) for k in set(later) | set(earlier)}
 
 
-async def settle(stack: Stack) -> None:
-    """Wait (bounded) until nothing is left to release and the counters stop moving."""
+async def settle(stack: Stack) -> Counters:
+    """Wait (bounded) until nothing is due and the counters stop moving; return them."""
     deadline = time.monotonic() + SETTLE_TIMEOUT
-    last, quiet = Counters.read(stack).counts(), 0
+    last, quiet = Counters.from_snapshot(await stack.coordinator.snapshot()), 0
     while quiet < SETTLE_QUIET_POLLS:
         if time.monotonic() > deadline:
             raise BenchBroke(f"the coordinator was still busy {SETTLE_TIMEOUT:.0f}s after a loop")
         await asyncio.sleep(SETTLE_POLL)
-        now = Counters.read(stack).counts()
-        pending = await stack.counting.inner.due(datetime.now(UTC), 1)  # not counted
-        quiet = quiet + 1 if now == last and not pending else 0
+        snapshot = await stack.coordinator.snapshot()
+        now = Counters.from_snapshot(snapshot)
+        quiet = quiet + 1 if now.counts() == last.counts() and not snapshot["due_pending"] else 0
         last = now
+    return last
 
 
-async def one_turn(client: AsyncTurnwireClient) -> OperationState:
-    """Submit a no-op turn; follow its watch stream to the terminal state."""
+async def one_turn(client: AsyncTurnwireClient, api: str) -> OperationState:
+    """Submit a no-op turn and follow it to the terminal state."""
+    if api == "one-call":
+        return (
+            await client.submit_and_wait(
+                items=["bench"], model="builtin/echo", timeout=TURN_TIMEOUT
+            )
+        ).state
     submitted = await client.submit(items=["bench"], model="builtin/echo")
     operation = submitted.operation
     if operation.is_terminal:
@@ -296,23 +242,41 @@ async def measure_system_loop(stack: Stack, in_flight: int, plan: Plan) -> Syste
 
     async def turn(index: int) -> None:
         del index
-        states[(await one_turn(stack.client)).value] += 1
+        states[(await one_turn(stack.client, plan.api)).value] += 1
 
     label = f"{stack.journal} x{in_flight}"
+    processes = stack.processes()
     async with asyncio.timeout(LOOP_TIMEOUT):
         await measure("warm-up", turn, plan.warmup(in_flight), in_flight)
-        await settle(stack)
+        before = await settle(stack)
         states.clear()
-        before = Counters.read(stack)
+        cpu_before = tree_cpu_seconds(processes)
+        client_cpu = time.process_time()
         figures = await measure(label, turn, plan.count(in_flight), in_flight)
-        await settle(stack)
-    delta = Counters.read(stack).minus(before)
-    progress(f"{label}: {figures.ops_per_second:.0f} ops/s")
-    return system_result(stack.journal, in_flight, figures, delta, states)
+        client_cpu = time.process_time() - client_cpu
+        after = await settle(stack)
+        cpu_after = tree_cpu_seconds(processes)
+    cpu = {"client": client_cpu} | {n: cpu_after[n] - cpu_before[n] for n in processes}
+    delta = after.minus(before)
+    event_loop = stack.coordinator.event_loop
+    result = system_result(stack.journal, in_flight, figures, delta, cpu, states, event_loop)
+    progress(
+        f"{label}: {figures.ops_per_second:.1f} ops/s, p50 {figures.p50_ms:.1f} ms, "
+        f"stack CPU {result.cpu_ms_per_op_stack:.2f} ms/op, "
+        f"commits/op {result.journal_commits_per_op:.2f}, "
+        f"runner RPCs/op {result.total_rpcs_per_op:.2f}"
+    )
+    return result
 
 
 def system_result(
-    journal: str, in_flight: int, figures: Figures, delta: Counters, states: Mapping[str, int]
+    journal: str,
+    in_flight: int,
+    figures: Figures,
+    delta: Counters,
+    cpu_seconds: Mapping[str, float],
+    states: Mapping[str, int],
+    event_loop: str,
 ) -> SystemResult:
     ops = figures.operations
     by_method = {m: delta.rpc_calls.get(m, 0) / ops for m in RPC_METHODS}
@@ -328,47 +292,38 @@ def system_result(
         rpcs_per_op=by_method,
         journal_calls_per_op={m: n / ops for m, n in delta.journal_calls.items() if n},
         states=dict(states),
-        cpu_ms_per_op_here=delta.cpu_here * 1000 / ops,
-        cpu_ms_per_op_runners=delta.cpu_runners * 1000 / ops,
+        cpu_ms_per_op={name: seconds * 1000 / ops for name, seconds in cpu_seconds.items()},
+        dispatcher_events={k: v for k, v in sorted(delta.dispatcher_events.items())},
+        coordinator_event_loop=event_loop,
     )
-
-
-def write_tokens(area: Scratch) -> tuple[str, str]:
-    """A tokens file (coordinator_svc.api.auth format) with one fresh token."""
-    token = secrets.token_urlsafe(24)
-    path = area.root / "tokens"
-    path.write_text(f"bench {hashlib.sha256(token.encode()).hexdigest()}\n")
-    path.chmod(0o600)  # the coordinator refuses a tokens file others may read
-    return str(path), token
 
 
 async def measure_system(
-    area: Scratch, journal: str, journal_url: str, plan: Plan
+    area: Scratch, journal: str, journal_url: str, plan: Plan, postgres_pid: int | None = None
 ) -> list[SystemResult]:
-    """Runner processes + in-process coordinator and client on one journal."""
+    """Runner processes, a coordinator process, and the client here, on one journal."""
     runners = start_runners(area, journal, plan)
-    endpoints = tuple(
-        RunnerEndpoint(name=f"runner-{i}", address=r.address) for i, r in enumerate(runners, 1)
+    coordinator = start_coordinator(area, journal, journal_url, runners)
+    progress(
+        f"{journal}: coordinator pid {coordinator.pid} at {coordinator.address}, "
+        + ", ".join(f"runner-{i} pid {r.pid} at {r.address}" for i, r in enumerate(runners, 1))
+        + f"; the coordinator runs on {coordinator.event_loop}"
     )
-    migrate(journal_url)
-    tokens_file, token = write_tokens(area)
-    config = CoordinatorConfig(
-        listen="127.0.0.1:0", journal_url=journal_url, runners=endpoints, tokens_file=tokens_file
-    )
-    counting = CountingJournal(open_journal(journal_url))
     try:
-        coordinator = await start_coordinator(config, journal=counting)
-    except BaseException:
-        await counting.close()  # ours until start succeeded
-        raise
-    try:
-        async with AsyncTurnwireClient(coordinator.address, token, timeout=RPC_TIMEOUT) as client:
-            stack = Stack(journal, runners, coordinator, counting, client)
+        async with AsyncTurnwireClient(
+            coordinator.address, coordinator.token, timeout=RPC_TIMEOUT
+        ) as client:
+            stack = Stack(journal, runners, coordinator, client, postgres_pid)
             return [await measure_system_loop(stack, n, plan) for n in IN_FLIGHT]
     finally:
-        await coordinator.stop(grace=STOP_GRACE)
-        for runner in runners:  # now, so an idle runner does not share the next loop's CPU
-            runner.terminate(STOP_GRACE)
+        # Now, so idle processes do not share the next configuration's CPU;
+        # the coordinator first (it calls the runners).
+        stopped = [
+            f"coordinator pid {coordinator.pid} (exit {coordinator.process.terminate(STOP_GRACE)})"
+        ]
+        for index, runner in enumerate(runners, 1):
+            stopped.append(f"runner-{index} pid {runner.pid} (exit {runner.terminate(STOP_GRACE)})")
+        progress(f"{journal}: stopped " + ", ".join(stopped))
 
 
 async def measure_postgres(area: Scratch, plan: Plan) -> tuple[list[SystemResult], str | None]:
@@ -386,9 +341,10 @@ async def measure_postgres(area: Scratch, plan: Plan) -> tuple[list[SystemResult
             cluster.start()
         except (ClusterStartError, OSError) as error:
             return [], f"the cluster did not start: {str(error).splitlines()[0]}"
-        progress(f"postgresql cluster up (postmaster pid {cluster.postmaster_pid()})")
+        postmaster = cluster.postmaster_pid()
+        progress(f"postgresql cluster up (postmaster pid {postmaster})")
         url = cluster.url(cluster.create_database())
-        return await measure_system(area, "postgresql", url, plan), None
+        return await measure_system(area, "postgresql", url, plan, postmaster), None
     finally:
         cluster.stop()  # pg_ctl stop, then SIGKILL to the postmaster PID if it lingers
 
@@ -401,7 +357,7 @@ def progress(line: str) -> None:
 
 
 async def run(args: argparse.Namespace) -> Report:
-    plan = Plan(args.turns, args.turns * 2, args.runners, args.slots)
+    plan = Plan(args.turns, args.turns * 2, args.runners, args.slots, args.api)
     load_before = os.getloadavg()[0]
     with scratch(args.keep) as area:
         baseline = await measure_baseline(area, plan)
@@ -422,6 +378,7 @@ async def run(args: argparse.Namespace) -> Report:
         load_before=load_before,
         load_after=os.getloadavg()[0],
         cpus=os.cpu_count() or 0,
+        api=plan.api,
     )
 
 
@@ -433,17 +390,42 @@ async def run_cancellable(args: argparse.Namespace) -> Report:
     return await run(args)
 
 
+def measure_turnwire(args: argparse.Namespace) -> Report:
+    """The whole Turnwire run; raises BenchBroke (or LaunchError, TimeoutError) if it broke."""
+    return asyncio.run(run_cancellable(args))
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
-        "--turns", type=int, default=300, help="ops per sequential loop; 16 in flight runs 2N"
+        "--turns",
+        type=int,
+        default=None,
+        help=f"ops per sequential loop; 16 in flight runs 2N (default {DEFAULT_TURNS}, "
+        f"{QUICK_TURNS} with --quick)",
     )
     parser.add_argument("--skip-postgres", action="store_true", help="measure SQLite only")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
     parser.add_argument("--runners", type=int, default=1, help="runner processes (default 1)")
     parser.add_argument("--slots", type=int, default=32, help="writable/read-only slots each")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, stores)")
+    parser.add_argument(
+        "--api",
+        choices=("one-call", "two-calls"),
+        default="one-call",
+        help="how the client runs a turn: one SubmitAndWatch call (default), or SubmitTurn "
+        "then WatchOperation",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a smoke run: --turns {QUICK_TURNS} unless given; with --peers, the peer "
+        "harness's --quick (1 round, N x 0.05), at most 5 s of quiet-wait, no re-measuring",
+    )
+    peers.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.turns is None:
+        args.turns = QUICK_TURNS if args.quick else DEFAULT_TURNS
     if args.turns < 1 or args.runners < 1 or args.slots < 1:
         parser.error("--turns, --runners and --slots must be >= 1")
     return args
@@ -451,8 +433,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.peers:
+        return peers.run_with_peers(args, measure_turnwire)
     try:
-        report = asyncio.run(run_cancellable(args))
+        report = measure_turnwire(args)
     except asyncio.CancelledError:
         print("bench: stopped by SIGTERM", file=sys.stderr)
         return 143

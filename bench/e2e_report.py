@@ -47,12 +47,17 @@ class BaselineResult:
     cpu_ms_per_op_client: float
     cpu_ms_per_op_server: float
 
+    @property
+    def cpu_ms_per_op_stack(self) -> float:
+        return self.cpu_ms_per_op_client + self.cpu_ms_per_op_server
+
     def as_json(self) -> dict[str, Any]:
         return {
             "in_flight": self.in_flight,
             **latency_figures(self.figures),
             "cpu_ms_per_op_client": round(self.cpu_ms_per_op_client, 3),
             "cpu_ms_per_op_server": round(self.cpu_ms_per_op_server, 3),
+            "cpu_ms_per_op_stack": round(self.cpu_ms_per_op_stack, 3),
         }
 
 
@@ -66,8 +71,12 @@ class SystemResult:
     rpcs_per_op: Mapping[str, float]
     journal_calls_per_op: Mapping[str, float]  # reads and writes, by Journal method
     states: Mapping[str, int]
-    cpu_ms_per_op_here: float  # the bench process: in-process coordinator + client
-    cpu_ms_per_op_runners: float
+    # CPU ms/op by process: "client" (the bench process), "coordinator",
+    # "runner-N" (each with its children), "postgresql" (the postmaster with
+    # its live and exited backends; only with the PostgreSQL journal).
+    cpu_ms_per_op: Mapping[str, float]
+    dispatcher_events: Mapping[str, int]  # deltas of the dispatcher's other counters
+    coordinator_event_loop: str = "?"  # "uvloop" or "asyncio" (turnwire/event_loop.py)
 
     @property
     def label(self) -> str:
@@ -84,6 +93,18 @@ class SystemResult:
     @property
     def journal_reads_per_op(self) -> float:
         return sum(v for m, v in self.journal_calls_per_op.items() if m not in JOURNAL_WRITES)
+
+    def cpu(self, name: str) -> float | None:
+        return self.cpu_ms_per_op.get(name)
+
+    @property
+    def cpu_ms_per_op_runners(self) -> float:
+        return sum(v for k, v in self.cpu_ms_per_op.items() if k.startswith("runner-"))
+
+    @property
+    def cpu_ms_per_op_stack(self) -> float:
+        """Every process of the system: client, coordinator, runners (and PostgreSQL)."""
+        return sum(self.cpu_ms_per_op.values())
 
     @property
     def meets_commit_target(self) -> bool:
@@ -128,8 +149,16 @@ class SystemResult:
                 m: round(v, 3) for m, v in sorted(self.journal_calls_per_op.items())
             },
             "states": dict(sorted(self.states.items())),
-            "cpu_ms_per_op_coordinator_and_client": round(self.cpu_ms_per_op_here, 3),
+            "cpu_ms_per_op_client": round(self.cpu_ms_per_op.get("client", 0.0), 3),
+            "cpu_ms_per_op_coordinator": round(self.cpu_ms_per_op.get("coordinator", 0.0), 3),
             "cpu_ms_per_op_runners": round(self.cpu_ms_per_op_runners, 3),
+            "cpu_ms_per_op_by_runner": {
+                k: round(v, 3) for k, v in self.cpu_ms_per_op.items() if k.startswith("runner-")
+            },
+            "cpu_ms_per_op_postgresql": _rounded(self.cpu("postgresql"), 3),
+            "cpu_ms_per_op_stack": round(self.cpu_ms_per_op_stack, 3),
+            "dispatcher_counters": dict(self.dispatcher_events),
+            "coordinator_event_loop": self.coordinator_event_loop,
             "meets_commit_target": self.meets_commit_target,
             "meets_rpc_target": self.meets_rpc_target,
         }
@@ -137,6 +166,12 @@ class SystemResult:
 
 def _rounded(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
+
+
+_API_WORDS = {
+    "one-call": "one SubmitAndWatch call",
+    "two-calls": "SubmitTurn + WatchOperation",
+}
 
 
 @dataclass(frozen=True)
@@ -151,6 +186,8 @@ class Report:
     load_before: float
     load_after: float
     cpus: int
+    # How the client ran a turn (Plan.api).
+    api: str = "one-call"
 
     def baseline_for(self, in_flight: int) -> BaselineResult | None:
         return next((b for b in self.baseline if b.in_flight == in_flight), None)
@@ -162,6 +199,7 @@ class Report:
     def as_json(self) -> dict[str, Any]:
         return {
             "turns": {"sequential": self.sequential_turns, "concurrent": self.concurrent_turns},
+            "api": self.api,
             "baseline": [b.as_json() for b in self.baseline],
             "systems": [s.as_json(self.baseline_for(s.in_flight)) for s in self.systems],
             "postgresql": {
@@ -221,6 +259,34 @@ def _target_text(system: SystemResult) -> str:
     )
 
 
+def _cpu_text(system: SystemResult) -> str:
+    parts = [f"client (this process) {system.cpu_ms_per_op.get('client', 0.0):.2f}"]
+    parts.append(f"coordinator {system.cpu_ms_per_op.get('coordinator', 0.0):.2f}")
+    runners = [(k, v) for k, v in system.cpu_ms_per_op.items() if k.startswith("runner-")]
+    parts += [f"{name} {value:.2f}" for name, value in runners]
+    if len(runners) > 1:
+        parts.append(f"(runners {system.cpu_ms_per_op_runners:.2f})")
+    members = "client+coordinator+runners"
+    postgres = system.cpu("postgresql")
+    if postgres is not None:
+        parts.append(f"postgresql server {postgres:.2f}")
+        members += "+postgresql"
+    return (
+        "CPU ms/op by process: "
+        + ", ".join(parts)
+        + f"; stack ({members}) {system.cpu_ms_per_op_stack:.2f}"
+        + f" (the coordinator on {system.coordinator_event_loop})"
+    )
+
+
+def _events_lines(system: SystemResult) -> list[str]:
+    """The dispatcher's other counters (replays, alarms, ...) when any moved."""
+    moved = {k: v for k, v in system.dispatcher_events.items() if v}
+    if not moved:
+        return []
+    return ["    dispatcher also counted: " + ", ".join(f"{k} {v}" for k, v in moved.items())]
+
+
 def system_lines(system: SystemResult, base: BaselineResult | None) -> list[str]:
     states = ", ".join(f"{k}={v}" for k, v in sorted(system.states.items()))
     return [
@@ -232,9 +298,9 @@ def system_lines(system: SystemResult, base: BaselineResult | None) -> list[str]
         + ", ".join(f"{m} {v:.2f}" for m, v in sorted(system.journal_calls_per_op.items())),
         f"    {_rpc_text(system)}",
         f"    {_target_text(system)}",
-        f"    CPU ms/op: coordinator+client (this process) {system.cpu_ms_per_op_here:.2f}, "
-        f"runners {system.cpu_ms_per_op_runners:.2f}",
+        f"    {_cpu_text(system)}",
         f"    terminal states: {states}",
+        *_events_lines(system),
     ]
 
 
@@ -252,9 +318,12 @@ def print_report(report: Report) -> None:
         print("  " + _latency_line(f"grpc echo x{base.in_flight}", base.figures))
         print(
             f"      CPU ms/op: client (this process) {base.cpu_ms_per_op_client:.2f}, "
-            f"echo server {base.cpu_ms_per_op_server:.2f}"
+            f"echo server {base.cpu_ms_per_op_server:.2f}; stack {base.cpu_ms_per_op_stack:.2f}"
         )
-    print("system: submit -> terminal (SubmitTurn + WatchOperation), runners as processes")
+    print(
+        f"system: submit -> terminal ({_API_WORDS.get(report.api, report.api)}); the "
+        "coordinator and each runner their own process, the client in this one"
+    )
     for system in report.systems:
         for line in system_lines(system, report.baseline_for(system.in_flight)):
             print("  " + line)

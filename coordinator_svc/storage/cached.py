@@ -21,9 +21,12 @@ What keeps it true:
 - Events and attempts are cached only as complete lists (from sequence or
   number 1 up to what the record says), then extended by our own commits.
 - Scans (due, in_state, listings) always read the database.
-- At most ``capacity`` operations are kept (least recently used goes first),
-  and an operation leaves as soon as it is terminal and released: memory
-  stays bounded however long the coordinator runs.
+- At most ``capacity`` operations and about ``max_bytes`` of envelopes and
+  results are kept (least recently used goes first; a record bigger than
+  the whole budget is not kept at all): memory stays bounded however long
+  the coordinator runs and however large its turns. A terminal operation
+  stays while it is recent: its watchers read its last event right after
+  the terminal commit.
 
 Use it only where this process is the journal's only writer; another writer
 makes its reads stale (never its writes: the CAS refuses them).
@@ -47,6 +50,12 @@ from coordinator_svc.ports import Journal, PageCursor
 from coordinator_svc.storage import rules
 
 DEFAULT_CAPACITY = 4096
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+
+
+def _weight(record: OperationRecord) -> int:
+    """What a record costs in memory, roughly: its payloads dominate."""
+    return 512 + len(record.envelope) + len(record.result or b"")
 
 
 @dataclass
@@ -60,11 +69,19 @@ class _Entry:
 class CachedJournal:
     """The Journal port, answering reads of recently written operations from memory."""
 
-    def __init__(self, inner: Journal, *, capacity: int = DEFAULT_CAPACITY) -> None:
-        if capacity < 1:
-            raise ValueError("capacity must be at least 1")
+    def __init__(
+        self,
+        inner: Journal,
+        *,
+        capacity: int = DEFAULT_CAPACITY,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
+        if capacity < 1 or max_bytes < 1:
+            raise ValueError("capacity and max_bytes must be at least 1")
         self.inner = inner
         self._capacity = capacity
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._entries: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
         self.hits = 0
         self.misses = 0
@@ -77,6 +94,11 @@ class CachedJournal:
     def cached(self) -> int:
         """Operations held in memory now (for tests and metrics)."""
         return len(self._entries)
+
+    @property
+    def cached_bytes(self) -> int:
+        """Their weight (envelopes, results and a fixed overhead each)."""
+        return self._bytes
 
     # -- the cache ------------------------------------------------------------
 
@@ -92,18 +114,38 @@ class CachedJournal:
         if entry is not None:
             if record.version > entry.record.version:
                 # Moved on without us seeing how: the lists may be incomplete.
-                self._entries[record.operation_id] = _Entry(record)
+                self._put(_Entry(record))
             return self._entry(record.operation_id)
-        if record.state.terminal and record.released:
-            return None  # nothing more will happen to it: not worth memory
-        entry = _Entry(record)
-        self._entries[record.operation_id] = entry
-        while len(self._entries) > self._capacity:
-            self._entries.popitem(last=False)
+        return self._put(_Entry(record))
+
+    def _put(self, entry: _Entry) -> _Entry | None:
+        """Hold ``entry`` (replacing its operation's), then evict down to the bounds."""
+        op_id = entry.record.operation_id
+        self._forget(op_id)
+        weight = _weight(entry.record)
+        if weight > self._max_bytes:
+            return None  # would evict everything else: read it from the database
+        self._entries[op_id] = entry
+        self._bytes += weight
+        while len(self._entries) > self._capacity or self._bytes > self._max_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self._bytes -= _weight(evicted.record)
         return entry
 
+    def _replace_record(self, entry: _Entry, record: OperationRecord) -> None:
+        self._bytes += _weight(record) - _weight(entry.record)
+        entry.record = record
+        while self._bytes > self._max_bytes and len(self._entries) > 1:
+            oldest = next(iter(self._entries))
+            if oldest == record.operation_id:
+                self._entries.move_to_end(oldest)
+                continue
+            self._bytes -= _weight(self._entries.pop(oldest).record)
+
     def _forget(self, operation_id: str) -> None:
-        self._entries.pop(operation_id, None)
+        entry = self._entries.pop(operation_id, None)
+        if entry is not None:
+            self._bytes -= _weight(entry.record)
 
     # -- writes ---------------------------------------------------------------
 
@@ -125,9 +167,6 @@ class CachedJournal:
         except BaseException:
             self._forget(op_id)  # conflict, failure or cancel: ask the database next
             raise
-        if stored.state.terminal and stored.released:
-            self._forget(op_id)
-            return stored
         _, event, attempt = rules.prepare_change(change)
         entry = self._entries.get(op_id)
         if entry is None or entry.record.version != change.before.version:
@@ -136,7 +175,7 @@ class CachedJournal:
             self._forget(op_id)
             self._learn(stored)
             return stored
-        entry.record = stored
+        self._replace_record(entry, stored)
         if entry.events is not None and event is not None:
             entry.events.append(event)
         if entry.attempts is not None:
@@ -219,6 +258,7 @@ class CachedJournal:
 
     async def close(self) -> None:
         self._entries.clear()
+        self._bytes = 0
         await self.inner.close()
 
 

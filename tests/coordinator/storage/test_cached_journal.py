@@ -174,31 +174,38 @@ def test_a_read_that_raced_a_commit_never_puts_an_older_row_back(tmp_path: Path)
     asyncio.run(main())
 
 
-def test_released_terminal_operations_leave_and_capacity_bounds_memory(tmp_path: Path) -> None:
-    """Memory stays bounded: a terminal, released operation is dropped at once, and
-    at most ``capacity`` operations are held (least recently used goes first)."""
+def test_memory_is_bounded_by_count_and_by_bytes(tmp_path: Path) -> None:
+    """Memory stays bounded: at most ``capacity`` operations and about ``max_bytes``
+    of envelopes and results (least recently used goes first); a record bigger than
+    the whole budget is not kept; whatever left memory is read from the database."""
     url = f"sqlite:///{tmp_path / 'journal.db'}"
     migrate(url)
 
     async def main() -> None:
-        cached = CachedJournal(open_journal(url), capacity=3)
+        by_count = CachedJournal(open_journal(url), capacity=3)
+        by_bytes = CachedJournal(open_journal(url), max_bytes=3 * 2048)
         try:
             records = []
             for number in range(1, 6):
                 operation = new_operation(number)
-                stored, _ = await cached.submit(operation, first_event(operation))
+                stored, _ = await by_count.submit(operation, first_event(operation))
                 records.append(stored)
-            assert cached.cached == 3
-            last = records[-1]
-            cancelled = await cached.commit(transition(last, OpState.CANCELLED))
-            assert cached.cached == 3
-            await cached.commit(bookkeeping(cancelled, released=True))
-            assert cached.cached == 2
-            # The evicted ones are still read correctly, from the database.
-            first = await cached.get(records[0].operation_id)
-            assert first == records[0]
+            assert by_count.cached == 3
+            cancelled = await by_count.commit(transition(records[-1], OpState.CANCELLED))
+            await by_count.commit(bookkeeping(cancelled, released=True))
+            assert by_count.cached == 3  # a recent terminal stays (its watchers read it)
+            assert await by_count.get(records[0].operation_id) == records[0]
+
+            for record in records:
+                await by_bytes.get(record.operation_id)
+            assert 0 < by_bytes.cached_bytes <= 3 * 2048
+            big = dataclasses.replace(new_operation(9), envelope=b"x" * 10_000)
+            stored, _ = await by_bytes.submit(big, first_event(big))
+            assert by_bytes.cached_bytes <= 3 * 2048
+            assert await by_bytes.get(big.operation_id) == stored  # from the database
         finally:
-            await cached.close()
+            await by_count.close()
+            await by_bytes.close()
 
     asyncio.run(main())
 

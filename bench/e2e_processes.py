@@ -1,0 +1,249 @@
+"""The processes bench/e2e.py measures: start, stop (by PID), CPU, counters.
+
+Every process is started with ``--listen 127.0.0.1:0`` and an address file
+(``turnwire.launcher.ManagedProcess``) and stopped by its own PID. The
+coordinator runs as ``bench/counting_coordinator.py`` (the real coordinator
+with a counting journal); its counters are read by asking it for a snapshot
+(SIGUSR1), never from inside this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from turnwire.launcher import ManagedProcess, python_module
+
+BENCH_DIR = Path(__file__).resolve().parent
+START_TIMEOUT = 60.0  # one process start, or one PostgreSQL cluster start
+STOP_GRACE = 5.0
+SNAPSHOT_TIMEOUT = 10.0  # one counters snapshot from the coordinator
+SNAPSHOT_POLL = 0.005
+
+
+class BenchBroke(RuntimeError):
+    """Something the bench needs did not work (not: something was slow)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many operations each loop runs, and the deployment's size."""
+
+    sequential: int
+    concurrent: int
+    runners: int
+    slots: int
+    # How the client runs a turn: "one-call" (SubmitAndWatch) or "two-calls"
+    # (SubmitTurn, then WatchOperation).
+    api: str = "one-call"
+
+    def count(self, in_flight: int) -> int:
+        return self.sequential if in_flight == 1 else self.concurrent
+
+    def warmup(self, in_flight: int) -> int:
+        return max(5, self.count(in_flight) // 10)
+
+
+# --- CPU --------------------------------------------------------------------
+
+
+def _proc_table() -> dict[int, tuple[int, float]]:
+    """pid -> (ppid, CPU seconds: own user+system plus that of reaped children)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    table: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        fields = text.rsplit(")", 1)[1].split()
+        # fields[1] ppid, [11] utime, [12] stime, [13] cutime, [14] cstime (proc(5))
+        cpu = sum(int(f) for f in fields[11:15]) / ticks
+        table[int(entry)] = (int(fields[1]), cpu)
+    return table
+
+
+def tree_cpu_seconds(roots: Mapping[str, int | None]) -> dict[str, float]:
+    """CPU seconds so far of each named process and everything under it.
+
+    A process's own time (all its threads), plus its children's: the live
+    ones read directly, the exited ones through its cutime/cstime once it has
+    reaped them (a PostgreSQL postmaster's backends). One scan of /proc for
+    all roots; a root that is gone reads 0.0.
+    """
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _cpu) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    totals: dict[str, float] = {}
+    for name, root in roots.items():
+        total, stack, seen = 0.0, [root] if root in table else [], set()
+        while stack:
+            pid = stack.pop()
+            if pid in seen or pid is None:
+                continue
+            seen.add(pid)
+            total += table[pid][1]
+            stack.extend(children.get(pid, []))
+        totals[name] = total
+    return totals
+
+
+# --- the scratch area -------------------------------------------------------
+
+
+@dataclass
+class Scratch:
+    """The run's temp dir and every process started in it (ended by PID)."""
+
+    root: Path
+    processes: list[ManagedProcess]
+
+    def start(self, name: str, argv: list[str], *, healthy: bool) -> ManagedProcess:
+        process = ManagedProcess(
+            name, argv, self.root / "logs" / f"{name}.log", self.root / f"{name}.addr"
+        )
+        self.processes.append(process)
+        process.start(START_TIMEOUT)
+        if healthy:
+            process.wait_healthy(START_TIMEOUT)
+        return process
+
+    def stop_all(self) -> None:
+        for process in reversed(self.processes):
+            try:
+                process.terminate(timeout=STOP_GRACE)
+            except Exception as error:  # keep stopping the others
+                print(f"stopping {process.name} (pid {process.pid}): {error}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def scratch(keep: bool) -> Iterator[Scratch]:
+    root = Path(tempfile.mkdtemp(prefix="turnwire-bench-"))
+    area = Scratch(root, [])
+    failed = True
+    try:
+        yield area
+        failed = False
+    finally:
+        area.stop_all()
+        if keep or failed:
+            print(f"bench files kept in {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+# --- runners and the coordinator --------------------------------------------
+
+
+def start_runners(area: Scratch, prefix: str, plan: Plan) -> list[ManagedProcess]:
+    runners = []
+    for index in range(1, plan.runners + 1):
+        name = f"{prefix}-runner-{index}"
+        (area.root / name).mkdir()
+        argv = python_module(
+            "runner_svc", "serve",
+            "--listen", "127.0.0.1:0",
+            "--store", str(area.root / name / "store.db"),
+            "--executor", "echo",
+            "--writable-slots", str(plan.slots),
+            "--read-only-slots", str(plan.slots),
+            "--log-level", "WARNING",
+        )  # fmt: skip
+        runners.append(area.start(name, argv, healthy=True))
+    return runners
+
+
+def write_tokens(area: Scratch, prefix: str) -> tuple[str, str]:
+    """A tokens file (coordinator_svc.api.auth format) with one fresh token."""
+    token = secrets.token_urlsafe(24)
+    path = area.root / f"{prefix}-tokens"
+    path.write_text(f"bench {hashlib.sha256(token.encode()).hexdigest()}\n")
+    path.chmod(0o600)  # the coordinator refuses a tokens file others may read
+    return str(path), token
+
+
+@dataclass
+class CoordinatorProcess:
+    """bench/counting_coordinator.py as a process, and how to read its counters."""
+
+    process: ManagedProcess
+    counters_file: Path
+    token: str
+    last_seq: int = -1
+    event_loop: str = "?"  # the loop it runs on, from its first snapshot
+
+    @property
+    def address(self) -> str:
+        return self.process.address
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    def _read(self) -> dict[str, Any] | None:
+        try:
+            snapshot: dict[str, Any] = json.loads(self.counters_file.read_text())
+        except (OSError, ValueError):
+            return None  # not written yet (the writer replaces the file atomically)
+        return snapshot
+
+    async def snapshot(self) -> dict[str, Any]:
+        """Ask for a fresh snapshot (SIGUSR1) and wait (bounded) for it."""
+        if self.pid is None or not self.process.alive():
+            raise BenchBroke(f"the coordinator is not running:\n{self.process.log_tail()}")
+        os.kill(self.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + SNAPSHOT_TIMEOUT
+        while True:
+            snapshot = self._read()
+            if snapshot is not None and snapshot["seq"] > self.last_seq:
+                self.last_seq = snapshot["seq"]
+                return snapshot
+            if time.monotonic() > deadline or not self.process.alive():
+                raise BenchBroke(
+                    f"no counters snapshot from the coordinator within {SNAPSHOT_TIMEOUT:.0f}s:\n"
+                    + self.process.log_tail()
+                )
+            await asyncio.sleep(SNAPSHOT_POLL)
+
+
+def start_coordinator(
+    area: Scratch, prefix: str, journal_url: str, runners: list[ManagedProcess]
+) -> CoordinatorProcess:
+    """The real coordinator (with counters) in its own process, as ``serve`` runs it."""
+    tokens_file, token = write_tokens(area, prefix)
+    counters_file = area.root / f"{prefix}-coordinator-counters.json"
+    argv = [
+        sys.executable, str(BENCH_DIR / "counting_coordinator.py"),
+        "--counters-file", str(counters_file),
+        "serve",
+        "--listen", "127.0.0.1:0",
+        "--journal-url", journal_url,
+        "--tokens-file", tokens_file,
+        "--migrate",
+        "--log-level", "WARNING",
+    ]  # fmt: skip
+    for index, runner in enumerate(runners, 1):
+        argv += ["--runner", f"runner-{index}={runner.address}"]
+    process = area.start(f"{prefix}-coordinator", argv, healthy=True)
+    coordinator = CoordinatorProcess(process, counters_file, token)
+    first = coordinator._read()
+    if first is not None:
+        coordinator.last_seq = first["seq"]
+        coordinator.event_loop = str(first.get("event_loop", "?"))
+    return coordinator
