@@ -10,9 +10,12 @@ before the next command.
 
 The per-operation lock (shared with the service's Dispatch/Cancel) makes the
 launch check, the launch intent and the executor's start one step with
-respect to a Cancel. The crash points sit between the same durable writes as
-ever: after the launch intent, and after the executor finished but before its
-settlement is written.
+respect to a Cancel. The start confirmation is queued behind the store's
+writer, not awaited: a turn that finishes before the writer takes it up
+withdraws it and its settlement records the start (R3; core/job_lifecycle.py).
+The crash points sit between the same durable writes as ever: after the
+launch intent, and after the executor finished but before its settlement is
+written (whether or not its start confirmation was).
 """
 
 from __future__ import annotations
@@ -45,11 +48,13 @@ from runner_svc.core.job_lifecycle import (
     LaunchIntentWritten,
     LimitTimerFired,
     NoteNotLaunched,
+    Phase,
     RecordProcessGroup,
     SettlementWriteFailed,
     SettlementWritten,
     StartExecutor,
     StopExecutor,
+    WithdrawConfirmStart,
     WriteConfirmStart,
     WriteLaunchIntent,
     WriteSettlement,
@@ -73,8 +78,9 @@ from runner_svc.executors import (
     Executor,
     ExecutorProcess,
     ExecutorStartError,
+    outcome_if_settled,
 )
-from runner_svc.storage.async_store import AsyncRunnerStore
+from runner_svc.storage.async_store import AsyncRunnerStore, QueuedWrite
 from runner_svc.storage.sqlite_store import StoreError
 from turnwire.crashpoints import crash_point
 from turnwire.errors import REASONS
@@ -96,6 +102,8 @@ class Job:
     envelope_bytes: bytes
     state: JobState
     handle: ExecutionHandle | None = None
+    # The start confirmation queued behind the store's writer (WriteConfirmStart).
+    confirmation: QueuedWrite | None = None
     # When the limit timer next wakes (set by ArmLimitTimer, taken by the watchdog).
     limit_alarm: float | None = None
     task: asyncio.Task[None] | None = None
@@ -167,8 +175,8 @@ class JobRunner:
         try:
             async with self.lock(op):
                 await self._feed(job, await self._launch_check(job))
-            if job.handle is None:  # nothing started: the job is settled, released or held
-                return
+            if job.handle is None or job.state.phase is not Phase.RUNNING:
+                return  # nothing started, or it finished as it started: settled or held
             outcome = await self._wait_with_limits(job, job.handle)
             crash_point("runner.after_executor_finished")
             # Decided before the lock is taken: a Cancel that gets the lock
@@ -213,7 +221,9 @@ class JobRunner:
             case RecordProcessGroup():
                 await self._record_process(job, command.started_at)
             case WriteConfirmStart():
-                await self._confirm_start(job, command.started_at)
+                self._queue_confirm_start(job, command.started_at)
+            case WithdrawConfirmStart():
+                self._withdraw_confirm_start(job)
             case WriteStopReason():
                 await self._write_stop_reason(job, command.reason)
             case StopExecutor():
@@ -267,7 +277,13 @@ class JobRunner:
             log.exception("executor start of %s failed oddly: it may have started", op)
             return ExecutorStartFailed(_detail(exc), may_have_started=True)
         job.handle = handle
-        return ExecutorStarted(at=self._clock())
+        at = self._clock()
+        outcome = outcome_if_settled(handle)
+        if outcome is None:
+            return ExecutorStarted(at)
+        # Finished as it started: its settlement comes next, with no confirmation.
+        crash_point("runner.after_executor_finished")
+        return ExecutorStarted(at, finished=ExecutorFinished(_reported(outcome), REASONS))
 
     async def _record_process(self, job: Job, started_at: float) -> None:
         """R10: write down the executor's process group, so the next incarnation
@@ -288,14 +304,33 @@ class JobRunner:
                 exc,
             )
 
-    async def _confirm_start(self, job: Job, started_at: float) -> None:
+    def _queue_confirm_start(self, job: Job, started_at: float) -> None:
+        """R3's second step, queued behind the store's writer; the job goes on to
+        wait for the outcome. Unsaved, the row stays LAUNCHING: after a crash
+        it says UNKNOWN, which is true."""
+        op = job.operation_id
         try:
-            await self.store.write(job.operation_id, ConfirmStart(self.incarnation_id, started_at))
-        except (StoreError, IllegalRowEvent):
-            # The row stays LAUNCHING: after a crash it says UNKNOWN, which is true.
-            log.exception("start confirmation of %s not saved", job.operation_id)
+            queued = self.store.queue_write(op, ConfirmStart(self.incarnation_id, started_at))
+        except RuntimeError:  # the store's thread is gone: nothing can be written
+            log.exception("start confirmation of %s not queued", op)
             return
-        log.info("operation %s started (incarnation %s)", job.operation_id, self.incarnation_id)
+        job.confirmation = queued
+        queued.landed.add_done_callback(lambda landed: self._confirmed(op, landed))
+
+    def _confirmed(self, operation_id: str, landed: asyncio.Future[OperationRow | None]) -> None:
+        if landed.cancelled():
+            return
+        error = landed.exception()
+        if error is not None:
+            log.error("start confirmation of %s not saved: %s", operation_id, error)
+        elif landed.result() is None:
+            log.debug("start confirmation of %s withdrawn: its settlement records it", operation_id)
+        else:
+            log.info("operation %s started (incarnation %s)", operation_id, self.incarnation_id)
+
+    def _withdraw_confirm_start(self, job: Job) -> None:
+        if job.confirmation is not None:
+            job.confirmation.withdraw()  # taken up already: it lands before the settlement
 
     # --- limits and stops (R6) -----------------------------------------------------------
 
@@ -342,6 +377,7 @@ class JobRunner:
             self._clock(),
             result=decision.result,
             error=decision.error,
+            started_at=command.started_at,
         )
         try:
             await self.store.write(job.operation_id, change)

@@ -22,6 +22,20 @@ Three commands are requests (``WriteLaunchIntent``, ``StartExecutor``,
 ``WriteSettlement``): the shell answers each with one event before it performs
 the next command. An answer that matches no open request changes nothing, so
 no event, however misplaced, can start an executor or free a slot.
+
+The start confirmation (R3's second step) is not a request: it is queued
+behind the store's single writer and the job goes on to wait for the outcome.
+A turn whose outcome is in before the confirmation is written needs no
+confirmation of its own: if the outcome was in hand as the start returned,
+none is queued; if it comes while the confirmation is still queued, the
+confirmation is withdrawn (``WithdrawConfirmStart``: the shell drops it unless
+the writer already took it up). Either way the settlement, written once, says
+``STARTED`` and carries the start time, so the row goes from the intent
+straight to settled: a crash before that leaves the intent alone (``UNKNOWN``,
+never ``NOT_STARTED``), and after it the settled row implies the start. A turn
+still running gets its confirmation as before (issue 10).
+
+Events and commands are defined in core/job_events.py and re-exported here.
 """
 
 from __future__ import annotations
@@ -30,9 +44,38 @@ import enum
 from dataclasses import dataclass, replace
 from typing import assert_never
 
-from runner_svc.core.model import Execution, OperationRow, RowState, StopReason, TurnFailure
+from runner_svc.core.job_events import (
+    ArmLimitTimer,
+    CancelRequested,
+    Command,
+    DrainDeadlinePassed,
+    DrainStarted,
+    ExecutorFinished,
+    ExecutorStarted,
+    ExecutorStartFailed,
+    FreeSlot,
+    JobAbandoned,
+    JobCrashed,
+    JobEvent,
+    LaunchChecked,
+    LaunchCheckFailed,
+    LaunchIntentFailed,
+    LaunchIntentWritten,
+    LimitTimerFired,
+    NoteNotLaunched,
+    RecordProcessGroup,
+    SettlementWriteFailed,
+    SettlementWritten,
+    StartExecutor,
+    StopExecutor,
+    WithdrawConfirmStart,
+    WriteConfirmStart,
+    WriteLaunchIntent,
+    WriteSettlement,
+    WriteStopReason,
+)
+from runner_svc.core.model import Execution, RowState, StopReason, TurnFailure
 from runner_svc.core.settlement import (
-    ReportedOutcome,
     SettlementDecision,
     decide_settlement,
     due_stop_reason,
@@ -40,6 +83,43 @@ from runner_svc.core.settlement import (
     launch_block,
     unlaunched_settlement,
 )
+
+__all__ = [
+    "FINAL_PHASES",
+    "ArmLimitTimer",
+    "CancelRequested",
+    "Command",
+    "DrainDeadlinePassed",
+    "DrainStarted",
+    "ExecutorFinished",
+    "ExecutorStartFailed",
+    "ExecutorStarted",
+    "FreeSlot",
+    "JobAbandoned",
+    "JobCrashed",
+    "JobEvent",
+    "JobState",
+    "LaunchCheckFailed",
+    "LaunchChecked",
+    "LaunchIntentFailed",
+    "LaunchIntentWritten",
+    "LimitTimerFired",
+    "NoteNotLaunched",
+    "Phase",
+    "RecordProcessGroup",
+    "SettlementWriteFailed",
+    "SettlementWritten",
+    "StartExecutor",
+    "Step",
+    "StopExecutor",
+    "WithdrawConfirmStart",
+    "WriteConfirmStart",
+    "WriteLaunchIntent",
+    "WriteSettlement",
+    "WriteStopReason",
+    "admitted",
+    "step",
+]
 
 
 class Phase(enum.StrEnum):
@@ -69,6 +149,9 @@ class JobState:
     # machine says so (WriteStopReason), which is not every time (see step).
     stop_reason: StopReason | None = None
     started_at: float | None = None
+    # The start confirmation is queued (WriteConfirmStart) and the outcome not in
+    # yet: an outcome that comes now withdraws it (WithdrawConfirmStart).
+    confirmation_queued: bool = False
     limit_wakeups: tuple[float, ...] = ()  # the limit timer's wake-ups to come, earliest first
     settlement_pending: bool = False  # a WriteSettlement awaits its answer
     result_not_saved: bool = False  # a write the turn's truth needed failed: slot held (R7)
@@ -100,198 +183,6 @@ def admitted(
         stop_reason=StopReason.SHUTDOWN if draining else None,
     )
 
-
-# --- events: what happened ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LaunchChecked:
-    """The row as read under the operation's lock just before launching (R3)."""
-
-    row: OperationRow | None
-    now: float
-
-
-@dataclass(frozen=True)
-class LaunchCheckFailed:
-    """The store could not be read for the launch check."""
-
-
-@dataclass(frozen=True)
-class LaunchIntentWritten:
-    """The launch intent is durable (answers WriteLaunchIntent)."""
-
-
-@dataclass(frozen=True)
-class LaunchIntentFailed:
-    """The launch intent was not saved (answers WriteLaunchIntent)."""
-
-
-@dataclass(frozen=True)
-class ExecutorStarted:
-    """The executor has really started (answers StartExecutor)."""
-
-    at: float
-
-
-@dataclass(frozen=True)
-class ExecutorStartFailed:
-    """The executor did not start (answers StartExecutor). Only a typed refusal
-    proves nothing started; any other failure may have started it."""
-
-    detail: str
-    may_have_started: bool
-
-
-@dataclass(frozen=True)
-class LimitTimerFired:
-    """The timer armed by ArmLimitTimer woke at ``now``."""
-
-    now: float
-
-
-@dataclass(frozen=True)
-class ExecutorFinished:
-    """The executor's outcome as plain values, and the error reasons it may name."""
-
-    outcome: ReportedOutcome
-    known_reasons: frozenset[str]
-
-
-@dataclass(frozen=True)
-class SettlementWritten:
-    """The settlement is durable (answers WriteSettlement)."""
-
-
-@dataclass(frozen=True)
-class SettlementWriteFailed:
-    """The settlement was not saved (answers WriteSettlement)."""
-
-
-@dataclass(frozen=True)
-class CancelRequested:
-    """A Cancel for this operation, with its row as read under the operation's lock."""
-
-    row: OperationRow
-
-
-@dataclass(frozen=True)
-class DrainStarted:
-    """The runner began to drain (R8): SHUTDOWN is recorded where no reason exists."""
-
-
-@dataclass(frozen=True)
-class DrainDeadlinePassed:
-    """The drain waited long enough: running executors are asked to stop."""
-
-
-@dataclass(frozen=True)
-class JobCrashed:
-    """The job's run failed unexpectedly: fail closed, the slot stays held."""
-
-
-@dataclass(frozen=True)
-class JobAbandoned:
-    """Shutdown gave up on the job's run (it will read INTERRUPTED after restart)."""
-
-
-JobEvent = (
-    LaunchChecked
-    | LaunchCheckFailed
-    | LaunchIntentWritten
-    | LaunchIntentFailed
-    | ExecutorStarted
-    | ExecutorStartFailed
-    | LimitTimerFired
-    | ExecutorFinished
-    | SettlementWritten
-    | SettlementWriteFailed
-    | CancelRequested
-    | DrainStarted
-    | DrainDeadlinePassed
-    | JobCrashed
-    | JobAbandoned
-)
-
-
-# --- commands: what the shell does --------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NoteNotLaunched:
-    """Log why the launch check blocked the launch."""
-
-    why: str
-
-
-@dataclass(frozen=True)
-class WriteLaunchIntent:
-    """Write the launch intent (R3). Answer: LaunchIntentWritten or LaunchIntentFailed."""
-
-
-@dataclass(frozen=True)
-class StartExecutor:
-    """Start the executor. Answer: ExecutorStarted or ExecutorStartFailed."""
-
-
-@dataclass(frozen=True)
-class RecordProcessGroup:
-    """Write down the executor's process group, if it has one (R10)."""
-
-    started_at: float
-
-
-@dataclass(frozen=True)
-class WriteConfirmStart:
-    """Write the start confirmation (R3). Unsaved, the row says UNKNOWN: still true."""
-
-    started_at: float
-
-
-@dataclass(frozen=True)
-class WriteStopReason:
-    """Write the first stop reason (R6). Unsaved, it is kept in memory only."""
-
-    reason: StopReason
-
-
-@dataclass(frozen=True)
-class StopExecutor:
-    """Ask the running executor to stop (it then finishes; the slot waits for that)."""
-
-
-@dataclass(frozen=True)
-class ArmLimitTimer:
-    """Wake the job at ``at`` (LimitTimerFired) to check its deadline and budget."""
-
-    at: float
-
-
-@dataclass(frozen=True)
-class WriteSettlement:
-    """Write the terminal state once (R7). Answer: SettlementWritten or SettlementWriteFailed."""
-
-    decision: SettlementDecision
-    execution: Execution
-
-
-@dataclass(frozen=True)
-class FreeSlot:
-    """Give the job's slot back to its pool and forget the job."""
-
-
-Command = (
-    NoteNotLaunched
-    | WriteLaunchIntent
-    | StartExecutor
-    | RecordProcessGroup
-    | WriteConfirmStart
-    | WriteStopReason
-    | StopExecutor
-    | ArmLimitTimer
-    | WriteSettlement
-    | FreeSlot
-)
 
 Step = tuple[JobState, tuple[Command, ...]]
 
@@ -329,9 +220,7 @@ def step(state: JobState, event: JobEvent) -> Step:
         case ExecutorFinished():
             if state.phase is not Phase.RUNNING:
                 return state, ()
-            decision = decide_settlement(state.stop_reason, event.outcome, event.known_reasons)
-            settling = replace(state, phase=Phase.SETTLING, limit_wakeups=())
-            return _settle(settling, decision, Execution.STARTED)
+            return _executor_finished(state, event)
         case SettlementWritten():
             if not state.settlement_pending:
                 return state, ()
@@ -407,6 +296,12 @@ def _executor_started(state: JobState, event: ExecutorStarted) -> Step:
     if state.phase is not Phase.STARTING:
         return state, ()
     at = event.at
+    if event.finished is not None:
+        # Its outcome was in hand as it started: no confirmation of its own,
+        # the settlement records the start (R3).
+        finished = replace(state, phase=Phase.RUNNING, started_at=at)
+        settling, settle = _executor_finished(finished, event.finished)
+        return settling, (RecordProcessGroup(at), *settle)
     budget_ends = at + state.budget_seconds if state.budget_seconds is not None else None
     wakeups = tuple(sorted(t for t in (state.deadline, budget_ends) if t is not None))
     commands: list[Command] = [RecordProcessGroup(at), WriteConfirmStart(at)]
@@ -414,8 +309,24 @@ def _executor_started(state: JobState, event: ExecutorStarted) -> Step:
         commands.append(StopExecutor())
     if wakeups:
         commands.append(ArmLimitTimer(wakeups[0]))
-    running = replace(state, phase=Phase.RUNNING, started_at=at, limit_wakeups=wakeups)
+    running = replace(
+        state,
+        phase=Phase.RUNNING,
+        started_at=at,
+        confirmation_queued=True,
+        limit_wakeups=wakeups,
+    )
     return running, tuple(commands)
+
+
+def _executor_finished(state: JobState, event: ExecutorFinished) -> Step:
+    """R7: settle from the first stop reason and the outcome, once. A start
+    confirmation still queued is withdrawn: the settlement records the start."""
+    decision = decide_settlement(state.stop_reason, event.outcome, event.known_reasons)
+    withdraw = (WithdrawConfirmStart(),) if state.confirmation_queued else ()
+    settling = replace(state, phase=Phase.SETTLING, confirmation_queued=False, limit_wakeups=())
+    settling, settle = _settle(settling, decision, Execution.STARTED, started_at=state.started_at)
+    return settling, (*withdraw, *settle)
 
 
 def _limit_timer_fired(state: JobState, event: LimitTimerFired) -> Step:
@@ -464,5 +375,12 @@ def _record_stop(state: JobState, reason: StopReason, *, ask_executor: bool) -> 
     return state, tuple(commands)
 
 
-def _settle(state: JobState, decision: SettlementDecision, execution: Execution) -> Step:
-    return replace(state, settlement_pending=True), (WriteSettlement(decision, execution),)
+def _settle(
+    state: JobState,
+    decision: SettlementDecision,
+    execution: Execution,
+    *,
+    started_at: float | None = None,
+) -> Step:
+    command = WriteSettlement(decision, execution, started_at=started_at)
+    return replace(state, settlement_pending=True), (command,)

@@ -3,11 +3,14 @@
 A row is born by ``Admit`` (a Dispatch was accepted) or ``Tombstone`` (a
 Cancel for an unknown id, R5). An accepted row is launched in two durable
 steps, ``LaunchIntent`` then ``ConfirmStart`` (R3), and ends with exactly one
-``Settle`` (R7). ``TakeOver`` is §6 re-admission: a row an *earlier*
-incarnation accepted but never launched becomes this incarnation's before it
-may launch. ``RecordStopReason`` keeps the first reason only (R6),
-``RaiseFencingToken`` remembers the highest token seen (§5), ``Release``
-drops a settled result but keeps the row (R9).
+``Settle`` (R7); a turn that finished before its confirmation was written
+settles straight from ``LAUNCHING`` as ``STARTED`` with its start time (the
+settled row implies the start, so the confirmation is subsumed).
+``TakeOver`` is §6 re-admission: a row an *earlier* incarnation accepted but
+never launched becomes this incarnation's before it may launch.
+``RecordStopReason`` keeps the first reason only (R6), ``RaiseFencingToken``
+remembers the highest token seen (§5), ``Release`` drops a settled result but
+keeps the row (R9).
 
 ``apply(row, event)`` is pure: it returns the new row or raises
 :class:`IllegalRowEvent` and changes nothing. The store calls it inside the
@@ -83,6 +86,9 @@ class Settle:
     at: float
     result: TurnOutput | None = None
     error: TurnFailure | None = None
+    # When the executor started, for a STARTED settlement: a row that never got
+    # its start confirmation (R3: the turn finished first) records it here.
+    started_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -237,6 +243,8 @@ def _settle(row: OperationRow | None, event: Settle, name: str) -> OperationRow:
         raise _refuse(row, event, "a confirmed start stays STARTED")
     if (event.state is _S.SUCCEEDED) != (event.result is not None):
         raise _refuse(row, event, "exactly SUCCEEDED carries a result")
+    if event.started_at is not None and event.execution is not Execution.STARTED:
+        raise _refuse(row, event, "only a start has a start time")
     return replace(
         row,
         state=event.state,
@@ -245,6 +253,9 @@ def _settle(row: OperationRow | None, event: Settle, name: str) -> OperationRow:
         result=event.result,
         error=event.error,
         settled_at=event.at,
+        # A confirmed start keeps its time; an unconfirmed one gets the
+        # settlement's (the settled row implies the start, R3).
+        started_at=row.started_at if row.started_at is not None else event.started_at,
         # Settle decides which stop reason the row reports: the one that stopped
         # the turn. A turn that succeeded finished on its own; the stop asked for
         # meanwhile (a cancel that lost the race, a drain it outlived: R6, R8)

@@ -11,6 +11,8 @@ from runner_svc.executors.base import (
     Executor,
     ExecutorProcess,
     ExecutorStartError,
+    SettledAtOnce,
+    outcome_if_settled,
 )
 from runner_svc.executors.loading import load_executor
 
@@ -21,5 +23,7 @@ __all__ = [
     "Executor",
     "ExecutorProcess",
     "ExecutorStartError",
+    "SettledAtOnce",
     "load_executor",
+    "outcome_if_settled",
 ]

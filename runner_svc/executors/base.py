@@ -83,6 +83,28 @@ class ExecutionHandle(Protocol):
         ...
 
 
+class SettledAtOnce(Protocol):
+    """Optional on a handle: its outcome without waiting, once it has settled.
+
+    A handle whose work may be over by the time ``Executor.start`` returns (an
+    in-process turn that needed no wait) can say so; the runner then writes the
+    settlement with no separate start confirmation (R3).
+    """
+
+    def outcome_now(self) -> ExecutionOutcome | None:
+        """The outcome ``wait()`` would return at once, or None while it runs."""
+        ...
+
+
+def outcome_if_settled(handle: ExecutionHandle) -> ExecutionOutcome | None:
+    """The handle's outcome if it has settled and can say so without waiting."""
+    outcome_now = getattr(handle, "outcome_now", None)
+    if not callable(outcome_now):
+        return None
+    outcome: ExecutionOutcome | None = outcome_now()
+    return outcome
+
+
 class Executor(Protocol):
     """Starts executions of turns."""
 

@@ -31,6 +31,14 @@ class InProcessExecution:
         # asyncio.wait neither raises the task's exception nor propagates its
         # cancellation, so only a cancellation of this caller is raised here.
         await asyncio.wait({self._task})
+        outcome = self.outcome_now()
+        assert outcome is not None
+        return outcome
+
+    def outcome_now(self) -> ExecutionOutcome | None:
+        """The outcome once the task is over (base.SettledAtOnce), else None."""
+        if not self._task.done():
+            return None
         if self._task.cancelled():
             return cancelled()
         error = self._task.exception()

@@ -9,6 +9,12 @@ the read queues behind it, as every read used to, so a read never misses a
 write issued before it (let alone one already reported: the mirror takes a
 write before the write returns).
 
+A write may also be *queued* (``queue_write``): it takes its place in the
+same order, and until the store's thread takes it up it can be withdrawn
+(:class:`QueuedWrite`). The runner queues its start confirmations so: one
+whose turn has finished meanwhile is dropped, and the settlement written
+after it records the start (R3, issue 10).
+
 Watchers subscribe to a :class:`ChangeFeed`: every committed row is pushed to
 each feed (bounded; a feed that overflows says so, and its watcher catches up
 from ``changes_after``), so a watch need not query the store after each write.
@@ -80,6 +86,40 @@ class ChangeFeed:
         await self._ready.wait()
 
 
+class QueuedWrite:
+    """A write handed to the store's thread that may be withdrawn until that
+    thread takes it up. ``landed`` gives the written row, or None if withdrawn;
+    it raises what the write raised."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._taken = False
+        self._withdrawn = False
+        self._counted_down = False
+        self.landed: asyncio.Future[OperationRow | None]
+
+    def withdraw(self) -> bool:
+        """Drop the write if the store's thread has not taken it up; True if dropped."""
+        with self._lock:
+            if not self._taken:
+                self._withdrawn = True
+            return self._withdrawn
+
+    def take(self) -> bool:
+        """On the store's thread: take the write up unless it was withdrawn."""
+        with self._lock:
+            if not self._withdrawn:
+                self._taken = True
+            return self._taken
+
+    def count_down_once(self) -> bool:
+        """True the first time only: the pending-write count drops exactly once,
+        whether the thread ran the write or a cancelled waiter withdrew it."""
+        with self._lock:
+            first, self._counted_down = not self._counted_down, True
+            return first
+
+
 class AsyncRunnerStore:
     def __init__(self, store: SqliteRunnerStore) -> None:
         self.store = store
@@ -123,23 +163,46 @@ class AsyncRunnerStore:
         return await self._call(self.store.changes_after, sequence, limit)
 
     async def write(self, operation_id: str, change: RowEvent) -> OperationRow:
+        row = await self.queue_write(operation_id, change).landed
+        assert row is not None  # never withdrawn: nobody else holds it
+        return row
+
+    def queue_write(self, operation_id: str, change: RowEvent) -> QueuedWrite:
+        """Queue ``change`` in write order without waiting for it; it may be
+        withdrawn until the store's thread takes it up. Raises if it cannot be
+        queued (e.g. the store is closed)."""
+        queued = QueuedWrite()
         with self._writing_lock:
             self._writing[operation_id] = self._writing.get(operation_id, 0) + 1
         try:
-            done = asyncio.get_running_loop().run_in_executor(
-                self._thread, self._write, operation_id, change
+            queued.landed = asyncio.get_running_loop().run_in_executor(
+                self._thread, self._write, queued, operation_id, change
             )
-        except BaseException:  # never queued (e.g. the store is closed)
+        except BaseException:  # never queued
             self._written(operation_id)
             raise
-        return await done
 
-    def _write(self, operation_id: str, change: RowEvent) -> OperationRow:
+        def cancelled(landed: asyncio.Future[OperationRow | None]) -> None:
+            # A waiter cancelled before the thread took the write up may also
+            # have cancelled the thread's job, which then never runs: count
+            # down here (else the mirror is bypassed for good), once.
+            if landed.cancelled() and queued.withdraw() and queued.count_down_once():
+                self._written(operation_id)
+
+        queued.landed.add_done_callback(cancelled)
+        return queued
+
+    def _write(
+        self, queued: QueuedWrite, operation_id: str, change: RowEvent
+    ) -> OperationRow | None:
         """On the store's thread. Counted down even if the writer stopped waiting."""
         try:
+            if not queued.take():
+                return None
             return self.store.write(operation_id, change)
         finally:
-            self._written(operation_id)
+            if queued.count_down_once():
+                self._written(operation_id)
 
     def _written(self, operation_id: str) -> None:
         with self._writing_lock:

@@ -43,6 +43,7 @@ from runner_svc.core.job_lifecycle import (
     SettlementWritten,
     StartExecutor,
     StopExecutor,
+    WithdrawConfirmStart,
     WriteConfirmStart,
     WriteLaunchIntent,
     WriteSettlement,
@@ -234,6 +235,10 @@ class SimJobRunner:
                     op, ConfirmStart(self.incarnation_id, command.started_at), world
                 )
                 world.notes.append("confirmed" if saved else "confirmation NOT saved")
+            case WithdrawConfirmStart():
+                # The launch step wrote its confirmation (one step is atomic):
+                # nothing is still queued here to withdraw.
+                pass
             case WriteStopReason():
                 if not self._write(op, RecordStopReason(command.reason), world):
                     world.notes.append(f"stop reason {command.reason} kept in memory only")
@@ -279,6 +284,7 @@ class SimJobRunner:
             world.now,
             result=decision.result,
             error=decision.error,
+            started_at=command.started_at,
         )
         if not self._write(job.operation_id, change, world):
             world.notes.append(f"settled {decision.state} NOT SAVED (slot held)")

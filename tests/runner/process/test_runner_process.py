@@ -116,30 +116,45 @@ def test_bad_executor_spec_is_refused_clearly(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("crash_at", "state", "execution", "starts"),
+    ("crash_at", "sleep_ms", "state", "execution", "starts"),
     [
         pytest.param(
             "runner.after_launch_intent",
+            None,
             R.RUNNER_OPERATION_STATE_INTERRUPTED,
             turn_pb2.EXECUTION_UNKNOWN,
             0,
             id="intent-only",
         ),
         pytest.param(
+            # A turn still running when its start confirmation is written.
             "runner.after_executor_finished",
+            500,
             R.RUNNER_OPERATION_STATE_INTERRUPTED,
             turn_pb2.EXECUTION_STARTED,
             1,
             id="confirmed",
         ),
+        pytest.param(
+            # A turn that finished as it started: no confirmation of its own,
+            # and the crash came before the settlement that records the start.
+            "runner.after_executor_finished",
+            None,
+            R.RUNNER_OPERATION_STATE_INTERRUPTED,
+            turn_pb2.EXECUTION_UNKNOWN,
+            1,
+            id="finished-before-confirmation",
+        ),
     ],
 )
 def test_crash_between_durable_steps_is_reported_truthfully(
-    tmp_path: Path, crash_at: str, state: int, execution: int, starts: int
+    tmp_path: Path, crash_at: str, sleep_ms: int | None, state: int, execution: int, starts: int
 ) -> None:
-    """R3/§6: after SIGKILL, intent-only reads UNKNOWN, confirmed reads STARTED; never re-run."""
+    """R3/§6: after SIGKILL, intent-only reads UNKNOWN, confirmed reads STARTED, and a
+    turn that ran but whose start only its settlement would have recorded reads
+    UNKNOWN (never NOT_STARTED); never re-run."""
     store, ledger = tmp_path / "r.db", tmp_path / "ledger.jsonl"
-    body = envelope("op_crash")
+    body = envelope("op_crash", sleep_ms=sleep_ms)
     crashing = RunnerProcess.start(
         store,
         tmp_path,

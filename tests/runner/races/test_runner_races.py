@@ -219,7 +219,19 @@ def drop_failing_trigger(store_path: Path) -> None:
     connection.close()
 
 
-def test_failed_terminal_write_holds_the_slot_and_reports_result_not_saved(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("sleep_ms", "left"),
+    [
+        # Confirmed while it ran: the row stays RUNNING (STARTED).
+        pytest.param(300, "RUNNING", id="confirmed"),
+        # Finished as it started: only the settlement would have recorded the
+        # start, so the row keeps its launch intent (UNKNOWN: still true, R3).
+        pytest.param(None, "LAUNCHING", id="finished-before-confirmation"),
+    ],
+)
+def test_failed_terminal_write_holds_the_slot_and_reports_result_not_saved(
+    tmp_path: Path, sleep_ms: int | None, left: str
+) -> None:
     """R7: a settlement that cannot be saved holds the slot and is never reported as a result."""
     store_path = tmp_path / "r.db"
 
@@ -230,9 +242,9 @@ def test_failed_terminal_write_holds_the_slot_and_reports_result_not_saved(tmp_p
                 "BEFORE UPDATE OF state",
                 "NEW.state IN ('SUCCEEDED','FAILED','CANCELLED','TIMED_OUT')",
             )
-            await live.dispatch("op_unsaved", output="lost")
+            await live.dispatch("op_unsaved", output="lost", sleep_ms=sleep_ms)
             shown = await live.wait_state("op_unsaved", lambda op: op.result_not_saved)
-            assert shown.state == R.RUNNER_OPERATION_STATE_RUNNING
+            assert R.RunnerOperationState.Name(shown.state) == f"RUNNER_OPERATION_STATE_{left}"
             assert not shown.HasField("result")
             info = await live.stub.GetRunnerInfo(R.GetRunnerInfoRequest())
             assert info.held_result_not_saved == 1
@@ -240,7 +252,7 @@ def test_failed_terminal_write_holds_the_slot_and_reports_result_not_saved(tmp_p
             assert await reason_of(live.dispatch("op_after")) == "NO_FREE_SLOT"
 
     asyncio.run(main())
-    assert row_state_on_disk(store_path, "op_unsaved") == "RUNNING"
+    assert row_state_on_disk(store_path, "op_unsaved") == left
 
 
 def test_failed_admission_write_releases_the_reservation(tmp_path: Path) -> None:

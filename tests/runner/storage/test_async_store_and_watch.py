@@ -197,3 +197,32 @@ def test_a_watch_that_fell_behind_catches_up_with_exactly_what_sql_has(tmp_path:
             service.end_watches()
 
     asyncio.run(main())
+
+
+def test_a_write_whose_waiter_was_cancelled_before_it_ran_leaves_memory_reads_on(
+    tmp_path: Path,
+) -> None:
+    """Issue 10 regression: a write queued behind a busy thread whose waiter is cancelled
+    never runs; its pending count must still drop, or every later changes_after would
+    bypass memory for good (slower, found in review)."""
+    path = tmp_path / "r.db"
+
+    async def main() -> None:
+        async with opened(path) as store:
+            written = await store.write("op_1", admit("op_1"))
+            with write_lock_held(path):
+                pending = await busy_thread(store)
+                doomed = asyncio.ensure_future(store.write("op_2", admit("op_2")))
+                await asyncio.sleep(0)  # queued behind the blocked floor write
+                doomed.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await doomed
+            await pending
+            # Memory answers on the loop again: even with the thread blocked once more.
+            with write_lock_held(path):
+                blocked = await busy_thread(store)
+                assert await asyncio.wait_for(store.changes_after(0), SOON) == [written]
+                assert await asyncio.wait_for(store.get("op_1"), SOON) == written
+            await blocked
+
+    asyncio.run(main())

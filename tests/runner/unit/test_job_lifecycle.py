@@ -296,6 +296,7 @@ _ANY_EVENT_EXAMPLES: tuple[JobEvent, ...] = (
     LaunchIntentWritten(),
     LaunchIntentFailed(),
     ExecutorStarted(at=1.0),
+    ExecutorStarted(at=1.0, finished=ExecutorFinished(SUCCESS, KNOWN)),
     ExecutorStartFailed("x", may_have_started=True),
     LimitTimerFired(now=1e9),
     ExecutorFinished(SUCCESS, KNOWN),

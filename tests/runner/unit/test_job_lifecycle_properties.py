@@ -1,8 +1,9 @@
 """The job lifecycle machine at random (R3, R5-R8, C14).
 
 First as the shell really drives it: a store that applies the row transition
-table, an executor, Cancels, limit timers and the drain, every outcome drawn,
-with the rules checked against what the store holds. Then with any events at
+table (with the start confirmation queued behind its writer, taken up or
+withdrawn as drawn), an executor, Cancels, limit timers and the drain, every
+outcome drawn, with the rules checked against what the store holds. Then with any events at
 all, in any order: misplaced answers must change nothing.
 """
 
@@ -41,6 +42,7 @@ from runner_svc.core.job_lifecycle import (
     SettlementWritten,
     StartExecutor,
     StopExecutor,
+    WithdrawConfirmStart,
     WriteConfirmStart,
     WriteLaunchIntent,
     WriteSettlement,
@@ -95,6 +97,9 @@ class World:
     stop_reason_writes: int = 0
     stopped_before_check: bool = False
     intent_durable: bool = False
+    # The start confirmation queued behind the store's writer, not yet taken up.
+    queued_confirmation: ConfirmStart | None = None
+    confirmations: int = 0
 
     def feed(self, event: JobEvent) -> None:
         before = self.state.stop_reason
@@ -108,7 +113,15 @@ class World:
     def store_works(self) -> bool:
         return bool(self.draw(_MOSTLY_TRUE))
 
+    def take_up_queued(self) -> None:
+        """The store's writer takes up the queued confirmation (writes go in order)."""
+        queued, self.queued_confirmation = self.queued_confirmation, None
+        if queued is not None:
+            self.confirmations += 1
+            self.write(queued, must_be_legal=True)
+
     def write(self, change: RowEvent, *, must_be_legal: bool) -> bool:
+        self.take_up_queued()
         after = _applied(self.stored, change)
         assert after is not None or not must_be_legal, f"illegal {change} on {self.stored}"
         if after is None or not self.store_works():
@@ -128,14 +141,23 @@ class World:
                 assert self.stored is not None and self.stored.state is S.LAUNCHING
                 assert self.stored.incarnation_id == OURS
                 self.starts += 1
-                how = self.draw(st.sampled_from(["started"] * 4 + ["refused", "odd"]))
+                how = self.draw(st.sampled_from(["started"] * 4 + ["finished", "refused", "odd"]))
+                if how == "finished":  # its outcome in hand as the start returned
+                    self.executor_started = True
+                    outcome = self.draw(st.sampled_from([SUCCESS, FAILURE, INVALID]))
+                    return ExecutorStarted(self.now, finished=ExecutorFinished(outcome, KNOWN))
                 if how == "started":
                     self.executor_running = self.executor_started = True
                     return ExecutorStarted(at=self.now)
                 self.start_unknown = how == "odd"
                 return ExecutorStartFailed("x", may_have_started=self.start_unknown)
             case WriteConfirmStart():
-                self.write(ConfirmStart(OURS, command.started_at), must_be_legal=True)
+                assert self.queued_confirmation is None and self.confirmations == 0
+                self.queued_confirmation = ConfirmStart(OURS, command.started_at)
+            case WithdrawConfirmStart():
+                if self.draw(st.booleans()):
+                    self.take_up_queued()  # taken up already: it lands first
+                self.queued_confirmation = None
             case WriteStopReason():
                 self.stop_reason_writes += 1
                 self.write(RecordStopReason(command.reason), must_be_legal=False)
@@ -151,6 +173,8 @@ class World:
                     Execution.UNKNOWN: self.start_unknown,
                 }
                 assert truth[command.execution]
+                # R3: a settlement that says STARTED records when.
+                assert (command.started_at is not None) == (command.execution is Execution.STARTED)
                 decision = command.decision
                 settle = Settle(
                     OURS,
@@ -159,6 +183,7 @@ class World:
                     self.now,
                     result=decision.result,
                     error=decision.error,
+                    started_at=command.started_at,
                 )
                 saved = self.write(settle, must_be_legal=True)
                 return SettlementWritten() if saved else SettlementWriteFailed()
@@ -179,6 +204,8 @@ class World:
             found += ["task"] * (3 if self.task == "wait" else 8) + ["crash"]
         if self.task == "wait" and self.alarm is not None:
             found += ["timer"] * 4
+        if self.queued_confirmation is not None:
+            found += ["writer"] * 2  # the store's writer gets to it
         live = self.state.phase not in (Phase.SETTLED, Phase.RELEASED)
         if live and self.stored is not None and not self.stored.settled:
             found += ["cancel"] * 2  # the service passes a Cancel to a job it still has
@@ -201,6 +228,8 @@ class World:
             self.feed(DrainStarted())
         elif action == "drain deadline":
             self.feed(DrainDeadlinePassed())
+        elif action == "writer":
+            self.take_up_queued()
         elif action == "crash":
             self.feed(JobCrashed())
             self.task = "over"
@@ -254,7 +283,8 @@ def test_random_runs_keep_the_runner_rules(
             break
     while world.task != "over":
         world.act("task")
-    assert world.starts <= 1 and world.stop_reason_writes <= 1
+    world.take_up_queued()  # whatever is still queued is written in the end
+    assert world.starts <= 1 and world.stop_reason_writes <= 1 and world.confirmations <= 1
     if world.stopped_before_check:
         assert world.starts == 0
     final = world.state
@@ -262,6 +292,14 @@ def test_random_runs_keep_the_runner_rules(
     assert world.frees == (0 if final.phase is Phase.HELD else 1)
     if final.phase is Phase.HELD:
         assert final.result_not_saved  # a held slot always says why (R7)
+    stored = world.stored
+    if world.executor_started:
+        # R3: what the store holds of a started turn never says it did not start:
+        # the intent (UNKNOWN), the confirmation, or a settlement that records it.
+        assert stored is not None and stored.state is not S.ACCEPTED
+        assert stored.execution is not Execution.NOT_STARTED
+    if stored is not None and stored.execution is Execution.STARTED:
+        assert stored.started_at is not None
 
 
 _ROWS = st.sampled_from(
@@ -277,6 +315,11 @@ _TIMES = st.sampled_from([0.0, 100.0, 100.5, 101.0, 102.0, 1e9])
 _EVENTS: st.SearchStrategy[JobEvent] = st.one_of(
     st.builds(LaunchChecked, st.one_of(st.none(), _ROWS), _TIMES),
     st.builds(ExecutorStarted, _TIMES),
+    st.builds(
+        ExecutorStarted,
+        _TIMES,
+        st.builds(ExecutorFinished, st.sampled_from([SUCCESS, FAILURE, INVALID]), st.just(KNOWN)),
+    ),
     st.builds(ExecutorStartFailed, st.just("x"), st.booleans()),
     st.builds(LimitTimerFired, _TIMES),
     st.builds(ExecutorFinished, st.sampled_from([SUCCESS, FAILURE, INVALID]), st.just(KNOWN)),
