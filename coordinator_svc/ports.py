@@ -242,8 +242,11 @@ class RunnerGateway(Protocol):
         ...
 
     async def dispatch(
-        self, record: OperationRecord, command: commands.Dispatch
-    ) -> DispatchAccepted | DispatchRefused | DispatchUnknown: ...
+        self, record: OperationRecord, command: commands.Dispatch, *, reply_hold: float = 0.0
+    ) -> DispatchAccepted | DispatchRefused | DispatchUnknown:
+        """Send one attempt (C5). ``reply_hold``: seconds the runner may hold its
+        reply for the turn to settle, so the reply carries the result."""
+        ...
 
     async def cancel(
         self, record: OperationRecord, command: commands.Cancel

@@ -8,6 +8,7 @@ transport maps them to gRPC codes in one table. Nothing here speaks gRPC.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -62,6 +63,12 @@ _KINDS = {
 }
 
 
+# The longest a Dispatch reply is held for its turn to settle (issue 10): a
+# coordinator asking for more gets this; the settle grace it waits anyway is
+# 50 ms by default.
+MAX_REPLY_HOLD_SECONDS = 1.0
+
+
 @dataclass(frozen=True)
 class ServiceSettings:
     writable_slots: int = 4
@@ -95,6 +102,9 @@ class DispatchCall:
     attempt: int
     # §6 witness: microseconds on the coordinator's clock, recorded with the attempt.
     dispatch_stamp: int = 0
+    # How long the reply to an admitted Dispatch may wait for the turn to settle
+    # (capped by MAX_REPLY_HOLD_SECONDS); 0: reply once the row is written.
+    reply_hold_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -166,6 +176,9 @@ class RunnerService:
             clock=clock,
         )
         self._closing = False
+        # Operations whose Dispatch reply is being held (issue 10), with how many
+        # calls hold it: the watch streams leave their changes out meanwhile.
+        self._holding: dict[str, int] = {}
         self.floor = FloorKeeper(
             store,
             window_seconds=settings.admission_window_seconds,
@@ -177,6 +190,33 @@ class RunnerService:
     # --- Dispatch (R2, R3, R4, §6) ----------------------------------------------
 
     async def dispatch(self, call: DispatchCall) -> DispatchOutcome:
+        hold = min(max(call.reply_hold_seconds, 0.0), MAX_REPLY_HOLD_SECONDS)
+        if hold <= 0:
+            return await self._admitted(call)
+        # Issue 10: a turn that settles within the hold is answered with its
+        # settled row, so the coordinator records the result from the reply. The
+        # watch streams leave the operation out meanwhile (the reply carries its
+        # latest row: read after the hold ends, so nothing left out is lost).
+        op = call.operation_id
+        self._holding[op] = self._holding.get(op, 0) + 1
+        try:
+            with self.store.awaiting_settlement(op) as settled:
+                outcome = await self._admitted(call)
+                if outcome.duplicate or outcome.view.row.settled:
+                    return outcome
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(hold):
+                        await settled.wait()
+        finally:
+            left = self._holding[op] - 1
+            if left:
+                self._holding[op] = left
+            else:
+                del self._holding[op]
+        row = await self._read(op)
+        return outcome if row is None else DispatchOutcome(self._view(row), duplicate=False)
+
+    async def _admitted(self, call: DispatchCall) -> DispatchOutcome:
         # A caller that gives up (deadline, reset) cancels this handler. The
         # admission must still finish as one unit: a row committed without its
         # job would stay ACCEPTED on this incarnation forever and hold a slot.
@@ -383,6 +423,8 @@ class RunnerService:
                     rows = feed.take()
                 sent = False
                 for row in rows:
+                    if row.operation_id in self._holding:
+                        continue  # its held Dispatch reply carries it (dispatch())
                     # A pushed row at or below the cursor was in a read already.
                     if row.sequence > cursor:
                         cursor = row.sequence

@@ -136,7 +136,11 @@ class RunnerCalls:
         op_id = record.operation_id
         self._inflight.add(op_id)
         try:
-            reply = await self.clients[command.runner].dispatch(record, command)
+            # The runner holds its reply up to the settle grace: a short turn's
+            # result comes back on it, and the watch does not carry it too.
+            reply = await self.clients[command.runner].dispatch(
+                record, command, reply_hold=self._settle_grace
+            )
             crash_point("coordinator.after_dispatch_send")
             self._note(command.runner, answered=not isinstance(reply, DispatchUnknown))
             if isinstance(reply, DispatchAccepted) and not reply.op.settled:

@@ -185,7 +185,7 @@ class RunnerClient:
         return answers
 
     async def dispatch(
-        self, record: OperationRecord, command: commands.Dispatch
+        self, record: OperationRecord, command: commands.Dispatch, *, reply_hold: float = 0.0
     ) -> DispatchAccepted | DispatchRefused | DispatchUnknown:
         """Send one attempt (C5): the persisted envelope bytes, as they are."""
         request = runner_pb2.DispatchRequest(
@@ -196,6 +196,7 @@ class RunnerClient:
             fencing_token=command.fencing_token,
             attempt=command.attempt,
             dispatch_stamp=command.dispatch_stamp,
+            reply_hold_ms=max(0, round(reply_hold * 1000)),
         )
         size, limit = request.ByteSize(), self._limits.dispatch_max_send_bytes
         if size > limit:

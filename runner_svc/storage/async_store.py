@@ -129,6 +129,8 @@ class AsyncRunnerStore:
         self.openings = store.openings
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-store")
         self._feeds: set[ChangeFeed] = set()
+        # Held Dispatch replies waiting for their turn to settle (issue 10).
+        self._settling: dict[str, tuple[asyncio.Event, int]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         store.on_commit = self._committed
         # Writes issued and not finished, per operation: counted up on the
@@ -240,6 +242,23 @@ class AsyncRunnerStore:
         finally:
             self._feeds.discard(feed)
 
+    @contextlib.contextmanager
+    def awaiting_settlement(self, operation_id: str) -> Iterator[asyncio.Event]:
+        """An event set when a settled row of ``operation_id`` is committed from
+        now on (callers check the row they hold first). Calls for one operation
+        share it; it is forgotten when the last of them is done."""
+        self._loop = asyncio.get_running_loop()
+        event, users = self._settling.get(operation_id, (asyncio.Event(), 0))
+        self._settling[operation_id] = (event, users + 1)
+        try:
+            yield event
+        finally:
+            event, users = self._settling[operation_id]
+            if users > 1:
+                self._settling[operation_id] = (event, users - 1)
+            else:
+                del self._settling[operation_id]
+
     def wake_watchers(self) -> None:
         for feed in list(self._feeds):
             feed.wake()
@@ -249,7 +268,7 @@ class AsyncRunnerStore:
         loop = self._loop
         # No feed now means none can miss this row: a feed made later reads
         # the store after subscribing, and the mirror already holds the row.
-        if loop is None or not self._feeds:
+        if loop is None or not (self._feeds or self._settling):
             return
         # Queued before the writer's own result, in commit order, and whether
         # or not the writer is still waiting for it.
@@ -259,6 +278,10 @@ class AsyncRunnerStore:
     def _deliver(self, row: OperationRow) -> None:
         for feed in list(self._feeds):
             feed.push(row)
+        if row.settled:
+            settling = self._settling.get(row.operation_id)
+            if settling is not None:
+                settling[0].set()
 
     async def close(self) -> None:
         await self._call(self.store.close)

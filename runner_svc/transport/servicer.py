@@ -86,6 +86,7 @@ class RunnerServicer(runner_pb2_grpc.RunnerServiceServicer):
             fencing_token=request.fencing_token,
             attempt=request.attempt,
             dispatch_stamp=request.dispatch_stamp,
+            reply_hold_seconds=request.reply_hold_ms / 1000,
         )
         try:
             outcome = await self.service.dispatch(call)

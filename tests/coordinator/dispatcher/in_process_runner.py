@@ -71,7 +71,7 @@ class InProcessRunner:
         ]
 
     async def dispatch(
-        self, record: OperationRecord, command: commands.Dispatch
+        self, record: OperationRecord, command: commands.Dispatch, *, reply_hold: float = 0.0
     ) -> DispatchAccepted | DispatchRefused | DispatchUnknown:
         call = DispatchCall(
             operation_id=record.operation_id,
@@ -81,6 +81,7 @@ class InProcessRunner:
             fencing_token=command.fencing_token,
             attempt=command.attempt,
             dispatch_stamp=command.dispatch_stamp,
+            reply_hold_seconds=reply_hold,
         )
         try:
             outcome = await self._service.dispatch(call)

@@ -47,6 +47,14 @@ def test_happy_path_succeeds_once_with_few_commits_and_calls(tmp_path: Path) -> 
             events = await rig.journal.events(op_id, 0, 100)
             assert events[0].to_state is OpState.QUEUED
             assert events[-1].to_state is OpState.SUCCEEDED
+            # Issue 10: the runner held its reply until the turn settled: the result
+            # came on the Dispatch reply, DISPATCHING -> SUCCEEDED in one commit.
+            assert events[-1].detail.startswith("dispatch: ")
+            assert [e.to_state for e in events] == [
+                OpState.QUEUED,
+                OpState.DISPATCHING,
+                OpState.SUCCEEDED,
+            ]
         finally:
             await rig.close()
 

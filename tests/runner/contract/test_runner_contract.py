@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from tests.runner.live import (
     dispatch_request,
     envelope,
     live_runner,
+    settled,
     stamp_now,
 )
 from turnwire.common.v1 import turn_pb2
@@ -422,3 +424,93 @@ def test_watch_heartbeats_carry_the_slot_pools_in_use_now(tmp_path: Path) -> Non
 
     settings = ServiceSettings(heartbeat_seconds=0.2, writable_slots=2, read_only_slots=1)
     run(tmp_path, scenario, settings=settings, executor_override=gated)
+
+
+def _held(live: Live, op: str, hold_ms: int, **knobs: object) -> Any:
+    body = envelope(op, **knobs)  # type: ignore[arg-type]
+    request = dispatch_request(op, body, live.incarnation)
+    request.reply_hold_ms = hold_ms
+    return live.stub.Dispatch(request)
+
+
+class _Reader:
+    """Reads a WatchOperations stream in the background (a read cut by a timeout
+    would cancel the whole call), keeping the operation messages."""
+
+    def __init__(self, stream: Any) -> None:
+        self.ops: list[tuple[str, int]] = []
+        self._task = asyncio.ensure_future(self._read(stream))
+        self._stream = stream
+
+    async def _read(self, stream: Any) -> None:
+        while True:  # ends when the test cancels the call
+            message = await stream.read()
+            if message is grpc.aio.EOF:
+                return
+            if message.HasField("operation"):
+                self.ops.append((message.operation.operation_id, message.operation.state))
+
+    async def until(self, wanted: tuple[str, int], within: float) -> None:
+        for _ in range(int(within / 0.02)):  # bounded
+            if wanted in self.ops:
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"{wanted} never came on the watch; saw {self.ops}")
+
+    async def close(self) -> None:
+        self._stream.cancel()
+        with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+            await self._task
+
+
+def test_a_held_dispatch_reply_carries_the_settled_row_and_the_watch_leaves_it_out(
+    tmp_path: Path,
+) -> None:
+    """Issue 10: with reply_hold_ms, a turn that settles within the hold is answered with
+    its settled row, and an open watch shows none of its changes: the reply carries them.
+    The release after it reaches the watch as usual."""
+
+    async def scenario(live: Live) -> None:
+        stream = live.stub.WatchOperations(R.WatchOperationsRequest(after_sequence=0))
+        await asyncio.wait_for(stream.read(), 5)  # the opening heartbeat
+        reader = _Reader(stream)
+        try:
+            reply = await _held(live, "op_h1", 2000)
+            assert reply.operation.state == R.RUNNER_OPERATION_STATE_SUCCEEDED
+            assert reply.operation.execution == turn_pb2.EXECUTION_STARTED
+            await asyncio.sleep(0.5)
+            assert reader.ops == []
+            await live.stub.Release(
+                R.ReleaseRequest(
+                    operation_id="op_h1", expected_incarnation_id=live.incarnation, fencing_token=1
+                )
+            )
+            await reader.until(("op_h1", R.RUNNER_OPERATION_STATE_SUCCEEDED), 5)
+            assert [op for op, _ in reader.ops] == ["op_h1"]  # the released row, once
+        finally:
+            await reader.close()
+
+    run(tmp_path, scenario, settings=ServiceSettings(heartbeat_seconds=5))
+
+
+def test_a_turn_longer_than_the_hold_is_answered_unsettled_and_settles_on_the_watch(
+    tmp_path: Path,
+) -> None:
+    """Issue 10: the hold is bounded: a turn still running when it ends is answered with
+    its row as it is then, and its settlement comes on the watch."""
+
+    async def scenario(live: Live) -> None:
+        stream = live.stub.WatchOperations(R.WatchOperationsRequest(after_sequence=0))
+        await asyncio.wait_for(stream.read(), 5)
+        reader = _Reader(stream)
+        try:
+            began = time.monotonic()
+            reply = await _held(live, "op_h2", 100, sleep_ms=800)
+            held = time.monotonic() - began
+            assert 0.08 <= held < 0.8
+            assert not settled(reply.operation)
+            await reader.until(("op_h2", R.RUNNER_OPERATION_STATE_SUCCEEDED), 5)
+        finally:
+            await reader.close()
+
+    run(tmp_path, scenario, settings=ServiceSettings(heartbeat_seconds=5))

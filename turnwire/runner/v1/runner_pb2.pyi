@@ -443,6 +443,7 @@ class DispatchRequest(_message.Message):
     FENCING_TOKEN_FIELD_NUMBER: _builtins.int
     ATTEMPT_FIELD_NUMBER: _builtins.int
     DISPATCH_STAMP_FIELD_NUMBER: _builtins.int
+    REPLY_HOLD_MS_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     envelope: _builtins.bytes
     """The persisted envelope bytes (a serialized TurnEnvelope)."""
@@ -456,6 +457,13 @@ class DispatchRequest(_message.Message):
     when the attempt was written ahead (C4), recorded with the attempt. The
     runner admits it only while it is not below its admission floor (§6).
     """
+    reply_hold_ms: _builtins.int
+    """Optional: how long the runner may hold its reply to a Dispatch it has
+    just admitted, for the turn to settle, in milliseconds (0: reply at once;
+    the runner caps it). A turn that settles within it is answered with its
+    settled row; while the reply is held, the WatchOperations streams do not
+    carry that operation's changes, since the reply carries its latest row.
+    """
     def __init__(
         self,
         *,
@@ -466,10 +474,11 @@ class DispatchRequest(_message.Message):
         fencing_token: _builtins.int = ...,
         attempt: _builtins.int = ...,
         dispatch_stamp: _builtins.int = ...,
+        reply_hold_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "dispatch_stamp", b"dispatch_stamp", "envelope", b"envelope", "envelope_digest", b"envelope_digest", "expected_incarnation_id", b"expected_incarnation_id", "fencing_token", b"fencing_token", "operation_id", b"operation_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "dispatch_stamp", b"dispatch_stamp", "envelope", b"envelope", "envelope_digest", b"envelope_digest", "expected_incarnation_id", b"expected_incarnation_id", "fencing_token", b"fencing_token", "operation_id", b"operation_id", "reply_hold_ms", b"reply_hold_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
