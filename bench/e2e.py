@@ -70,6 +70,7 @@ from e2e_processes import (  # noqa: E402
     start_coordinator,
     start_runners,
     tree_cpu_seconds,
+    wait_quiet,
 )
 from e2e_report import (  # noqa: E402
     RPC_METHODS,
@@ -99,6 +100,7 @@ QUICK_TURNS = 30
 
 async def measure_baseline(area: Scratch, plan: Plan) -> list[BaselineResult]:
     """The echo loop against a server process, as the system's client loop runs."""
+    await wait_quiet(progress)
     server = area.start(
         "echo-server", [sys.executable, str(BENCH_DIR / "baseline.py"), "--serve"], healthy=False
     )
@@ -302,6 +304,7 @@ async def measure_system(
     area: Scratch, journal: str, journal_url: str, plan: Plan, postgres_pid: int | None = None
 ) -> list[SystemResult]:
     """Runner processes, a coordinator process, and the client here, on one journal."""
+    await wait_quiet(progress)
     runners = start_runners(area, journal, plan)
     coordinator = start_coordinator(area, journal, journal_url, runners)
     progress(

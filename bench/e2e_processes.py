@@ -20,7 +20,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -247,3 +247,38 @@ def start_coordinator(
         coordinator.last_seq = first["seq"]
         coordinator.event_loop = str(first.get("event_loop", "?"))
     return coordinator
+
+
+QUIET_BUSY_CORES = 0.3  # the peer harness's default --quiet-threshold
+QUIET_MAX_WAIT = 20.0
+QUIET_SAMPLE = 1.0
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])
+    return total - idle, total
+
+
+async def wait_quiet(report: Callable[[str], None]) -> float:
+    """Wait (at most QUIET_MAX_WAIT s) until the machine's busy CPU over a 1 s
+    sample is at most QUIET_BUSY_CORES, as the peer harness does before each of
+    its runs, so both sides start from a quiet machine; returns the last sample."""
+    cores = os.cpu_count() or 1
+    waited = 0.0
+    busy_cores = 0.0
+    while True:
+        busy_before, total_before = _cpu_ticks()
+        await asyncio.sleep(QUIET_SAMPLE)
+        busy_after, total_after = _cpu_ticks()
+        elapsed = max(total_after - total_before, 1)
+        busy_cores = cores * (busy_after - busy_before) / elapsed
+        waited += QUIET_SAMPLE
+        if busy_cores <= QUIET_BUSY_CORES or waited >= QUIET_MAX_WAIT:
+            break
+    if waited > QUIET_SAMPLE:
+        report(f"waited {waited:.0f} s for a quiet machine (busy {busy_cores:.2f} cores)")
+    return busy_cores

@@ -223,8 +223,9 @@ def notes(peer_run: PeerRun, report: Report) -> list[str]:
         "commits/op: Turnwire's journal commits; runner RPCs/op: coordinator -> runner calls. "
         f"'{MISSING}' where the harness does not count them (peers).",
         f"The peer harness waits for a quiet machine before each run{remeasures}; "
-        "Turnwire's bench does not (1-minute load average "
-        f"{report.load_before:.2f} before, {report.load_after:.2f} after).",
+        "Turnwire's bench waits the same way (at most 0.3 cores busy over 1 s, at most "
+        "20 s) before the baseline and each journal, and re-measures nothing (1-minute "
+        f"load average {report.load_before:.2f} before, {report.load_after:.2f} after).",
     ]
     pg = [
         f"{r['system']} C={1 if r['mode'] == 'seq' else r['mode'][1:]} "
