@@ -425,6 +425,10 @@ class RunnerService:
                 for row in rows:
                     if row.operation_id in self._holding:
                         continue  # its held Dispatch reply carries it (dispatch())
+                    if row.released:
+                        # Only the coordinator that recorded the turn's end releases
+                        # it (C10): it has nothing to learn from the release.
+                        continue
                     # A pushed row at or below the cursor was in a read already.
                     if row.sequence > cursor:
                         cursor = row.sequence

@@ -713,7 +713,11 @@ class WatchOperationsRequest(_message.Message):
 
     AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
     after_sequence: _builtins.int
-    """Send every change with a sequence greater than this."""
+    """Send every change with a sequence greater than this, except two kinds
+    the coordinator already knows: a row's release (it released it, C10),
+    and the changes of an operation whose Dispatch reply is being held
+    (DispatchRequest.reply_hold_ms: the reply carries its latest row).
+    """
     def __init__(
         self,
         *,
