@@ -242,10 +242,16 @@ class RunnerGateway(Protocol):
         ...
 
     async def dispatch(
-        self, record: OperationRecord, command: commands.Dispatch, *, reply_hold: float = 0.0
+        self,
+        record: OperationRecord,
+        command: commands.Dispatch,
+        *,
+        reply_hold: float = 0.0,
+        releases: Sequence[tuple[str, commands.Release]] = (),
     ) -> DispatchAccepted | DispatchRefused | DispatchUnknown:
         """Send one attempt (C5). ``reply_hold``: seconds the runner may hold its
-        reply for the turn to settle, so the reply carries the result."""
+        reply for the turn to settle, so the reply carries the result;
+        ``releases``: (operation_id, Release) owed to this runner, carried on it."""
         ...
 
     async def cancel(

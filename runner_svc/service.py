@@ -105,6 +105,8 @@ class DispatchCall:
     # How long the reply to an admitted Dispatch may wait for the turn to settle
     # (capped by MAX_REPLY_HOLD_SECONDS); 0: reply once the row is written.
     reply_hold_seconds: float = 0.0
+    # Releases carried on the call: (operation_id, expected_incarnation_id, token).
+    releases: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,8 @@ class RunnerService:
         # Operations whose Dispatch reply is being held (issue 10), with how many
         # calls hold it: the watch streams leave their changes out meanwhile.
         self._holding: dict[str, int] = {}
+        # Carried releases still being applied (ended before the store closes).
+        self._background: set[asyncio.Task[None]] = set()
         self.floor = FloorKeeper(
             store,
             window_seconds=settings.admission_window_seconds,
@@ -190,6 +194,8 @@ class RunnerService:
     # --- Dispatch (R2, R3, R4, §6) ----------------------------------------------
 
     async def dispatch(self, call: DispatchCall) -> DispatchOutcome:
+        if call.releases:
+            self._release_later(call.releases)
         hold = min(max(call.reply_hold_seconds, 0.0), MAX_REPLY_HOLD_SECONDS)
         if hold <= 0:
             return await self._admitted(call)
@@ -362,6 +368,22 @@ class RunnerService:
                 log.info("release %s (incarnation %s)", operation_id, self.incarnation_id)
         return released
 
+    def _release_later(self, releases: tuple[tuple[str, str, int], ...]) -> None:
+        """Releases carried on a Dispatch (issue 10), applied in the background as
+        Release applies them; one refused or failed is logged and changes nothing."""
+        task = asyncio.get_running_loop().create_task(self._release_all(releases))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _release_all(self, releases: tuple[tuple[str, str, int], ...]) -> None:
+        for operation_id, incarnation_id, token in releases:
+            try:
+                await self.release(operation_id, incarnation_id, token)
+            except RunnerRefusal as refusal:
+                log.info("carried release of %r not applied: %s", operation_id, refusal)
+            except Exception:  # a bug: logged with its trace, the others still applied
+                log.exception("carried release of %r failed", operation_id)
+
     # --- status, info, watch ---------------------------------------------------------
 
     async def status(self, operation_id: str) -> OperationView | None:
@@ -474,6 +496,9 @@ class RunnerService:
 
     async def close(self) -> None:
         self.end_watches()
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         await self.floor.stop_and_seal()
         await self.store.close()
         log.info("incarnation %s: store closed", self.incarnation_id)

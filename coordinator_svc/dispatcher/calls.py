@@ -19,6 +19,7 @@ import grpc
 
 from coordinator_svc.config import DispatchTimings, RunnerEndpoint
 from coordinator_svc.core import commands as cmd
+from coordinator_svc.core.decide_dispatch import MESSAGE_TOO_LARGE as TOO_LARGE
 from coordinator_svc.core.events import (
     CancelAnswered,
     CancelFailed,
@@ -32,6 +33,7 @@ from coordinator_svc.core.model import Execution, OperationRecord
 from coordinator_svc.core.runner_view import RunnerOp
 from coordinator_svc.dispatcher.batching import StatusBatcher
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
+from coordinator_svc.dispatcher.releases import ReleaseCarrier
 from coordinator_svc.dispatcher.runner_client import RunnerClient
 from coordinator_svc.ports import RunnerGateway
 from turnwire.backoff import backoff_seconds
@@ -64,6 +66,8 @@ class RunnerCalls:
             else {r.name: RunnerClient(r, timings, metrics, interceptors, limits) for r in runners}
         )
         self._batchers = {n: StatusBatcher(c.statuses) for n, c in self.clients.items()}
+        self.releases = ReleaseCarrier(self._release_alone, metrics)
+        self._release_tasks: set[asyncio.Task[bool]] = set()
         # Consecutive unanswered calls per runner.
         self.trouble: collections.Counter[str] = collections.Counter()
         self._inflight: set[str] = set()
@@ -108,6 +112,10 @@ class RunnerCalls:
                 wake.set()
 
     async def close(self) -> None:
+        self.releases.close()
+        for task in list(self._release_tasks):
+            task.cancel()
+        await asyncio.gather(*self._release_tasks, return_exceptions=True)
         for batcher in self._batchers.values():
             batcher.cancel()
         for client in self.clients.values():
@@ -137,10 +145,15 @@ class RunnerCalls:
         self._inflight.add(op_id)
         try:
             # The runner holds its reply up to the settle grace: a short turn's
-            # result comes back on it, and the watch does not carry it too.
+            # result comes back on it, and the watch does not carry it too. It
+            # carries the Releases owed to that incarnation.
+            carried = self.releases.take(command.runner, command.incarnation_id)
             reply = await self.clients[command.runner].dispatch(
-                record, command, reply_hold=self._settle_grace
+                record, command, reply_hold=self._settle_grace, releases=carried
             )
+            never_handled = isinstance(reply, DispatchRefused) and reply.reason == TOO_LARGE
+            if carried and (isinstance(reply, DispatchUnknown) or never_handled):
+                self.releases.give_back(carried)  # the runner may not have seen them
             crash_point("coordinator.after_dispatch_send")
             self._note(command.runner, answered=not isinstance(reply, DispatchUnknown))
             if isinstance(reply, DispatchAccepted) and not reply.op.settled:
@@ -206,7 +219,21 @@ class RunnerCalls:
         return reply
 
     async def release(self, operation_id: str, command: cmd.Release) -> bool:
-        """C10: tell the runner it may drop the result; a few bounded retries.
+        """C10: tell the runner it may drop the result. One whose answer the core
+        waits for (``record``) is sent now; the others ride on the next Dispatch
+        to that runner, or go alone after a moment (dispatcher/releases.py)."""
+        if command.record:
+            return await self._release_now(operation_id, command)
+        self.releases.owe(operation_id, command)
+        return True
+
+    def _release_alone(self, operation_id: str, command: cmd.Release) -> None:
+        task = asyncio.get_running_loop().create_task(self._release_now(operation_id, command))
+        self._release_tasks.add(task)
+        task.add_done_callback(self._release_tasks.discard)
+
+    async def _release_now(self, operation_id: str, command: cmd.Release) -> bool:
+        """One Release call, with a few bounded retries.
 
         A Release that still fails is healed later: the runner's watch shows
         the settled row unreleased and the terminal operation releases it again.

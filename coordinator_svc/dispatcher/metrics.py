@@ -29,6 +29,8 @@ class DispatcherMetrics:
     alarms: int = 0
     stale_versions: int = 0
     leases_lost: int = 0
+    # Releases that rode on a Dispatch instead of a Release call (issue 10).
+    releases_carried: int = 0
 
     def count_tags(self, tags: frozenset[str]) -> None:
         self.replays += "replay" in tags

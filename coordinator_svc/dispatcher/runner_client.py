@@ -185,7 +185,12 @@ class RunnerClient:
         return answers
 
     async def dispatch(
-        self, record: OperationRecord, command: commands.Dispatch, *, reply_hold: float = 0.0
+        self,
+        record: OperationRecord,
+        command: commands.Dispatch,
+        *,
+        reply_hold: float = 0.0,
+        releases: Sequence[tuple[str, commands.Release]] = (),
     ) -> DispatchAccepted | DispatchRefused | DispatchUnknown:
         """Send one attempt (C5): the persisted envelope bytes, as they are."""
         request = runner_pb2.DispatchRequest(
@@ -197,6 +202,14 @@ class RunnerClient:
             attempt=command.attempt,
             dispatch_stamp=command.dispatch_stamp,
             reply_hold_ms=max(0, round(reply_hold * 1000)),
+            releases=[
+                runner_pb2.ReleaseRequest(
+                    operation_id=operation_id,
+                    expected_incarnation_id=release.incarnation_id,
+                    fencing_token=release.fencing_token,
+                )
+                for operation_id, release in releases
+            ],
         )
         size, limit = request.ByteSize(), self._limits.dispatch_max_send_bytes
         if size > limit:

@@ -87,6 +87,10 @@ class RunnerServicer(runner_pb2_grpc.RunnerServiceServicer):
             attempt=request.attempt,
             dispatch_stamp=request.dispatch_stamp,
             reply_hold_seconds=request.reply_hold_ms / 1000,
+            releases=tuple(
+                (r.operation_id, r.expected_incarnation_id, r.fencing_token)
+                for r in request.releases
+            ),
         )
         try:
             outcome = await self.service.dispatch(call)

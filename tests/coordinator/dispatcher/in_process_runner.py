@@ -71,7 +71,12 @@ class InProcessRunner:
         ]
 
     async def dispatch(
-        self, record: OperationRecord, command: commands.Dispatch, *, reply_hold: float = 0.0
+        self,
+        record: OperationRecord,
+        command: commands.Dispatch,
+        *,
+        reply_hold: float = 0.0,
+        releases: Sequence[tuple[str, commands.Release]] = (),
     ) -> DispatchAccepted | DispatchRefused | DispatchUnknown:
         call = DispatchCall(
             operation_id=record.operation_id,
@@ -82,6 +87,10 @@ class InProcessRunner:
             attempt=command.attempt,
             dispatch_stamp=command.dispatch_stamp,
             reply_hold_seconds=reply_hold,
+            releases=tuple(
+                (operation_id, release.incarnation_id, release.fencing_token)
+                for operation_id, release in releases
+            ),
         )
         try:
             outcome = await self._service.dispatch(call)

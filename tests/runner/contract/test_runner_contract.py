@@ -517,3 +517,36 @@ def test_a_turn_longer_than_the_hold_is_answered_unsettled_and_settles_on_the_wa
             await reader.close()
 
     run(tmp_path, scenario, settings=ServiceSettings(heartbeat_seconds=5))
+
+
+def test_releases_carried_on_a_dispatch_are_applied_and_bad_ones_change_nothing(
+    tmp_path: Path,
+) -> None:
+    """C10, issue 10: a Dispatch may carry Releases owed to this runner; each is applied
+    as a Release call would be (the settled row drops its result), and one the runner
+    refuses (another incarnation, an unknown id) changes nothing, the Dispatch included."""
+
+    async def scenario(live: Live) -> None:
+        await live.dispatch("op_r1")
+        await live.wait_settled("op_r1")
+        body = envelope("op_r2")
+        request = dispatch_request("op_r2", body, live.incarnation)
+        request.releases.extend(
+            [
+                R.ReleaseRequest(
+                    operation_id="op_r1", expected_incarnation_id=live.incarnation, fencing_token=1
+                ),
+                R.ReleaseRequest(
+                    operation_id="op_nobody", expected_incarnation_id=live.incarnation
+                ),
+                R.ReleaseRequest(operation_id="op_r1", expected_incarnation_id="0" * 32),
+            ]
+        )
+        reply = await live.stub.Dispatch(request)
+        assert reply.operation.operation_id == "op_r2" and not reply.duplicate
+        released = await live.wait_state("op_r1", lambda op: op.released)
+        assert not released.HasField("result")
+        assert (await live.status("op_nobody")).present is False
+        assert (await live.wait_settled("op_r2")).state == R.RUNNER_OPERATION_STATE_SUCCEEDED
+
+    run(tmp_path, scenario)

@@ -444,6 +444,7 @@ class DispatchRequest(_message.Message):
     ATTEMPT_FIELD_NUMBER: _builtins.int
     DISPATCH_STAMP_FIELD_NUMBER: _builtins.int
     REPLY_HOLD_MS_FIELD_NUMBER: _builtins.int
+    RELEASES_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     envelope: _builtins.bytes
     """The persisted envelope bytes (a serialized TurnEnvelope)."""
@@ -464,6 +465,14 @@ class DispatchRequest(_message.Message):
     settled row; while the reply is held, the WatchOperations streams do not
     carry that operation's changes, since the reply carries its latest row.
     """
+    @_builtins.property
+    def releases(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReleaseRequest]:
+        """Releases (C10) the coordinator owes this runner, carried on this call
+        instead of a Release call each. The runner applies each after admitting
+        or refusing this Dispatch, exactly as Release would; one it refuses (an
+        unknown id, another incarnation, a stale token) changes nothing.
+        """
+
     def __init__(
         self,
         *,
@@ -475,10 +484,11 @@ class DispatchRequest(_message.Message):
         attempt: _builtins.int = ...,
         dispatch_stamp: _builtins.int = ...,
         reply_hold_ms: _builtins.int = ...,
+        releases: _abc.Iterable[Global___ReleaseRequest] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "dispatch_stamp", b"dispatch_stamp", "envelope", b"envelope", "envelope_digest", b"envelope_digest", "expected_incarnation_id", b"expected_incarnation_id", "fencing_token", b"fencing_token", "operation_id", b"operation_id", "reply_hold_ms", b"reply_hold_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "dispatch_stamp", b"dispatch_stamp", "envelope", b"envelope", "envelope_digest", b"envelope_digest", "expected_incarnation_id", b"expected_incarnation_id", "fencing_token", b"fencing_token", "operation_id", b"operation_id", "releases", b"releases", "reply_hold_ms", b"reply_hold_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
