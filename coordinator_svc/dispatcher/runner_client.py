@@ -202,14 +202,7 @@ class RunnerClient:
             attempt=command.attempt,
             dispatch_stamp=command.dispatch_stamp,
             reply_hold_ms=max(0, round(reply_hold * 1000)),
-            releases=[
-                runner_pb2.ReleaseRequest(
-                    operation_id=operation_id,
-                    expected_incarnation_id=release.incarnation_id,
-                    fencing_token=release.fencing_token,
-                )
-                for operation_id, release in releases
-            ],
+            releases=[_release_request(op_id, release) for op_id, release in releases],
         )
         size, limit = request.ByteSize(), self._limits.dispatch_max_send_bytes
         if size > limit:
@@ -260,11 +253,7 @@ class RunnerClient:
 
     async def release(self, operation_id: str, command: commands.Release) -> bool:
         self._metrics.rpc_calls["Release"] += 1
-        request = runner_pb2.ReleaseRequest(
-            operation_id=operation_id,
-            expected_incarnation_id=command.incarnation_id,
-            fencing_token=command.fencing_token,
-        )
+        request = _release_request(operation_id, command)
         try:
             await self._stub.Release(request, timeout=self._timings.release_timeout)
         except grpc.aio.AioRpcError:
@@ -302,3 +291,12 @@ class RunnerClient:
             timeout=WATCH_WINDOW_SECONDS,
         )
         return call
+
+
+def _release_request(operation_id: str, command: commands.Release) -> runner_pb2.ReleaseRequest:
+    """C10: the same request whether it is its own call or carried on a Dispatch."""
+    return runner_pb2.ReleaseRequest(
+        operation_id=operation_id,
+        expected_incarnation_id=command.incarnation_id,
+        fencing_token=command.fencing_token,
+    )

@@ -155,8 +155,8 @@ class CachedJournal:
         stored, replayed = await self.inner.submit(operation, first_event)
         entry = self._learn(stored)
         if entry is not None and not replayed and entry.record.version == stored.version:
-            _, event = rules.prepare_submit(operation, first_event)
-            entry.events = [event]
+            # As the journal stored it (it validated the submit; not again here).
+            entry.events = [rules.event_in_utc(first_event, 1)]
             entry.attempts = []
         return stored, replayed
 
@@ -167,7 +167,16 @@ class CachedJournal:
         except BaseException:
             self._forget(op_id)  # conflict, failure or cancel: ask the database next
             raise
-        _, event, attempt = rules.prepare_change(change)
+        # The event and attempt as the journal stored them (it validated the
+        # change; the cache only normalises, it does not check again).
+        event = (
+            rules.event_in_utc(change.event, stored.last_event_sequence)
+            if change.event is not None
+            else None
+        )
+        attempt = (
+            rules.attempt_in_utc(change.new_attempt) if change.new_attempt is not None else None
+        )
         entry = self._entries.get(op_id)
         if entry is None or entry.record.version != change.before.version:
             # Memory did not hold the row this change was made from (a read

@@ -93,7 +93,7 @@ def _operation_in_utc(record: OperationRecord) -> OperationRecord:
     return dataclasses.replace(record, **updates)  # type: ignore[arg-type]  # datetime-only fields
 
 
-def _event_in_utc(event: EventRecord, sequence: int) -> EventRecord:
+def event_in_utc(event: EventRecord, sequence: int) -> EventRecord:
     at = as_utc(event.at, f"event of {event.operation_id}")
     return dataclasses.replace(event, sequence=sequence, at=at)
 
@@ -118,7 +118,7 @@ def prepare_submit(
     if operation.attempt_count != 0:
         raise InvalidWrite(f"{op_id}: a new operation has no attempts")
     stored = dataclasses.replace(_operation_in_utc(operation), last_event_sequence=1)
-    return stored, _event_in_utc(first_event, 1)
+    return stored, event_in_utc(first_event, 1)
 
 
 def _check_unchanged(
@@ -190,7 +190,7 @@ def prepare_change(
     stored = dataclasses.replace(
         _operation_in_utc(after), version=before.version + 1, last_event_sequence=sequence
     )
-    event = _event_in_utc(change.event, sequence) if change.event is not None else None
+    event = event_in_utc(change.event, sequence) if change.event is not None else None
     attempt = attempt_in_utc(change.new_attempt) if change.new_attempt is not None else None
     return stored, event, attempt
 

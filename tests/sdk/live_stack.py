@@ -18,9 +18,13 @@ from typing import Any
 
 import pytest
 
+from turnwire.client import RetryPolicy, TurnwireClient
+
 TOKEN = "tok-alice-e2e"
 OTHER_TOKEN = "tok-bob-e2e"
 STARTUP_SECONDS = 30.0
+# Quick retries for tests that lose messages on purpose.
+FAST_RETRY = RetryPolicy(attempts=4, initial_backoff=0.05, max_backoff=0.2)
 
 
 def coordinator_app_or_skip() -> Any:
@@ -139,3 +143,8 @@ class LiveStack:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(STARTUP_SECONDS)
             self._loop.close()
+
+
+def operation_count(client: TurnwireClient) -> int:
+    """How many operations the client's principal has (every page)."""
+    return sum(len(page.operations) for page in client.list(page_size=100))

@@ -7,13 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from turnwire.client import AsyncTurnwireClient, OperationState, RetryPolicy, TurnwireClient
+from turnwire.client import AsyncTurnwireClient, OperationState, TurnwireClient
 
-from .live_stack import TOKEN, LiveStack
+from .live_stack import FAST_RETRY, TOKEN, LiveStack, operation_count
 
 pytestmark = pytest.mark.timeout(90)
 WAIT = 30.0
-FAST_RETRY = RetryPolicy(attempts=4, initial_backoff=0.05, max_backoff=0.2)
 
 
 @pytest.fixture(scope="module")
@@ -22,29 +21,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
         yield live
 
 
-@pytest.fixture
-def proxied(stack: LiveStack) -> Iterator[TurnwireClient]:
-    stack.clear_faults()
-    with TurnwireClient(stack.proxy_address, TOKEN, retries=FAST_RETRY) as client:
-        yield client
-    stack.clear_faults()
-
-
-def _count(client: TurnwireClient) -> int:
-    return sum(len(page.operations) for page in client.list(page_size=100))
-
-
 def test_a_lost_submit_reply_is_retried_into_the_same_operation(
     stack: LiveStack, proxied: TurnwireClient
 ) -> None:
     """§7: the coordinator accepted, the reply was lost; the retry (same key) is a replay."""
-    before = _count(proxied)
+    before = operation_count(proxied)
     dropped = stack.fault_stats().dropped_responses
     stack.add_fault("drop-response method=SubmitTurn count=1")
     submitted = proxied.submit(items=["lost reply"])
     assert stack.fault_stats().dropped_responses == dropped + 1
     assert submitted.replayed is True
-    assert _count(proxied) == before + 1
+    assert operation_count(proxied) == before + 1
     final = proxied.wait(submitted.operation.operation_id, timeout=WAIT)
     assert final.state is OperationState.SUCCEEDED and final.attempt_count == 1
 

@@ -13,34 +13,20 @@ from turnwire.client import (
     Execution,
     FixTheRequest,
     OperationState,
-    RetryPolicy,
     TurnwireClient,
     UseANewIdempotencyKey,
 )
 
-from .live_stack import TOKEN, LiveStack
+from .live_stack import FAST_RETRY, TOKEN, LiveStack, operation_count
 
 pytestmark = pytest.mark.timeout(90)
 WAIT = 30.0
-FAST_RETRY = RetryPolicy(attempts=4, initial_backoff=0.05, max_backoff=0.2)
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStack]:
     with LiveStack(tmp_path_factory.mktemp("live-submit-and-wait")) as live:
         yield live
-
-
-@pytest.fixture
-def proxied(stack: LiveStack) -> Iterator[TurnwireClient]:
-    stack.clear_faults()
-    with TurnwireClient(stack.proxy_address, TOKEN, retries=FAST_RETRY) as client:
-        yield client
-    stack.clear_faults()
-
-
-def _count(client: TurnwireClient) -> int:
-    return sum(len(page.operations) for page in client.list(page_size=100))
 
 
 def _calls(stack: LiveStack) -> int:
@@ -55,20 +41,20 @@ def test_submit_and_wait_runs_the_turn_to_succeeded_and_a_repeat_is_the_same_tur
     """Issue 10: one call returns the terminal operation (the echoed result, run once);
     the same key again returns that same operation; a refusal is submit's."""
     with TurnwireClient(stack.address, TOKEN) as client:
-        before = _count(client)
+        before = operation_count(client)
         final = client.submit_and_wait(items=["hello"], idempotency_key="sw-1", timeout=WAIT)
         assert (final.state, final.execution) == (OperationState.SUCCEEDED, Execution.STARTED)
         assert final.result is not None and final.result.output == b"hello"
         assert final.attempt_count == 1
         again = client.submit_and_wait(items=["hello"], idempotency_key="sw-1", timeout=WAIT)
         assert again == final
-        assert _count(client) == before + 1
+        assert operation_count(client) == before + 1
         with pytest.raises(UseANewIdempotencyKey):
             client.submit_and_wait(items=["other"], idempotency_key="sw-1", timeout=WAIT)
         with pytest.raises(FixTheRequest) as raised:
             client.submit_and_wait(items=["x"], kind="unspecified", timeout=WAIT)
         assert raised.value.reason == "TURN_INVALID"
-        assert _count(client) == before + 1
+        assert operation_count(client) == before + 1
 
 
 def test_a_lost_first_message_is_retried_into_the_same_operation(
@@ -76,13 +62,13 @@ def test_a_lost_first_message_is_retried_into_the_same_operation(
 ) -> None:
     """§7: the coordinator accepted, the stream broke before its first message; the
     retry (same key) replays the accepted turn: one operation, run once."""
-    before = _count(proxied)
+    before = operation_count(proxied)
     calls = _calls(stack)
     stack.add_fault("drop-response method=SubmitAndWatch count=1")
     final = proxied.submit_and_wait(items=["lost"], timeout=WAIT)
     assert final.state is OperationState.SUCCEEDED and final.attempt_count == 1
     assert _calls(stack) == calls + 2
-    assert _count(proxied) == before + 1
+    assert operation_count(proxied) == before + 1
 
 
 def test_cut_streams_resume_into_the_same_operation(
@@ -90,13 +76,13 @@ def test_cut_streams_resume_into_the_same_operation(
 ) -> None:
     """§7: a stream reset after each first message is called again twice, resuming each
     time; the turn is submitted once and runs once."""
-    before = _count(proxied)
+    before = operation_count(proxied)
     calls = _calls(stack)
     stack.add_fault("reset method=SubmitAndWatch at=response messages=1 count=2")
     final = proxied.submit_and_wait(items=["cut"], parameters={"sleep_ms": "300"}, timeout=WAIT)
     assert final.state is OperationState.SUCCEEDED and final.attempt_count == 1
     assert _calls(stack) == calls + 3
-    assert _count(proxied) == before + 1
+    assert operation_count(proxied) == before + 1
 
 
 def test_the_async_client_submits_and_waits_through_cut_streams(stack: LiveStack) -> None:

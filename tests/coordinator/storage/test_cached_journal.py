@@ -72,7 +72,7 @@ def _run(
 def test_reads_of_what_it_wrote_come_from_memory_and_match_the_database(
     tmp_path: Path,
 ) -> None:
-    """issue 10: after submit and commits, get/events/attempts reach no database,
+    """C13, issue 10: after submit and commits, get/events/attempts reach no database,
     and return exactly what the database holds."""
 
     async def scenario(cached: CachedJournal, counted: Counted, other: Journal) -> None:
@@ -149,8 +149,8 @@ class HeldReads(Counted):
 
 
 def test_a_read_that_raced_a_commit_never_puts_an_older_row_back(tmp_path: Path) -> None:
-    """A database read that finished before a commit but returned after it cannot
-    replace the newer row in memory (the cache only moves forward by version)."""
+    """C4, issue 10: a database read that finished before a commit but returned after
+    it cannot replace the newer row in memory (the cache only moves forward by version)."""
     url = f"sqlite:///{tmp_path / 'journal.db'}"
     migrate(url)
 
