@@ -20,42 +20,53 @@ Why this scheme:
 - Cost is one dispatch, not slot-seconds: the coordinator cannot know how
   long a turn will run. The per-principal in-flight quota bounds how many
   slots one principal's long turns can hold at once.
+- A turn that leaves without being served (cancelled, timed out while
+  waiting) costs its principal nothing. Tags belong to a principal's *places*
+  in line, not to its turns: its waiting turns hold its places in arrival
+  order, and a turn leaving gives up the principal's last place (its
+  ``F`` goes back to that place's start), so every later turn moves up one.
+  The queue is then the one it would be had the turn never been queued
+  (found by the simulation, seed 4468: a principal whose queued turns were
+  cancelled was charged for them, and another principal got three grants
+  while it waited).
 
-Pure: no clock, no I/O; O(log n) per operation (plus a memmove of the
-sorted order list, which is C-fast at the sizes a coordinator holds). Removing a turn (cancelled
-or timed out while waiting) is lazy: it is skipped when it reaches the front.
+Pure: no clock, no I/O. Each operation is a bisection plus a memmove of a
+sorted list (C-fast at the sizes a coordinator holds), so a turn's place in
+line (``ahead_of``) costs O(log n) without walking a 10,000-turn backlog.
 """
 
 from __future__ import annotations
 
 import bisect
-import heapq
 import itertools
-from dataclasses import dataclass, field
+
+# A place in line: (start tag, arrival number of the push that made it).
+_Place = tuple[float, int]
 
 
-@dataclass(order=True)
-class _Entry:
-    start: float
-    arrival: int
-    operation_id: str = field(compare=False)
-    principal: str = field(compare=False)
+class _Line:
+    """One principal's waiting turns (arrival order) and places (tag order)."""
+
+    __slots__ = ("places", "turns")
+
+    def __init__(self) -> None:
+        self.turns: list[tuple[int, str]] = []  # (arrival, operation_id), ascending
+        self.places: list[_Place] = []  # ascending; turns[i] holds places[i]
 
 
 class FairQueue:
     """Waiting turns of one slot class (pool, kind), fair across principals."""
 
     def __init__(self) -> None:
-        self._heap: list[_Entry] = []
-        self._live: dict[str, _Entry] = {}
+        self._lines: dict[str, _Line] = {}
+        # operation_id -> (principal, arrival)
+        self._live: dict[str, tuple[str, int]] = {}
         self._finish: dict[str, float] = {}
         self._virtual_time = 0.0
         self._arrivals = itertools.count()
-        self._per_principal: dict[str, int] = {}
-        # Every live entry's (start, arrival), sorted: a turn's place in the
-        # queue is a bisection, so the API can show it for a whole page of
-        # operations without walking a 10,000-turn backlog for each.
-        self._order: list[tuple[float, int]] = []
+        # Every place held, with its principal, sorted: the smallest is served
+        # next, and a turn's place in the queue is one bisection.
+        self._order: list[tuple[float, int, str]] = []
 
     def __len__(self) -> int:
         return len(self._live)
@@ -71,58 +82,63 @@ class FairQueue:
             raise ValueError(f"weight must be positive, got {weight}")
         start = max(self._virtual_time, self._finish.get(principal, 0.0))
         self._finish[principal] = start + 1.0 / weight
-        entry = _Entry(start, next(self._arrivals), operation_id, principal)
-        self._live[operation_id] = entry
-        self._per_principal[principal] = self._per_principal.get(principal, 0) + 1
-        heapq.heappush(self._heap, entry)
-        bisect.insort(self._order, (entry.start, entry.arrival))
+        arrival = next(self._arrivals)
+        line = self._lines.setdefault(principal, _Line())
+        line.turns.append((arrival, operation_id))
+        line.places.append((start, arrival))
+        self._live[operation_id] = (principal, arrival)
+        bisect.insort(self._order, (start, arrival, principal))
 
     def remove(self, operation_id: str) -> bool:
-        entry = self._live.pop(operation_id, None)
-        if entry is None:
+        """The turn leaves unserved: its principal gives up its last place."""
+        found = self._live.pop(operation_id, None)
+        if found is None:
             return False
-        self._count_out(entry)
+        principal, arrival = found
+        line = self._lines[principal]
+        del line.turns[bisect.bisect_left(line.turns, (arrival, ""))]
+        start, made = line.places.pop()
+        self._finish[principal] = start
+        self._forget(line, principal, (start, made))
         return True
 
     def peek(self) -> str | None:
-        self._drop_removed()
-        return self._heap[0].operation_id if self._heap else None
+        if not self._order:
+            return None
+        return self._lines[self._order[0][2]].turns[0][1]
 
     def pop(self) -> str | None:
         """The turn to serve next (removed), or None when nothing waits."""
-        self._drop_removed()
-        if not self._heap:
+        if not self._order:
             return None
-        entry = heapq.heappop(self._heap)
-        del self._live[entry.operation_id]
-        self._count_out(entry)
-        self._virtual_time = entry.start
-        return entry.operation_id
+        start, made, principal = self._order[0]
+        line = self._lines[principal]
+        _, operation_id = line.turns.pop(0)
+        line.places.pop(0)
+        del self._live[operation_id]
+        self._forget(line, principal, (start, made))
+        self._virtual_time = start
+        return operation_id
 
     def waiting_of(self, principal: str) -> int:
-        return self._per_principal.get(principal, 0)
+        line = self._lines.get(principal)
+        return len(line.turns) if line is not None else 0
 
     def principals(self) -> set[str]:
         """The principals with turns waiting here."""
-        return set(self._per_principal)
+        return set(self._lines)
 
     def ahead_of(self, operation_id: str) -> int | None:
         """How many waiting turns would be served before this one (O(log n))."""
-        entry = self._live.get(operation_id)
-        if entry is None:
+        found = self._live.get(operation_id)
+        if found is None:
             return None
-        return bisect.bisect_left(self._order, (entry.start, entry.arrival))
+        principal, arrival = found
+        line = self._lines[principal]
+        start, made = line.places[bisect.bisect_left(line.turns, (arrival, ""))]
+        return bisect.bisect_left(self._order, (start, made, principal))
 
-    def _count_out(self, entry: _Entry) -> None:
-        key = (entry.start, entry.arrival)
-        del self._order[bisect.bisect_left(self._order, key)]
-        left = self._per_principal.get(entry.principal, 0) - 1
-        if left > 0:
-            self._per_principal[entry.principal] = left
-        else:
-            self._per_principal.pop(entry.principal, None)
-
-    def _drop_removed(self) -> None:
-        heap = self._heap
-        while heap and self._live.get(heap[0].operation_id) is not heap[0]:
-            heapq.heappop(heap)
+    def _forget(self, line: _Line, principal: str, place: _Place) -> None:
+        del self._order[bisect.bisect_left(self._order, (*place, principal))]
+        if not line.turns:
+            del self._lines[principal]

@@ -19,7 +19,9 @@ Rules checked (``SchedulingChecker``):
 - fairness: while a principal has a turn waiting in a slot class, no other
   principal gets more than two grants in that class before it gets one (the
   start-time fair queuing bound for equal weights: a lead of at most one
-  turn each way, see core/fair_queue.py).
+  turn each way, see core/fair_queue.py). The order is the scheduler's
+  memory, never journaled (C6a), so it holds within one coordinator process:
+  a restart starts every count again.
 """
 
 from __future__ import annotations
@@ -101,6 +103,10 @@ class SchedulingChecker:
                 f"({', '.join(sorted(bound))}) and {self.sizes[runner]} slot(s)"
             )
         return None
+
+    def restarted(self) -> None:
+        """The coordinator restarted: its scheduler starts with an empty queue."""
+        self._leads.clear()
 
     def granted(
         self, slot_class: tuple[str, TurnKind], principal: str, waiting: set[str]

@@ -474,6 +474,8 @@ class Simulator:
         coordinator = self.coordinators[name]
         self._arm("")
         coordinator.restart()
+        if self.checker.scheduling is not None:
+            self.checker.scheduling.restarted()
         self.coverage["coordinator_restart"] += 1
         return f"{name} restarted, epoch {coordinator.epoch}"
 

@@ -110,3 +110,95 @@ def test_drained_row_of_a_dead_incarnation_is_settled_not_replayed_to_exhaustion
     assert result.violation is None, result.report()
     assert result.coverage["reason:MAX_ATTEMPTS_EXCEEDED"] == 0
     assert result.coverage["final:TIMED_OUT"] == 0
+
+
+# Seed 4468 (issue 9's scheduler, generator of 2026-12-01), shrunk from 52
+# steps to 21. flood's op6 waits for the one slot and is cancelled; flood's
+# next turn (op8) is then tagged as if op6 had been served, so p2 gets three
+# grants while flood waits (the fair queue charged a principal for a turn
+# that left unserved).
+SEED_4468_SETUP = Setup((RunnerSpec("r1", durable=True, slots=1),), operations=7, scheduled=True)
+SEED_4468_STEPS = [
+    "submit PROBE_FIRST 3 WRITABLE p2",
+    "submit NEVER_AUTOMATIC 4 WRITABLE flood",
+    "tick op4 * @c1",
+    "drop m1",
+    "submit PROBE_FIRST 5 WRITABLE p1",
+    "submit PROBE_FIRST 1 WRITABLE flood",
+    "advance 2.5",
+    "tick op5 * @c1",
+    "drop m2",
+    "submit NEVER_AUTOMATIC 5 WRITABLE p1",
+    "submit PROBE_FIRST 8 WRITABLE flood",
+    "tick op6 * @c1",  # waits for the slot
+    "submit PROBE_FIRST 2 WRITABLE p2",
+    "tick op3 * @c1",
+    "cancel op6 @c1",  # leaves unserved
+    "tick op8 * @c1",
+    "cancel op5 @c1",
+    "tick op9 * @c1",
+    "advance 1.0",
+    "advance 1.0",
+    "cancel op8 @c1",
+]
+
+
+def test_seed_4468_a_turn_cancelled_while_waiting_costs_its_principal_no_share() -> None:
+    """C6a (fair grants): no principal gets more than its lead while another waits,
+    whatever the other had queued and cancelled before."""
+    result = replay(SEED_4468_SETUP, SEED_4468_STEPS, SimConfig())
+    assert result.violation is None, result.report()
+    assert result.coverage["final:CANCELLED"] >= 1
+
+
+# Seed 44198 (generator of 2026-12-01), shrunk from 70 steps to 35: flood got
+# one grant while p2 waited, then the coordinator restarted twice, and each
+# new process's scheduler, starting empty, served flood's turn held first. The
+# fair order is the scheduler's memory (C6a: nothing is written for a waiting
+# turn), so its bound holds within one coordinator process; the checker
+# starts its counts again at a restart.
+SEED_44198_SETUP = Setup((RunnerSpec("r1", durable=True, slots=1),), operations=6, scheduled=True)
+SEED_44198_STEPS = [
+    "submit PROBE_FIRST 2 WRITABLE p2",
+    "tick op3 * @c1",
+    "submit PROBE_FIRST 8 WRITABLE p2",
+    "tick op4 * @c1",
+    "deliver m1",
+    "submit PROBE_FIRST 3 WRITABLE flood",
+    "advance 35.0",
+    "tick op5 * @c1",
+    "deliver m3",
+    "deliver m4",
+    "restart r1 wiped",
+    "submit SAFE 5 READ_ONLY p1",
+    "tick op8 * @c1",
+    "submit NEVER_AUTOMATIC 5 WRITABLE flood",
+    "drop m6",
+    "submit NEVER_AUTOMATIC 8 WRITABLE flood",
+    "deliver m5",
+    "crash @c1",
+    "tick op10 * @c1",
+    "tick op8 - @c1",
+    "tick op5 - @c1",
+    "tick op5 - @c1",
+    "tick op8 - @c1",
+    "tick op5 - @c1",
+    "advance 35.0",
+    "deliver m15",
+    "deliver m13",
+    "deliver m17",
+    "deliver m18",
+    "deliver m20",
+    "tick op3 * @c1",
+    "deliver m19",
+    "deliver m21",
+    "deliver m22",
+    "crash @c1",
+]
+
+
+def test_seed_44198_the_fair_order_starts_again_with_a_new_coordinator_process() -> None:
+    """C6a: the lead bound is per scheduler lifetime; a restart is not counted as a lead."""
+    result = replay(SEED_44198_SETUP, SEED_44198_STEPS, SimConfig())
+    assert result.violation is None, result.report()
+    assert result.coverage["coordinator_restart"] == 2

@@ -140,6 +140,50 @@ def test_no_backlogged_principal_falls_behind_its_share(
             assert lead <= 1 / weights[i] + 1 / weights[j] + 1e-9, (i, j, served)
 
 
+def test_a_turn_that_leaves_unserved_costs_its_principal_nothing() -> None:
+    """C6a (found by the simulation, seed 4468): a flood's turns cancelled while waiting
+    do not push its remaining turns back; it still gets every other grant."""
+    queue = FairQueue()
+    for n in range(10):
+        queue.push(f"flood{n}", "flood")
+        queue.push(f"quiet{n}", "quiet")
+    for n in range(1, 9):
+        assert queue.remove(f"flood{n}")
+    served = [queue.pop() for _ in range(4)]
+    assert served == ["flood0", "quiet0", "flood9", "quiet1"]
+    queue.push("late", "flood")
+    assert queue.ahead_of("late") == 1 and queue.pop() == "quiet2" and queue.pop() == "late"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    arrivals=st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=80),
+    leaving=st.lists(st.booleans(), min_size=80, max_size=80),
+    weights=st.fixed_dictionaries({p: st.sampled_from([1.0, 2.0, 3.0]) for p in "abcd"}),
+)
+def test_the_fair_share_bound_holds_after_turns_leave_unserved(
+    arrivals: list[str], leaving: list[bool], weights: dict[str, float]
+) -> None:
+    """C6a: turns removed while waiting (cancelled, timed out) change nothing in the
+    start-time fair queuing bound for the turns that stay."""
+    queue = FairQueue()
+    for n, principal in enumerate(arrivals):
+        queue.push(f"{principal}{n}", principal, weights[principal])
+    remaining = collections.Counter(arrivals)
+    for n in [n for n in range(len(arrivals)) if leaving[n]]:
+        assert queue.remove(f"{arrivals[n]}{n}")
+        remaining[arrivals[n]] -= 1
+    served: collections.Counter[str] = collections.Counter()
+    while (op := queue.pop()) is not None:
+        served[op[0]] += 1
+        remaining[op[0]] -= 1
+        backlogged = [p for p in remaining if remaining[p] > 0]
+        for i, j in itertools.permutations(backlogged, 2):
+            lead = served[i] / weights[i] - served[j] / weights[j]
+            assert lead <= 1 / weights[i] + 1 / weights[j] + 1e-9, (i, j, served)
+    assert not +remaining
+
+
 def test_a_turn_holding_a_grant_is_not_queued_again() -> None:
     """One grant at a time per turn (found by the simulation: a second tick while the
     first grant's preflight was out granted the turn a second slot on another runner)."""
