@@ -13,9 +13,8 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
-from google.protobuf.message import DecodeError
-
 from runner_svc.core.admission import (
+    Admission,
     AdmissionAction,
     DispatchFacts,
     SlotPools,
@@ -36,6 +35,7 @@ from runner_svc.core.transitions import (
     RaiseFencingToken,
     RowEvent,
 )
+from runner_svc.envelope_check import KINDS, require_id, verified_envelope
 from runner_svc.executors import Executor
 from runner_svc.floor_keeper import FloorKeeper
 from runner_svc.jobs import JobRunner
@@ -51,9 +51,7 @@ from runner_svc.service_types import (
 )
 from runner_svc.storage.async_store import AsyncRunnerStore
 from runner_svc.storage.sqlite_store import StoreError
-from turnwire.common.v1 import turn_pb2
 from turnwire.crashpoints import crash_point
-from turnwire.ids import sha256_hex
 from turnwire.runner.v1 import runner_pb2
 
 # The values are defined in service_types; importing them from here still works.
@@ -78,10 +76,6 @@ _STORE_UNREADABLE = "the runner store could not be read; nothing was decided"
 _STORE_UNWRITTEN = "the runner store could not be written; nothing changed"
 # Rows a watch replays per read of the store.
 _WATCH_BATCH = 500
-_KINDS = {
-    turn_pb2.TURN_KIND_WRITABLE: SlotKind.WRITABLE,
-    turn_pb2.TURN_KIND_READ_ONLY: SlotKind.READ_ONLY,
-}
 
 
 class RunnerService:
@@ -164,37 +158,61 @@ class RunnerService:
         return await asyncio.shield(self._dispatch(call))
 
     async def _dispatch(self, call: DispatchCall) -> DispatchOutcome:
-        envelope = _verified_envelope(call)
+        envelope = verified_envelope(call)
         facts = DispatchFacts(
             call.operation_id,
             call.envelope_digest,
             call.expected_incarnation_id,
             call.fencing_token,
-            _KINDS[envelope.kind],
+            KINDS[envelope.kind],
         )
         async with self.jobs.lock(call.operation_id):
-            row = await self._read(call.operation_id)
-            admission = decide_admission(
-                facts,
-                row,
-                incarnation_id=self.incarnation_id,
-                accepting=self.accepting,
-                pools=self._pools,
-                openings=self.store.openings,
-            )
-            if admission.action is AdmissionAction.DUPLICATE:
-                assert row is not None
-                return await self._duplicate(call, row, admission.raise_fencing_token)
-            row = await self._admit(call, facts, row, envelope)
+            row = self.store.remembered(call.operation_id)
+            admitted = None if row is not None else await self._admit_if_new(call, facts, envelope)
+            action = AdmissionAction.ADMIT
+            if admitted is None:
+                row = row or await self._read(call.operation_id)
+                admission = self._decide(facts, row)
+                if admission.action is AdmissionAction.DUPLICATE:
+                    assert row is not None
+                    return await self._duplicate(call, row, admission.raise_fencing_token)
+                admitted = await self._admit(call, facts, row, envelope)
+                action = admission.action
+            assert admitted is not None  # only a guess at a new id comes back empty
         log.info(
             "dispatch %s accepted (incarnation %s, kind %s, attempt %d, %s)",
             call.operation_id,
             self.incarnation_id,
             facts.kind,
             call.attempt,
-            admission.action.value,
+            action.value,
         )
-        return DispatchOutcome(self._view(row), duplicate=False)
+        return DispatchOutcome(self._view(admitted), duplicate=False)
+
+    def _decide(self, facts: DispatchFacts, row: OperationRow | None) -> Admission:
+        return decide_admission(
+            facts,
+            row,
+            incarnation_id=self.incarnation_id,
+            accepting=self.accepting,
+            pools=self._pools,
+            openings=self.store.openings,
+        )
+
+    async def _admit_if_new(
+        self, call: DispatchCall, facts: DispatchFacts, envelope: runner_pb2.TurnEnvelope
+    ) -> OperationRow | None:
+        """Issue 10: an id memory does not hold is almost always new, so it is admitted
+        with no read first: one trip to the store's thread instead of two, in the
+        same transaction as the Releases the Dispatch carries. If the store knows the
+        id after all, the Admit is refused there (nothing written) and None says:
+        read the row and decide as always. A refusal as new (full, draining) is not
+        final either: the row may make it a duplicate, which is answered even then."""
+        try:
+            self._decide(facts, None)
+        except RunnerRefusal:
+            return None
+        return await self._admit(call, facts, None, envelope, guessed_new=True)
 
     async def _duplicate(
         self, call: DispatchCall, row: OperationRow, raise_token: bool
@@ -216,16 +234,33 @@ class RunnerService:
         facts: DispatchFacts,
         row: OperationRow | None,
         envelope: runner_pb2.TurnEnvelope,
-    ) -> OperationRow:
-        """R4: reserve (no await since the decision), write the row, launch in the background."""
+        *,
+        guessed_new: bool = False,
+    ) -> OperationRow | None:
+        """R4: reserve (no await since the decision), write the row, launch in the
+        background. ``guessed_new``: ``row`` is None only because memory did not hold
+        the id; if the store has it, nothing is written and None comes back."""
         self._pools.reserve(facts.kind)
         try:
-            row = await self._write(call.operation_id, self._admission_change(call, facts, row))
+            change = self._admission_change(call, facts, row)
+            if guessed_new:
+                try:
+                    written = await self.store.write(call.operation_id, change)
+                except IllegalRowEvent:
+                    written = None  # known after all
+                except StoreError as exc:
+                    raise self._unwritten(call.operation_id, change, exc) from exc
+            else:
+                written = await self._write(call.operation_id, change)
         except BaseException:
             # ANY failure, typed or not: no job was started, so nothing holds
             # the slot (an unexpected one used to leak it until restart).
             self._pools.free(facts.kind)
             raise
+        if written is None:
+            self._pools.free(facts.kind)
+            return None
+        row = written
         crash_point("runner.after_dedupe_commit")
         self.jobs.admit(
             call.operation_id,
@@ -262,7 +297,7 @@ class RunnerService:
     async def _cancel(
         self, operation_id: str, expected_incarnation_id: str, token: int
     ) -> CancelOutcome:
-        _require_id(operation_id)
+        require_id(operation_id)
         check_incarnation(expected_incarnation_id, self.incarnation_id)
         async with self.jobs.lock(operation_id):
             row = await self._read(operation_id)
@@ -294,7 +329,7 @@ class RunnerService:
     # --- Release (R9) ------------------------------------------------------------
 
     async def release(self, operation_id: str, expected_incarnation_id: str, token: int) -> bool:
-        _require_id(operation_id)
+        require_id(operation_id)
         check_incarnation(expected_incarnation_id, self.incarnation_id)
         async with self.jobs.lock(operation_id):
             released, change = plan_release(await self._read(operation_id), token)
@@ -322,7 +357,7 @@ class RunnerService:
     # --- status, info, watch ---------------------------------------------------------
 
     async def status(self, operation_id: str) -> OperationView | None:
-        _require_id(operation_id)
+        require_id(operation_id)
         row = await self._read(operation_id)
         return self._view(row) if row is not None else None
 
@@ -330,7 +365,7 @@ class RunnerService:
         self, operation_ids: list[str]
     ) -> list[tuple[str, OperationView | None]]:
         for operation_id in operation_ids:
-            _require_id(operation_id)
+            require_id(operation_id)
         try:
             rows = await self.store.get_many(operation_ids)
         except StoreError as exc:
@@ -451,11 +486,13 @@ class RunnerService:
         try:
             row = await self.store.write(operation_id, change)
         except (StoreError, IllegalRowEvent) as exc:
-            log.error(
-                "store write failed for %s (%s): %s", operation_id, type(change).__name__, exc
-            )
-            raise RunnerRefusal(Refusal.STORE_WRITE_FAILED, _STORE_UNWRITTEN) from exc
+            raise self._unwritten(operation_id, change, exc) from exc
         return row
+
+    @staticmethod
+    def _unwritten(operation_id: str, change: RowEvent, exc: Exception) -> RunnerRefusal:
+        log.error("store write failed for %s (%s): %s", operation_id, type(change).__name__, exc)
+        return RunnerRefusal(Refusal.STORE_WRITE_FAILED, _STORE_UNWRITTEN)
 
     def _view(self, row: OperationRow) -> OperationView:
         job = self.jobs.jobs.get(row.operation_id)
@@ -463,30 +500,3 @@ class RunnerService:
             reported_row(row, self.incarnation_id),
             result_not_saved=job is not None and job.result_not_saved,
         )
-
-
-def _require_id(operation_id: str) -> None:
-    if not operation_id or len(operation_id) > 255:
-        raise RunnerRefusal(Refusal.ARGUMENT_INVALID, "operation_id must be 1..255 characters")
-
-
-def _verified_envelope(call: DispatchCall) -> runner_pb2.TurnEnvelope:
-    """The parsed envelope, or ENVELOPE_INVALID: bytes must hash to the digest and parse."""
-
-    def invalid(why: str) -> RunnerRefusal:
-        return RunnerRefusal(Refusal.ENVELOPE_INVALID, f"{call.operation_id or '(no id)'}: {why}")
-
-    if not call.operation_id or len(call.operation_id) > 255:
-        raise invalid("operation_id must be 1..255 characters")
-    if sha256_hex(call.envelope) != call.envelope_digest:
-        raise invalid("envelope bytes do not hash to envelope_digest")
-    envelope = runner_pb2.TurnEnvelope()
-    try:
-        envelope.ParseFromString(call.envelope)
-    except DecodeError as exc:
-        raise invalid("envelope bytes do not parse as a TurnEnvelope") from exc
-    if envelope.operation_id != call.operation_id:
-        raise invalid(f"envelope names operation {envelope.operation_id!r}")
-    if envelope.kind not in _KINDS:
-        raise invalid("envelope kind must be WRITABLE or READ_ONLY")
-    return envelope

@@ -19,7 +19,9 @@ with the last sequence it saw misses nothing.
 
 SubmitAndWatch is SubmitTurn's acceptance followed by that same stream, in one
 call (issue 10): the operation just accepted needs no ownership read, and a
-fresh one's QUEUED event is sent as stored, without reading it back.
+fresh one's QUEUED event is sent as stored, without reading it back. With
+``terminal_only`` it sends the acceptance (sequence 1) and the terminal event
+only: the events between are read past without building a message for them.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from coordinator_svc.api.control import DispatchControl
 from coordinator_svc.api.convert import event_to_proto, op_state_from_proto, operation_to_proto
 from coordinator_svc.api.errors import ApiError, abort_with, edge_refusal
 from coordinator_svc.api.paging import decode_page_token, encode_page_token
-from coordinator_svc.core.model import OperationRecord, OpState
+from coordinator_svc.core.model import EventRecord, OperationRecord, OpState
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import Journal, PageCursor, StaleVersion
 from turnwire.common.v1 import errors_pb2
@@ -93,6 +95,12 @@ def _states(values: Any) -> list[OpState]:
 
 def _page_size(requested: int) -> int:
     return DEFAULT_PAGE_SIZE if requested == 0 else min(requested, MAX_PAGE_SIZE)
+
+
+def _acceptance_or_terminal(event: EventRecord) -> bool:
+    """What SubmitAndWatch sends with terminal_only: the operation's first event
+    (QUEUED, sequence 1: the acceptance) and its terminal one."""
+    return event.sequence == 1 or event.to_state.terminal
 
 
 class _Respond(Protocol[_Reply]):
@@ -295,17 +303,24 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
                 # Stored by this very call: sent as it is, not read back.
                 yield respond(event=event_to_proto(first), operation=self._proto(record))
                 cursor = first.sequence
-            async for response in self._watch(record.operation_id, cursor, respond):
+            keep = _acceptance_or_terminal if request.terminal_only else None
+            async for response in self._watch(record.operation_id, cursor, respond, keep):
                 yield response
 
         async for response in self._guard_stream(context, body):
             yield response
 
     async def _watch(
-        self, operation_id: str, after_sequence: int, respond: _Respond[_T]
+        self,
+        operation_id: str,
+        after_sequence: int,
+        respond: _Respond[_T],
+        keep: Callable[[EventRecord], bool] | None = None,
     ) -> AsyncIterator[_T]:
         """The events after ``after_sequence``, each as ``respond(event=, operation=)``,
-        until the terminal one; UNAVAILABLE / SHUTTING_DOWN when the server closes."""
+        until the terminal one; UNAVAILABLE / SHUTTING_DOWN when the server closes.
+        With ``keep``, only the events it keeps are sent (the others are read past,
+        no message built for them); the stream still ends after the terminal one."""
         cursor = after_sequence
         with self._feed.watching(operation_id):
             while not self._closing.is_set():
@@ -315,12 +330,14 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
                 if record is None:  # pragma: no cover - operations are never deleted
                     raise _not_found()
                 if events:
-                    operation = self._proto(record)
-                    for event in events:
-                        yield respond(event=event_to_proto(event), operation=operation)
-                        cursor = event.sequence
-                        if event.to_state.terminal:
-                            return
+                    cursor = events[-1].sequence
+                    sent = events if keep is None else [e for e in events if keep(e)]
+                    if sent:
+                        operation = self._proto(record)
+                        for event in sent:
+                            yield respond(event=event_to_proto(event), operation=operation)
+                            if event.to_state.terminal:
+                                return
                     continue
                 if record.state.terminal and cursor >= record.last_event_sequence:
                     return  # resumed after the end: nothing more will ever come

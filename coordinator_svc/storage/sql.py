@@ -9,6 +9,9 @@ journal closes. The statements are ``statements.Statements``: fixed text,
 prepared once per connection. The write rules are ``rules``; this module
 adds the transaction, the compare-and-set and the unique keys.
 
+Writes on SQLite share transactions when they queue together (group commit,
+``group_commit``); each keeps its own outcome.
+
 Fail closed: any database error becomes ``JournalUnavailable`` and its
 transaction is rolled back, so nothing is half-written; a connection that
 broke is dropped and the next call takes a fresh one. A caller whose await
@@ -18,9 +21,7 @@ is cancelled mid-write cannot know whether the write committed; it reloads.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -52,54 +53,18 @@ from coordinator_svc.storage.backends import (
     SqliteBackend,
     backend_for,
 )
+from coordinator_svc.storage.connections import KeptConnections
+from coordinator_svc.storage.group_commit import GroupCommit, Outcome, Work
 from coordinator_svc.storage.statements import Dialect, Statements
 
 T = TypeVar("T")
 Cursor = Any  # a DBAPI cursor (sqlite3 or psycopg)
 
 
-class _Connections:
-    """One DBAPI connection per worker thread, kept checked out of the pool."""
-
-    def __init__(self, engine: Engine, backend: Backend) -> None:
-        self._engine = engine
-        self._backend = backend
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._open: set[Any] = set()
-
-    def current(self) -> Any:
-        connection = getattr(self._local, "connection", None)
-        if connection is None:
-            connection = self._engine.raw_connection()
-            try:
-                self._backend.prepare_raw(connection.dbapi_connection)
-            except BaseException:
-                connection.invalidate()
-                raise
-            self._local.connection = connection
-            with self._lock:
-                self._open.add(connection)
-        return connection
-
-    def drop(self) -> None:
-        """Forget this thread's connection after it failed: never reuse a
-        connection whose state is unknown."""
-        connection = getattr(self._local, "connection", None)
-        self._local.connection = None
-        if connection is not None:
-            with self._lock:
-                self._open.discard(connection)
-            # Already broken: the pool makes a new one when next asked.
-            with contextlib.suppress(Exception):
-                connection.invalidate()
-
-    def close_all(self) -> None:
-        with self._lock:
-            connections, self._open = self._open, set()
-        for connection in connections:
-            with contextlib.suppress(Exception):  # closing at shutdown: nothing to keep
-                connection.close()
+def _unavailable(error: BaseException) -> JournalUnavailable:
+    failure = JournalUnavailable(f"journal database error: {error}")
+    failure.__cause__ = error
+    return failure
 
 
 class _StaleConnection(Exception):
@@ -113,12 +78,16 @@ class SqlJournal:
         self._engine = engine
         self._backend = backend
         self._sql = Statements(Dialect(backend.name))
-        self._connections = _Connections(engine, backend)
+        self._connections = KeptConnections(engine, backend)
         self._executor = ThreadPoolExecutor(
             max_workers=backend.worker_threads, thread_name_prefix=f"journal-{backend.name}"
         )
         self._commits = 0
         self._closed = False
+        # One writer thread (SQLite): concurrent writes share transactions.
+        self._group = (
+            GroupCommit(self._executor, self._transactions) if backend.worker_threads == 1 else None
+        )
 
     @property
     def commits(self) -> int:
@@ -133,12 +102,20 @@ class SqlJournal:
     async def _call(self, work: Callable[..., T], *args: Any) -> T:
         if self._closed:
             raise JournalUnavailable("the journal is closed")
+        if self._group is not None:
+            self._group.flush()  # writes queued before this call run before it
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(work, *args))
 
     async def _write(self, work: Callable[[Cursor], tuple[T, bool]]) -> T:
-        """Run ``work`` in one write transaction; count it if it committed a change."""
-        done: tuple[T, bool] = await self._call(self._transaction, work, True)
+        """Run ``work`` in a write transaction (shared with the writes queued with it,
+        on SQLite: group_commit.py); count it if it committed a change."""
+        if self._group is None:
+            done: tuple[T, bool] = await self._call(self._transaction, work, True)
+        elif self._closed:
+            raise JournalUnavailable("the journal is closed")
+        else:
+            done = await self._group.write(work)
         value, wrote = done
         if wrote:
             self._commits += 1
@@ -195,6 +172,53 @@ class SqlJournal:
                 if retry and wrote_nothing:
                     raise _StaleConnection from error
             raise JournalUnavailable(f"journal database error: {error}") from error
+
+    def _transactions(self, works: Sequence[Work]) -> list[Outcome]:
+        """Writes queued together (worker thread): one alone runs as ``_transaction``;
+        several share one, each in a savepoint (group_commit.py)."""
+        if len(works) == 1:
+            try:
+                return [(True, self._transaction(works[0], True))]
+            except Exception as error:
+                return [(False, error)]
+        backend = self._backend
+        connectable: tuple[type[Exception], ...] = (sa.exc.SQLAlchemyError, *backend.driver_errors)
+        try:
+            connection = self._connections.current().dbapi_connection
+        except connectable as error:
+            return [(False, _unavailable(error)) for _ in works]
+        cursor = connection.cursor()
+        try:
+            try:
+                backend.begin(cursor, True)
+                outcomes = [self._in_savepoint(cursor, work) for work in works]
+                if any(ok for ok, _ in outcomes):
+                    backend.commit(cursor)
+                else:
+                    self._roll_back(cursor)
+                return outcomes
+            except BaseException:
+                self._roll_back(cursor)
+                raise
+            finally:
+                cursor.close()
+        except backend.driver_errors as error:  # BEGIN, a savepoint or the COMMIT: none landed
+            if backend.is_broken(connection):
+                self._connections.drop()
+            return [(False, _unavailable(error)) for _ in works]
+
+    def _in_savepoint(self, cursor: Cursor, work: Work) -> Outcome:
+        cursor.execute("SAVEPOINT journal_write")
+        try:
+            value = work(cursor)
+        except Exception as error:
+            cursor.execute("ROLLBACK TO SAVEPOINT journal_write")
+            cursor.execute("RELEASE SAVEPOINT journal_write")
+            if isinstance(error, self._backend.driver_errors):
+                return False, _unavailable(error)
+            return False, error
+        cursor.execute("RELEASE SAVEPOINT journal_write")
+        return True, value
 
     def _roll_back(self, cursor: Cursor) -> None:
         try:

@@ -55,7 +55,6 @@ _ENUM_FIELDS: dict[str, type[enum.Enum]] = {
     "outcome": AttemptOutcome,
 }
 _BYTES_FIELDS = frozenset({"envelope", "result"})
-_SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 
 
 class Dialect:
@@ -75,7 +74,10 @@ class Dialect:
 
     def encode_time(self, value: datetime) -> Any:
         value = rules.as_utc(value, "stored time")
-        return value.strftime(_SQLITE_TIME) if self.sqlite else value
+        if self.sqlite:
+            # SQLAlchemy's text form ("%Y-%m-%d %H:%M:%S.%f"), 4x cheaper than strftime.
+            return value.replace(tzinfo=None).isoformat(" ", "microseconds")
+        return value
 
     def decode_time(self, value: Any) -> datetime:
         if isinstance(value, str):  # SQLite keeps UTC as naive text

@@ -34,8 +34,12 @@ from typing import TypeVar
 from runner_svc.core.model import OperationRow
 from runner_svc.core.transitions import RowEvent
 from runner_svc.storage.sqlite_store import SqliteRunnerStore
+from runner_svc.storage.write_batch import Outcome
 
 _T = TypeVar("_T")
+
+# A queued write: its handle, its operation and the change.
+_Pending = tuple["QueuedWrite", str, RowEvent]
 
 # Operations a feed holds for a watcher that has not taken them yet; beyond
 # it the watcher reads from the store instead (memory stays bounded however
@@ -137,10 +141,23 @@ class AsyncRunnerStore:
         # loop, down on the store's thread once the mirror has the outcome.
         self._writing: dict[str, int] = {}
         self._writing_lock = threading.Lock()
+        # Writes queued in this turn of the loop, for the store's thread.
+        self._pending: list[_Pending] = []
+        self._flush_scheduled = False
+        self._batches_out = 0  # batches sent to the thread and not yet landed
+        self._closed = False
 
     async def _call(self, fn: Callable[..., _T], *args: object) -> _T:
+        self._flush()  # writes queued before this call reach SQL before it
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._thread, functools.partial(fn, *args))
+
+    def remembered(self, operation_id: str) -> OperationRow | None:
+        """The row from memory alone: None means unknown here (ask the store), never
+        "absent"; also None while a write of it is queued or running."""
+        if operation_id in self._writing:
+            return None
+        return self.store.mirror.row(operation_id)
 
     async def get(self, operation_id: str) -> OperationRow | None:
         if operation_id not in self._writing:
@@ -172,39 +189,88 @@ class AsyncRunnerStore:
     def queue_write(self, operation_id: str, change: RowEvent) -> QueuedWrite:
         """Queue ``change`` in write order without waiting for it; it may be
         withdrawn until the store's thread takes it up. Raises if it cannot be
-        queued (e.g. the store is closed)."""
+        queued (the store is closed).
+
+        Group commit (issue 10): writes queued in one turn of the event loop
+        (a Dispatch's carried Releases and its admission) go to the store's
+        thread together at the end of that turn, and those queued while a
+        batch is being written go together as soon as it is done; each batch
+        lands in one transaction (storage/write_batch.py). Any other call that
+        reaches SQL sends the queued writes first, so the order stays the
+        order of the calls."""
+        if self._closed:
+            raise RuntimeError("the runner store is closed")
+        loop = asyncio.get_running_loop()
         queued = QueuedWrite()
+        queued.landed = loop.create_future()
         with self._writing_lock:
             self._writing[operation_id] = self._writing.get(operation_id, 0) + 1
-        try:
-            queued.landed = asyncio.get_running_loop().run_in_executor(
-                self._thread, self._write, queued, operation_id, change
-            )
-        except BaseException:  # never queued
-            self._written(operation_id)
-            raise
+        self._pending.append((queued, operation_id, change))
+        if not self._flush_scheduled and not self._batches_out:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
 
         def cancelled(landed: asyncio.Future[OperationRow | None]) -> None:
-            # A waiter cancelled before the thread took the write up may also
-            # have cancelled the thread's job, which then never runs: count
-            # down here (else the mirror is bypassed for good), once.
+            # A waiter cancelled before the thread took the write up withdraws
+            # it (the thread skips it): count down here, once.
             if landed.cancelled() and queued.withdraw() and queued.count_down_once():
                 self._written(operation_id)
 
         queued.landed.add_done_callback(cancelled)
         return queued
 
-    def _write(
-        self, queued: QueuedWrite, operation_id: str, change: RowEvent
-    ) -> OperationRow | None:
-        """On the store's thread. Counted down even if the writer stopped waiting."""
+    def _flush(self) -> None:
+        """Send the queued writes to the store's thread as one batch."""
+        self._flush_scheduled = False
+        batch, self._pending = self._pending, []
+        if not batch:
+            return
         try:
-            if not queued.take():
-                return None
-            return self.store.write(operation_id, change)
+            job = asyncio.get_running_loop().run_in_executor(self._thread, self._write_batch, batch)
+        except BaseException as exc:  # the thread is gone (closed): none of them ran
+            self._fail(batch, exc)
+            return
+        self._batches_out += 1
+        job.add_done_callback(functools.partial(self._landed, batch))
+
+    def _write_batch(self, batch: list[_Pending]) -> list[Outcome | None]:
+        """On the store's thread. Every write is counted down once the mirror has
+        its outcome, even if its writer stopped waiting."""
+        taken = [item for item in batch if item[0].take()]
+        try:
+            outcomes = (
+                self.store.write_batch([(op, change) for _, op, change in taken]) if taken else []
+            )
         finally:
+            for queued, operation_id, _ in batch:
+                if queued.count_down_once():
+                    self._written(operation_id)
+        by_write = {id(item[0]): outcome for item, outcome in zip(taken, outcomes, strict=True)}
+        return [by_write.get(id(queued)) for queued, _, _ in batch]
+
+    def _landed(self, batch: list[_Pending], job: asyncio.Future[list[Outcome | None]]) -> None:
+        """On the loop: each writer gets its own outcome (None: withdrawn); the
+        writes queued meanwhile go next, as one batch."""
+        self._batches_out -= 1
+        if self._pending and not self._batches_out:
+            self._flush()
+        if job.cancelled() or job.exception() is not None:
+            self._fail(batch, job.exception() or asyncio.CancelledError())
+            return
+        for (queued, _, _), outcome in zip(batch, job.result(), strict=True):
+            if queued.landed.done():
+                continue  # its writer stopped waiting
+            if isinstance(outcome, Exception):
+                queued.landed.set_exception(outcome)
+            else:
+                queued.landed.set_result(outcome)
+
+    def _fail(self, batch: list[_Pending], error: BaseException) -> None:
+        for queued, operation_id, _ in batch:
             if queued.count_down_once():
                 self._written(operation_id)
+            if not queued.landed.done():
+                queued.landed.set_exception(error)
 
     def _written(self, operation_id: str) -> None:
         with self._writing_lock:
@@ -284,5 +350,6 @@ class AsyncRunnerStore:
                 settling[0].set()
 
     async def close(self) -> None:
-        await self._call(self.store.close)
+        await self._call(self.store.close)  # after the writes queued before it
+        self._closed = True
         self._thread.shutdown(wait=True)

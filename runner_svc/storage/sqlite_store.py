@@ -32,15 +32,15 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from runner_svc.core.model import OperationRow
-from runner_svc.core.transitions import RowEvent, apply
-from runner_svc.core.witness import SEALED_FLOOR, StoreOpening, add_to_digest
+from runner_svc.core.transitions import RowEvent
+from runner_svc.core.witness import SEALED_FLOOR, StoreOpening
 from runner_svc.storage import migrate, rows_sql
 from runner_svc.storage.connections import (
     BUSY_TIMEOUT_MS,
@@ -53,12 +53,11 @@ from runner_svc.storage.migrate import StoreSchemaError
 from runner_svc.storage.mirror import StoreMirror
 from runner_svc.storage.tables import store_meta
 from runner_svc.storage.witness_sql import (
-    LaunchBelowFloorError,
-    check_floor,
     checked_store_id,
     raise_floor,
     record_opening,
 )
+from runner_svc.storage.write_batch import BatchWriter, Outcome
 from turnwire.ids import new_store_id
 
 if TYPE_CHECKING:
@@ -162,6 +161,12 @@ class SqliteRunnerStore:
         # Told every committed row, in commit order, on the writing thread
         # (AsyncRunnerStore pushes it to watchers); it must not raise or block.
         self.on_commit: Callable[[OperationRow], None] | None = None
+        self._batches = BatchWriter(
+            connection,
+            path,
+            self._check_owner,
+            lambda why: StoreWriteError(f"runner store {path}: {why}"),
+        )
 
     @classmethod
     def open(
@@ -342,76 +347,25 @@ class SqliteRunnerStore:
 
     def write(self, operation_id: str, change: RowEvent) -> OperationRow:
         """Apply one legal change durably, fenced by ownership; returns the new row."""
+        (outcome,) = self.write_batch([(operation_id, change)])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def write_batch(self, items: Sequence[tuple[str, RowEvent]]) -> list[Outcome]:
+        """Apply several changes in one transaction (group commit, write_batch.py):
+        one outcome each, in order, a row or the exception that write raises."""
         with self._db_lock:
-            row = self._write(operation_id, change)
+            outcomes = self._batches.write(items, self.mirror)
             notify = self.on_commit
             if notify is not None:
-                try:
-                    notify(row)
-                except Exception:  # the write stands; a watcher catches up from the store
-                    log.exception("store %s: commit listener failed", self.path)
-        return row
-
-    def _write(self, operation_id: str, change: RowEvent) -> OperationRow:
-        db = self._db
-        try:
-            db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise StoreWriteError(f"runner store {self.path}: write failed: {exc}") from exc
-        try:
-            meta = db.execute(rows_sql.SELECT_META).fetchone()
-            if meta is None:
-                raise StoreWriteError(f"runner store {self.path}: its meta row is missing")
-            owner, last, floor, row_count, row_digest = meta
-            self._check_owner(str(owner))
-            # A mirror that lost track (a failed COMMIT) starts again from where
-            # the store really is: its counter and its newest row.
-            current_mirror = self.mirror.is_current(int(last))
-            newest = 0 if current_mirror else db.execute(rows_sql.SELECT_NEWEST_ROW).fetchone()[0]
-            found = db.execute(rows_sql.SELECT_ROW, (operation_id,)).fetchone()
-            current = rows_sql.to_row(found) if found is not None else None
-            check_floor(current, change, int(floor), operation_id)
-            new = apply(current, change, operation_id)
-            sequence = int(last) + 1
-            params = rows_sql.to_params(new, sequence)
-            if current is None:
-                db.execute(rows_sql.INSERT_ROW, params)
-                digest = add_to_digest(int(row_digest), operation_id)
-                db.execute(rows_sql.UPDATE_META_INSERTED, (sequence, int(row_count) + 1, digest))
-            else:
-                db.execute(rows_sql.UPDATE_ROW, rows_sql.update_params(params))
-                db.execute(rows_sql.UPDATE_META_SEQUENCE, (sequence,))
-        except BaseException as exc:
-            # Nothing was committed: the mirror stays as it was (a fence turned
-            # it off above), and the caller fails closed.
-            self._rollback()
-            if isinstance(exc, sqlite3.Error | LaunchBelowFloorError):
-                raise StoreWriteError(f"runner store {self.path}: write failed: {exc}") from exc
-            raise
-        try:
-            db.execute("COMMIT")
-        except BaseException as exc:
-            self._rollback()
-            # It may or may not have landed: the mirror stops answering until
-            # the next write finds the store's sequence again.
-            self.mirror.lose_track()
-            if isinstance(exc, sqlite3.Error):
-                raise StoreWriteError(f"runner store {self.path}: commit failed: {exc}") from exc
-            raise
-        row = rows_sql.to_row(params)  # exactly what a read from SQL returns
-        if not current_mirror:
-            self.mirror.rebase(int(last), int(newest))
-        self.mirror.written(row)
-        return row
-
-    def _rollback(self) -> None:
-        if not self._db.in_transaction:
-            return  # SQLite already rolled back (e.g. after an I/O error)
-        try:
-            self._db.execute("ROLLBACK")
-        except sqlite3.Error:
-            # The next BEGIN fails too, so every write fails closed.
-            log.exception("store %s: rollback failed", self.path)
+                for outcome in outcomes:
+                    if isinstance(outcome, OperationRow):
+                        try:
+                            notify(outcome)
+                        except Exception:  # the write stands; a watcher catches up
+                            log.exception("store %s: commit listener failed", self.path)
+        return outcomes
 
     def advance_floor(self, target: int) -> int:
         """Raise this owner's admission floor towards ``target`` (never past a row

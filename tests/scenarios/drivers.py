@@ -147,7 +147,7 @@ async def coordinator_kill_settling(stage: Stage, inj: Injection, key: str) -> s
 async def _in_dispatch_unknown(stage: Stage, inj: Injection, key: str) -> str:
     await _prepare(stage, inj)
     op_id = await stage.submit(key, inj.sleep_ms)
-    await stage.wait_state(op_id, S.DISPATCH_UNKNOWN)
+    await stage.wait_reached(op_id, S.DISPATCH_UNKNOWN)
     await stage.wait_all_fired()  # a reconcile status call is being held: mid-reconcile
     return op_id
 

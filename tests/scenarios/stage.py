@@ -152,6 +152,25 @@ class Stage:
     async def wait_state(self, op_id: str, state: OperationState, within: float = 10.0) -> None:
         await self.wait_for(op_id, str(state), lambda op: op.state is state, within)
 
+    async def wait_reached(self, op_id: str, state: OperationState, within: float = 10.0) -> None:
+        """Until the operation has been in ``state``, now or before: its events say so
+        (polling the current state alone misses a stay shorter than a poll, as a
+        busy machine makes DISPATCH_UNKNOWN before an answered status call)."""
+
+        async def reached() -> None:
+            async for event in self.api.watch(op_id):  # every event from the first
+                if event.to_state is state:
+                    return
+            raise StageError(f"{op_id} ended without reaching {state}")
+
+        try:
+            await asyncio.wait_for(reached(), within)
+        except TimeoutError:
+            latest = await self.get(op_id)
+            raise StageError(
+                f"{op_id} never reached {state} within {within}s (now: {latest.state})"
+            ) from None
+
     async def wait_terminal(self, op_id: str) -> Operation:
         return await self.wait_for(op_id, "a terminal state", lambda op: op.is_terminal,
                                    TERMINAL_TIMEOUT)  # fmt: skip

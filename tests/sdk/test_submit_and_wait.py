@@ -80,6 +80,24 @@ def test_a_cut_stream_is_called_again_with_the_same_request_after_the_last_seque
     assert len(scripted.pauses) == 1
 
 
+def test_it_asks_for_the_acceptance_and_the_terminal_event_only() -> None:
+    """Issue 10: submit_and_wait sends terminal_only=true (it returns only the terminal
+    operation); a retry after a cut stream asks the same, resuming after the acceptance."""
+    scripted = Scripted()
+    call = scripted.start(lambda client: client.submit_and_wait(items=["x"]))
+    _, first, rpc = scripted.take_stream(SUBMIT_AND_WATCH)
+    rpc.send_response(submitted_event(1, "UNSPECIFIED", "QUEUED"))
+    until_read(rpc)
+    rpc.terminate((), UNAVAILABLE, "connection reset")
+    _, second, rpc = scripted.take_stream(SUBMIT_AND_WATCH)
+    rpc.send_response(submitted_event(4, "RUNNING", "SUCCEEDED", replayed=True))
+    final = call.result()
+    assert final.state is OperationState.SUCCEEDED and final.last_event_sequence == 4
+    assert (first.terminal_only, second.terminal_only) == (True, True)
+    assert (first.after_sequence, second.after_sequence) == (0, 1)
+    assert second.submit == first.submit
+
+
 def test_a_failure_before_any_message_is_retried_from_the_start_with_the_same_key() -> None:
     """§7: UNAVAILABLE or SHUTTING_DOWN before the first message (accepted or not, the
     client cannot tell) is retried with the same key from sequence 0, within the policy."""

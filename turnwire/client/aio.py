@@ -188,7 +188,9 @@ class AsyncTurnwireClient:
 
         def open_stream(cursor: int, stream_deadline: float | None) -> Any:
             return self._stub.SubmitAndWatch(
-                coordinator_pb2.SubmitAndWatchRequest(submit=request, after_sequence=cursor),
+                coordinator_pb2.SubmitAndWatchRequest(
+                    submit=request, after_sequence=cursor, terminal_only=True
+                ),
                 timeout=stream_deadline,
                 metadata=self._metadata,
             )

@@ -80,7 +80,9 @@ class NoRunnerAvailable(TurnwireError):
 class WaitLonger(TurnwireError):
     """``wait`` ran out of time; the operation is not terminal yet.
 
-    ``operation`` is its latest known state. Nothing was cancelled.
+    ``operation`` is the latest state of it the call saw (None if none). From
+    ``submit_and_wait`` that is usually the accepted one (QUEUED): it is sent
+    no event between the acceptance and the terminal one. Nothing was cancelled.
     """
 
     def __init__(self, message: str, *, operation: Operation | None) -> None:

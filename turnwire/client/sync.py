@@ -239,22 +239,29 @@ class TurnwireClient:
 
         The same as ``wait(submit(...).operation.operation_id)`` in one call
         where those make three (SubmitTurn, GetOperation, WatchOperation), and
-        returns the terminal operation. Submitting is ``submit``'s: the same
-        refusals, and without ``idempotency_key`` a fresh key is made. Every
-        retry (after UNAVAILABLE, a deadline, JOURNAL_UNAVAILABLE or
-        SHUTTING_DOWN, within the retry policy) sends the same key, so it
-        replays the same operation, and resumes after the last event seen; a
-        refusal is never retried. ``timeout`` and WaitLonger are ``wait``'s; a
-        timeout or a give-up never cancels the turn: pass your own key to find
-        it again (submitting it once more returns the same operation). A
-        coordinator without SubmitAndWatch gets SubmitTurn and WatchOperation.
+        returns the terminal operation. It asks for the acceptance and the
+        terminal event only (``terminal_only``): the transitions between are
+        not sent. Submitting is ``submit``'s: the same refusals, and without
+        ``idempotency_key`` a fresh key is made. Every retry (after
+        UNAVAILABLE, a deadline, JOURNAL_UNAVAILABLE or SHUTTING_DOWN, within
+        the retry policy) sends the same key, so it replays the same
+        operation, and resumes after the last event seen; a refusal is never
+        retried. ``timeout`` is ``wait``'s: WaitLonger carries the latest
+        operation this call saw, usually the accepted one (QUEUED), since the
+        events between acceptance and the end are not sent (``get`` it for
+        its current state). A timeout or a give-up never cancels the turn:
+        pass your own key to find it again (submitting it once more returns
+        the same operation). A coordinator without SubmitAndWatch gets
+        SubmitTurn and WatchOperation.
         """
         request = submit_request(turn, idempotency_key, fields)
         deadline = None if timeout is None else self._clock() + timeout
 
         def open_stream(cursor: int, stream_deadline: float | None) -> Any:
             return self._stub.SubmitAndWatch(
-                coordinator_pb2.SubmitAndWatchRequest(submit=request, after_sequence=cursor),
+                coordinator_pb2.SubmitAndWatchRequest(
+                    submit=request, after_sequence=cursor, terminal_only=True
+                ),
                 timeout=stream_deadline,
                 metadata=self._metadata,
             )

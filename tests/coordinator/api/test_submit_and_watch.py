@@ -40,9 +40,12 @@ _S = coordinator_pb2
 STEP_TIMEOUT = 10.0
 
 
-def _call(stub: Any, request: _S.SubmitTurnRequest, after: int = 0) -> Any:
+def _call(
+    stub: Any, request: _S.SubmitTurnRequest, after: int = 0, *, terminal_only: bool = False
+) -> Any:
     return stub.SubmitAndWatch(
-        _S.SubmitAndWatchRequest(submit=request, after_sequence=after), metadata=ALICE
+        _S.SubmitAndWatchRequest(submit=request, after_sequence=after, terminal_only=terminal_only),
+        metadata=ALICE,
     )
 
 
@@ -277,6 +280,79 @@ def test_calling_again_after_a_lost_stream_resumes_after_the_given_sequence(
     store.run(scenario)
 
 
+def test_terminal_only_streams_the_acceptance_then_only_the_terminal_event(
+    store: Store,
+) -> None:
+    """§7, terminal_only: the acceptance (QUEUED, sequence 1, naming the operation), then
+    the terminal event with the terminal operation, then the end; nothing in between.
+    A replay from cursor 0 is the same two messages, replayed=true."""
+
+    async def scenario(journal: Journal) -> None:
+        async with serving(journal) as h:
+            stub = h.stub()
+            call = _call(stub, submit_request("k1"), terminal_only=True)
+            first = await _read(call)
+            op_id = first.operation.operation_id
+            assert (first.event.sequence, first.event.to_state) == (1, _S.OPERATION_STATE_QUEUED)
+            assert first.operation.state == _S.OPERATION_STATE_QUEUED
+            assert first.replayed is False
+            await run_to_success(journal, op_id)
+            h.feed.publish(op_id)
+            rest = await _drain(call)
+            assert _sequences(rest) == [4]
+            last = rest[0]
+            assert (last.event.from_state, last.event.to_state) == (
+                _S.OPERATION_STATE_RUNNING,
+                _S.OPERATION_STATE_SUCCEEDED,
+            )
+            assert last.operation.state == _S.OPERATION_STATE_SUCCEEDED
+            assert last.operation.result.output == b"done"
+            assert last.operation.last_event_sequence == 4 and last.replayed is False
+            again = await _drain(_call(stub, submit_request("k1"), terminal_only=True))
+            assert _sequences(again) == [1, 4]
+            assert [m.event for m in again] == [first.event, last.event]
+            assert all(m.replayed and m.operation.operation_id == op_id for m in again)
+            assert again[-1].operation.state == _S.OPERATION_STATE_SUCCEEDED
+            # Without it, the same call still streams every event.
+            everything = await _drain(_call(stub, submit_request("k1")))
+            assert _sequences(everything) == [1, 2, 3, 4]
+
+    store.run(scenario)
+
+
+def test_a_resumed_terminal_only_call_gets_just_the_terminal_event(store: Store) -> None:
+    """§7, terminal_only with after_sequence: called again after the acceptance's sequence,
+    the stream carries only the terminal event (whether the turn ends while the call waits
+    or ended before it), and nothing at all from a cursor at or past the end."""
+
+    async def scenario(journal: Journal) -> None:
+        async with serving(journal) as h:
+            stub = h.stub()
+            request = submit_request("k1")
+            call = _call(stub, request, terminal_only=True)
+            op_id = (await _read(call)).operation.operation_id
+            call.cancel()  # the stream is lost after the acceptance
+            await _until(lambda: h.feed.waiting == 0)
+            waiting = _call(stub, request, after=1, terminal_only=True)
+            await _until(lambda: h.feed.waiting == 1)  # parked before the turn moves
+            await advance(journal, op_id, OpState.DISPATCHING, attempt=True)
+            h.feed.publish(op_id)
+            await advance(journal, op_id, OpState.RUNNING, execution=Execution.STARTED)
+            h.feed.publish(op_id)
+            await advance(journal, op_id, OpState.SUCCEEDED, execution=Execution.STARTED)
+            h.feed.publish(op_id)
+            resumed = await _drain(waiting)
+            assert _sequences(resumed) == [4]
+            assert resumed[0].replayed and resumed[0].operation.operation_id == op_id
+            assert resumed[0].operation.state == _S.OPERATION_STATE_SUCCEEDED
+            late = await _drain(_call(stub, request, after=2, terminal_only=True))
+            assert [m.event for m in late] == [m.event for m in resumed]
+            assert await _drain(_call(stub, request, after=4, terminal_only=True)) == []
+            assert len(await journal.list_for_principal("alice", [], 10, None)) == 1
+
+    store.run(scenario)
+
+
 def test_shutdown_ends_the_stream_with_watch_operations_unavailable(store: Store) -> None:
     """Shutdown: an open SubmitAndWatch ends exactly as an open WatchOperation does
     (UNAVAILABLE / SHUTTING_DOWN), so the client calls again elsewhere."""
@@ -355,6 +431,43 @@ def test_the_accepted_operation_is_streamed_without_reading_it_back() -> None:
         assert ("get_for_principal", 0) not in journal.reads
         assert ("events", 0) not in journal.reads
         assert journal.reads  # the later events were read from the journal
+
+    asyncio.run(scenario())
+
+
+class _CountingDispatch(FakeDispatch):
+    """FakeDispatch noting each Operation message built (``waiting_for`` is asked once
+    per ``operation_to_proto``)."""
+
+    built: int = 0
+
+    def waiting_for(self, record: OperationRecord) -> str:
+        self.built += 1
+        return super().waiting_for(record)
+
+
+def test_terminal_only_builds_no_message_for_the_events_it_skips() -> None:
+    """Issue 10, terminal_only: events between the acceptance and the terminal one are
+    read past, one wake-up each, without building an Operation for them: two built in all
+    (the acceptance's and the terminal event's)."""
+
+    async def scenario() -> None:
+        journal = _ReadLog()
+        dispatch = _CountingDispatch(journal)
+        async with serving(journal, dispatch=dispatch) as h:
+            stub = h.stub()
+            call = _call(stub, submit_request(), terminal_only=True)
+            op_id = (await _read(call)).operation.operation_id
+            await advance(journal, op_id, OpState.DISPATCHING, attempt=True)
+            h.feed.publish(op_id)
+            await _until(lambda: ("events", 2) in journal.reads)  # read past sequence 2
+            await advance(journal, op_id, OpState.RUNNING, execution=Execution.STARTED)
+            h.feed.publish(op_id)
+            await _until(lambda: ("events", 3) in journal.reads)
+            await advance(journal, op_id, OpState.SUCCEEDED, execution=Execution.STARTED)
+            h.feed.publish(op_id)
+            assert _sequences(await _drain(call)) == [4]
+        assert dispatch.built == 2
 
     asyncio.run(scenario())
 

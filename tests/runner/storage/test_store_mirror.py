@@ -194,6 +194,21 @@ def test_a_refused_write_leaves_memory_unchanged(tmp_path: Path) -> None:
         store.close()
 
 
+def fail_commits_of_a_launch(path: Path) -> None:
+    """From now on a COMMIT of a transaction that moved a row to LAUNCHING fails (a
+    deferred foreign key the trigger breaks), after every statement in it succeeded."""
+    with sqlite3.connect(path) as raw:
+        raw.execute("CREATE TABLE t_parent (id INTEGER PRIMARY KEY)")
+        raw.execute(
+            "CREATE TABLE t_child (parent INTEGER REFERENCES t_parent (id) "
+            "DEFERRABLE INITIALLY DEFERRED)"
+        )
+        raw.execute(
+            "CREATE TRIGGER orphan AFTER UPDATE ON runner_operations "
+            "WHEN NEW.state = 'LAUNCHING' BEGIN INSERT INTO t_child VALUES (42); END"
+        )
+
+
 def test_a_failed_commit_sends_reads_to_sql_until_the_next_write(tmp_path: Path) -> None:
     """Issue 10: a COMMIT that fails (here a deferred foreign key) rolls back; memory stops
     answering until a write finds the store's sequence again; then all agrees with SQL."""
@@ -202,16 +217,7 @@ def test_a_failed_commit_sends_reads_to_sql_until_the_next_write(tmp_path: Path)
     try:
         admit(store, "op")
         admit(store, "op_other")
-        with sqlite3.connect(path) as raw:
-            raw.execute("CREATE TABLE t_parent (id INTEGER PRIMARY KEY)")
-            raw.execute(
-                "CREATE TABLE t_child (parent INTEGER REFERENCES t_parent (id) "
-                "DEFERRABLE INITIALLY DEFERRED)"
-            )
-            raw.execute(
-                "CREATE TRIGGER orphan AFTER UPDATE ON runner_operations "
-                "WHEN NEW.state = 'LAUNCHING' BEGIN INSERT INTO t_child VALUES (42); END"
-            )
+        fail_commits_of_a_launch(path)
         with pytest.raises(StoreWriteError, match="commit failed"):
             store.write("op", LaunchIntent(A))
         assert store.mirror.row("op") is None and store.mirror.changes_after(0, 500) is None

@@ -510,9 +510,21 @@ class SubmitAndWatchRequest(_message.Message):
 
     SUBMIT_FIELD_NUMBER: _builtins.int
     AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
+    TERMINAL_ONLY_FIELD_NUMBER: _builtins.int
     after_sequence: _builtins.int
     """Events with a sequence greater than this, as in WatchOperationRequest:
     0 on the first call; the last sequence seen when calling again.
+    """
+    terminal_only: _builtins.bool
+    """When true, only the acceptance and the terminal event are sent, for a
+    caller that wants just the result: the first message is the acceptance
+    (the QUEUED event, sequence 1, naming the operation and `replayed`), the
+    next is the terminal event (its `operation` is the terminal Operation),
+    then the stream ends. Events in between are never sent. `after_sequence`
+    keeps its meaning: a call with a cursor at or past 1 gets only the
+    terminal event, or nothing when the turn ended at or before the cursor.
+    False (the default): every event, as above. A coordinator older than
+    this field ignores it and sends every event.
     """
     @_builtins.property
     def submit(self) -> Global___SubmitTurnRequest:
@@ -526,10 +538,11 @@ class SubmitAndWatchRequest(_message.Message):
         *,
         submit: Global___SubmitTurnRequest | None = ...,
         after_sequence: _builtins.int = ...,
+        terminal_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["submit", b"submit"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "submit", b"submit"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "submit", b"submit", "terminal_only", b"terminal_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,131 @@
+"""Group commit on the SQLite journal (issue 10): writes that queue together share
+one transaction, and each keeps its own outcome.
+
+A real SQLite journal file. The transactions are counted by the real SQLite backend
+with its COMMIT counted on the way (a subclass that only counts, then commits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator_svc.ports import IdempotencyKeyReused, StaleVersion
+from coordinator_svc.storage import migrate, open_journal
+from coordinator_svc.storage.backends import SqliteBackend
+from coordinator_svc.storage.sql import SqlJournal
+from tests.coordinator.storage.records import T0, bookkeeping, dispatch, first_event, new_operation
+
+
+class CountingSqlite(SqliteBackend):
+    """The SQLite backend, counting the transactions it commits."""
+
+    def __init__(self) -> None:
+        self.commits = 0
+
+    def commit(self, cursor: Any) -> None:
+        super().commit(cursor)
+        self.commits += 1
+
+
+def counted_journal(tmp_path: Path) -> tuple[SqlJournal, CountingSqlite]:
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    migrate(url)
+    journal = open_journal(url)
+    counting = CountingSqlite()
+    journal._backend = counting
+    return journal, counting
+
+
+def test_writes_that_queue_together_share_one_transaction(tmp_path: Path) -> None:
+    """Eight submits at once: every one stored with its first event, in fewer
+    transactions (fsyncs) than writes."""
+
+    async def main() -> None:
+        journal, counting = counted_journal(tmp_path)
+        try:
+            operations = [new_operation(n) for n in range(1, 9)]
+            results = await asyncio.gather(
+                *(journal.submit(op, first_event(op)) for op in operations)
+            )
+            assert [replayed for _, replayed in results] == [False] * 8
+            for op in operations:
+                assert await journal.get(op.operation_id) is not None
+                assert len(await journal.events(op.operation_id, 0, 10)) == 1
+            assert counting.commits <= 2  # the first may go alone; the rest queued behind it
+            assert journal.commits == 8  # each write still counts as its own commit
+        finally:
+            await journal.close()
+
+    asyncio.run(main())
+
+
+def test_a_write_that_fails_in_a_shared_transaction_fails_alone(tmp_path: Path) -> None:
+    """§5: a stale compare-and-set between two good writes raises StaleVersion for its
+    caller only; the writes around it land, in the one transaction."""
+
+    async def main() -> None:
+        journal, counting = counted_journal(tmp_path)
+        try:
+            one, two = new_operation(1), new_operation(2)
+            stored_one, _ = await journal.submit(one, first_event(one))
+            stored_two, _ = await journal.submit(two, first_event(two))
+            before = counting.commits
+            results = await asyncio.gather(
+                journal.commit(bookkeeping(stored_one, next_action_at=T0)),
+                journal.commit(dispatch(stored_one)),  # from the version the first moves on
+                journal.commit(dispatch(stored_two)),
+                return_exceptions=True,
+            )
+            assert counting.commits - before == 1
+            kept, stale, dispatched = results
+            assert isinstance(stale, StaleVersion)
+            assert await journal.get(one.operation_id) == kept
+            assert await journal.attempts(one.operation_id) == []
+            assert len(await journal.events(one.operation_id, 0, 10)) == 1
+            assert await journal.get(two.operation_id) == dispatched
+            assert len(await journal.attempts(two.operation_id)) == 1
+        finally:
+            await journal.close()
+
+    asyncio.run(main())
+
+
+def test_a_reused_key_in_a_shared_transaction_is_refused_alone(tmp_path: Path) -> None:
+    """C1: two submits of one key with different requests, queued together: the first
+    is stored, the second is refused (IdempotencyKeyReused) and stores nothing."""
+
+    async def main() -> None:
+        journal, _ = counted_journal(tmp_path)
+        try:
+            first = new_operation(1, key="same")
+            second = new_operation(2, key="same", request="another request")
+            stored, refused = await asyncio.gather(
+                journal.submit(first, first_event(first)),
+                journal.submit(second, first_event(second)),
+                return_exceptions=True,
+            )
+            assert isinstance(refused, IdempotencyKeyReused)
+            assert not isinstance(stored, BaseException) and stored[1] is False
+            assert await journal.get(second.operation_id) is None
+        finally:
+            await journal.close()
+
+    asyncio.run(main())
+
+
+def test_a_closed_journal_refuses_writes(tmp_path: Path) -> None:
+    """Fail closed: after close, a write is refused, not queued forever."""
+    from coordinator_svc.ports import JournalUnavailable
+
+    async def main() -> None:
+        journal, _ = counted_journal(tmp_path)
+        await journal.close()
+        op = new_operation(1)
+        with pytest.raises(JournalUnavailable):
+            await asyncio.wait_for(journal.submit(op, first_event(op)), 5)
+
+    asyncio.run(main())
