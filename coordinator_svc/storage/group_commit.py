@@ -1,8 +1,11 @@
-"""Group commit for a journal written by one thread (SQLite; issue 10).
+"""Group commit for the journal on its one SQLite writer thread (issue 10).
 
-Writes that arrive while the writer thread is busy with a transaction wait
-and then go together: one BEGIN, each write in its own SAVEPOINT, one COMMIT
-(one fsync). Writes issued in one turn of the event loop go together too.
+Writes that arrive while a batch of writes is with the database wait and
+then go together, on one connection: one BEGIN, each write in its own
+SAVEPOINT, one COMMIT (one fsync).
+Writes issued in one turn of the event loop go together too; reads are
+not batched (they run on the worker threads as before, after the writes
+queued ahead of them).
 Every write keeps its own outcome: one that fails (a compare-and-set
 conflict, a reused idempotency key, a database error inside it) is rolled
 back to its savepoint and raises for its caller alone; a COMMIT that fails

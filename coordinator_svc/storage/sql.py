@@ -9,7 +9,7 @@ journal closes. The statements are ``statements.Statements``: fixed text,
 prepared once per connection. The write rules are ``rules``; this module
 adds the transaction, the compare-and-set and the unique keys.
 
-Writes on SQLite share transactions when they queue together (group commit,
+On SQLite, writes share transactions when they queue together (group commit,
 ``group_commit``); each keeps its own outcome.
 
 Fail closed: any database error becomes ``JournalUnavailable`` and its
@@ -61,6 +61,15 @@ T = TypeVar("T")
 Cursor = Any  # a DBAPI cursor (sqlite3 or psycopg)
 
 
+def _same_failure(error: Exception) -> Exception:
+    """The failure of a shared transaction, for another write of it (its own object)."""
+    failure = JournalUnavailable(
+        str(error) if isinstance(error, JournalUnavailable) else f"journal write failed: {error}"
+    )
+    failure.__cause__ = error.__cause__ or error
+    return failure
+
+
 def _unavailable(error: BaseException) -> JournalUnavailable:
     failure = JournalUnavailable(f"journal database error: {error}")
     failure.__cause__ = error
@@ -84,7 +93,10 @@ class SqlJournal:
         )
         self._commits = 0
         self._closed = False
-        # One writer thread (SQLite): concurrent writes share transactions.
+        # One writer thread (SQLite): writes that queue together share a
+        # transaction. PostgreSQL's writes run side by side on the pool (no
+        # measured gain from batching them, and a batch would hold its rows'
+        # locks longer against another replica).
         self._group = (
             GroupCommit(self._executor, self._transactions) if backend.worker_threads == 1 else None
         )
@@ -108,8 +120,8 @@ class SqlJournal:
         return await loop.run_in_executor(self._executor, functools.partial(work, *args))
 
     async def _write(self, work: Callable[[Cursor], tuple[T, bool]]) -> T:
-        """Run ``work`` in a write transaction (shared with the writes queued with it,
-        on SQLite: group_commit.py); count it if it committed a change."""
+        """Run ``work`` in a write transaction (on SQLite shared with the writes queued
+        with it: group_commit.py); count it if it committed a change."""
         if self._group is None:
             done: tuple[T, bool] = await self._call(self._transaction, work, True)
         elif self._closed:
@@ -174,38 +186,21 @@ class SqlJournal:
             raise JournalUnavailable(f"journal database error: {error}") from error
 
     def _transactions(self, works: Sequence[Work]) -> list[Outcome]:
-        """Writes queued together (worker thread): one alone runs as ``_transaction``;
-        several share one, each in a savepoint (group_commit.py)."""
+        """Writes queued together (worker thread; group_commit.py): one alone runs as
+        always; several share one transaction, each in its own savepoint. A failure
+        of the transaction itself (BEGIN, COMMIT, a savepoint) fails every one."""
         if len(works) == 1:
-            try:
-                return [(True, self._transaction(works[0], True))]
-            except Exception as error:
-                return [(False, error)]
-        backend = self._backend
-        connectable: tuple[type[Exception], ...] = (sa.exc.SQLAlchemyError, *backend.driver_errors)
+            together: Work = works[0]
+        else:
+
+            def together(cursor: Cursor) -> list[Outcome]:
+                return [self._in_savepoint(cursor, work) for work in works]
+
         try:
-            connection = self._connections.current().dbapi_connection
-        except connectable as error:
-            return [(False, _unavailable(error)) for _ in works]
-        cursor = connection.cursor()
-        try:
-            try:
-                backend.begin(cursor, True)
-                outcomes = [self._in_savepoint(cursor, work) for work in works]
-                if any(ok for ok, _ in outcomes):
-                    backend.commit(cursor)
-                else:
-                    self._roll_back(cursor)
-                return outcomes
-            except BaseException:
-                self._roll_back(cursor)
-                raise
-            finally:
-                cursor.close()
-        except backend.driver_errors as error:  # BEGIN, a savepoint or the COMMIT: none landed
-            if backend.is_broken(connection):
-                self._connections.drop()
-            return [(False, _unavailable(error)) for _ in works]
+            value = self._transaction(together, True)
+        except Exception as error:
+            return [(False, error)] + [(False, _same_failure(error)) for _ in works[1:]]
+        return [(True, value)] if len(works) == 1 else list(value)
 
     def _in_savepoint(self, cursor: Cursor, work: Work) -> Outcome:
         cursor.execute("SAVEPOINT journal_write")

@@ -1,8 +1,10 @@
 """Group commit on the SQLite journal (issue 10): writes that queue together share
-one transaction, and each keeps its own outcome.
+one transaction, and each keeps its own outcome. PostgreSQL runs each write in its
+own transaction, side by side; the same outcomes hold there.
 
-A real SQLite journal file. The transactions are counted by the real SQLite backend
-with its COMMIT counted on the way (a subclass that only counts, then commits).
+A real SQLite journal file and a real PostgreSQL database. The transactions are
+counted by the real backend with its COMMIT counted on the way (a subclass that
+only counts, then commits).
 """
 
 from __future__ import annotations
@@ -15,37 +17,52 @@ import pytest
 
 from coordinator_svc.ports import IdempotencyKeyReused, StaleVersion
 from coordinator_svc.storage import migrate, open_journal
-from coordinator_svc.storage.backends import SqliteBackend
+from coordinator_svc.storage.backends import PostgresBackend, SqliteBackend
 from coordinator_svc.storage.sql import SqlJournal
+from tests.coordinator.storage.conftest import emptied
 from tests.coordinator.storage.records import T0, bookkeeping, dispatch, first_event, new_operation
 
 
-class CountingSqlite(SqliteBackend):
-    """The SQLite backend, counting the transactions it commits."""
+class Counting:
+    """Counts the transactions the real backend commits."""
 
-    def __init__(self) -> None:
-        self.commits = 0
+    commits = 0
 
     def commit(self, cursor: Any) -> None:
-        super().commit(cursor)
+        super().commit(cursor)  # type: ignore[misc]
         self.commits += 1
 
 
-def counted_journal(tmp_path: Path) -> tuple[SqlJournal, CountingSqlite]:
-    url = f"sqlite:///{tmp_path / 'journal.db'}"
-    migrate(url)
+class CountingSqlite(Counting, SqliteBackend):
+    pass
+
+
+class CountingPostgres(Counting, PostgresBackend):
+    pass
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'journal.db'}"
+        migrate(url)
+        return url
+    return emptied(request.getfixturevalue("module_postgres_journal"))
+
+
+def counted_journal(url: str) -> tuple[SqlJournal, Counting]:
     journal = open_journal(url)
-    counting = CountingSqlite()
-    journal._backend = counting
+    counting: Counting = CountingSqlite() if url.startswith("sqlite") else CountingPostgres()
+    journal._backend = counting  # type: ignore[assignment]
     return journal, counting
 
 
-def test_writes_that_queue_together_share_one_transaction(tmp_path: Path) -> None:
-    """Eight submits at once: every one stored with its first event, in fewer
+def test_writes_that_queue_together_share_one_transaction(journal_url: str) -> None:
+    """Eight submits at once: every one stored with its first event, on SQLite in fewer
     transactions (fsyncs) than writes."""
 
     async def main() -> None:
-        journal, counting = counted_journal(tmp_path)
+        journal, counting = counted_journal(journal_url)
         try:
             operations = [new_operation(n) for n in range(1, 9)]
             results = await asyncio.gather(
@@ -55,7 +72,10 @@ def test_writes_that_queue_together_share_one_transaction(tmp_path: Path) -> Non
             for op in operations:
                 assert await journal.get(op.operation_id) is not None
                 assert len(await journal.events(op.operation_id, 0, 10)) == 1
-            assert counting.commits <= 2  # the first may go alone; the rest queued behind it
+            if journal.backend_name == "sqlite":
+                assert counting.commits <= 2  # the first may go alone; the rest queued behind it
+            else:
+                assert counting.commits == 8
             assert journal.commits == 8  # each write still counts as its own commit
         finally:
             await journal.close()
@@ -65,10 +85,14 @@ def test_writes_that_queue_together_share_one_transaction(tmp_path: Path) -> Non
 
 def test_a_write_that_fails_in_a_shared_transaction_fails_alone(tmp_path: Path) -> None:
     """§5: a stale compare-and-set between two good writes raises StaleVersion for its
-    caller only; the writes around it land, in the one transaction."""
+    caller only; the writes around it land, in the one transaction. (SQLite: a batch
+    runs in arrival order. PostgreSQL runs the three side by side, in any order: its
+    racing writes are the journal contract's.)"""
 
     async def main() -> None:
-        journal, counting = counted_journal(tmp_path)
+        url = f"sqlite:///{tmp_path / 'journal.db'}"
+        migrate(url)
+        journal, counting = counted_journal(url)
         try:
             one, two = new_operation(1), new_operation(2)
             stored_one, _ = await journal.submit(one, first_event(one))
@@ -94,35 +118,41 @@ def test_a_write_that_fails_in_a_shared_transaction_fails_alone(tmp_path: Path) 
     asyncio.run(main())
 
 
-def test_a_reused_key_in_a_shared_transaction_is_refused_alone(tmp_path: Path) -> None:
-    """C1: two submits of one key with different requests, queued together: the first
-    is stored, the second is refused (IdempotencyKeyReused) and stores nothing."""
+def test_a_reused_key_in_a_shared_transaction_is_refused_alone(journal_url: str) -> None:
+    """C1: two submits of one key with different requests, queued together: one is
+    stored, the other refused (IdempotencyKeyReused) and stores nothing (on SQLite the
+    first, in arrival order; on PostgreSQL whichever commits first)."""
 
     async def main() -> None:
-        journal, _ = counted_journal(tmp_path)
+        journal, _ = counted_journal(journal_url)
         try:
             first = new_operation(1, key="same")
             second = new_operation(2, key="same", request="another request")
-            stored, refused = await asyncio.gather(
+            results = await asyncio.gather(
                 journal.submit(first, first_event(first)),
                 journal.submit(second, first_event(second)),
                 return_exceptions=True,
             )
-            assert isinstance(refused, IdempotencyKeyReused)
+            refused = [n for n, r in enumerate(results) if isinstance(r, IdempotencyKeyReused)]
+            assert len(refused) == 1, results
+            if journal.backend_name == "sqlite":
+                assert refused == [1]
+            stored = results[1 - refused[0]]
             assert not isinstance(stored, BaseException) and stored[1] is False
-            assert await journal.get(second.operation_id) is None
+            loser = (first, second)[refused[0]]
+            assert await journal.get(loser.operation_id) is None
         finally:
             await journal.close()
 
     asyncio.run(main())
 
 
-def test_a_closed_journal_refuses_writes(tmp_path: Path) -> None:
+def test_a_closed_journal_refuses_writes(journal_url: str) -> None:
     """Fail closed: after close, a write is refused, not queued forever."""
     from coordinator_svc.ports import JournalUnavailable
 
     async def main() -> None:
-        journal, _ = counted_journal(tmp_path)
+        journal, _ = counted_journal(journal_url)
         await journal.close()
         op = new_operation(1)
         with pytest.raises(JournalUnavailable):
