@@ -79,6 +79,8 @@ _OPERATION_DATETIMES = (
 
 def as_utc(value: datetime, what: str) -> datetime:
     """``value`` in UTC; a naive datetime is refused (its zone is a guess)."""
+    if value.tzinfo is UTC:
+        return value  # the common case, as the coordinator makes them: no new object
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidWrite(f"{what} must be timezone-aware, got naive {value.isoformat()}")
     return value.astimezone(UTC)
@@ -88,8 +90,10 @@ def _operation_in_utc(record: OperationRecord) -> OperationRecord:
     updates: dict[str, datetime] = {}
     for name in _OPERATION_DATETIMES:
         value = getattr(record, name)
-        if value is not None:
+        if value is not None and value.tzinfo is not UTC:
             updates[name] = as_utc(value, f"{record.operation_id}.{name}")
+    if not updates:
+        return record  # all in UTC already (a record is immutable: no copy needed)
     return dataclasses.replace(record, **updates)  # type: ignore[arg-type]  # datetime-only fields
 
 

@@ -16,9 +16,12 @@ that Dispatch's admission) and lands them with one ``BEGIN IMMEDIATE`` ...
   transaction, which holds SQLite's write lock until the COMMIT: no other
   process can open the store in between. Fenced, every write fails.
 
-Each write reads the meta row again inside its savepoint, so its sequence,
-the row count and digest follow the writes before it in the batch and a
-rolled-back write leaves no gap.
+The meta row is read once, with the ownership check; each write's
+sequence, the row count and digest follow the writes before it in the
+batch, and a rolled-back write leaves no gap (they move on only when a
+write's SQL all succeeded). A write's current row comes from the batch's
+earlier writes, else from the mirror when it is current (the runner is the
+store's only writer, so memory holds what SQL holds), else from SQL.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner_svc.core.model import OperationRow
@@ -39,6 +43,37 @@ log = logging.getLogger("runner_svc.store")
 
 # What one write of a batch came to: its new row, or the exception its caller gets.
 Outcome = OperationRow | Exception
+
+
+@dataclass
+class _Meta:
+    """The store's meta row as this transaction has it so far."""
+
+    last: int
+    floor: int
+    row_count: int
+    row_digest: int
+
+
+@dataclass
+class _Batch:
+    """One transaction's view: the meta row, and the rows as it leaves them."""
+
+    meta: _Meta
+    # The mirror when it is current (it holds the store's committed rows); None
+    # when it lost track, and every row is read from SQL.
+    mirror: StoreMirror | None
+    written: dict[str, OperationRow] = field(default_factory=dict)
+
+    def row(self, db: sqlite3.Connection, operation_id: str) -> OperationRow | None:
+        """The row before this write: as an earlier write of the batch left it, else
+        from memory (the runner is its store's only writer), else from SQL."""
+        if operation_id in self.written:
+            return self.written[operation_id]
+        if self.mirror is not None and (held := self.mirror.row(operation_id)) is not None:
+            return held
+        found = db.execute(rows_sql.SELECT_ROW, (operation_id,)).fetchone()
+        return rows_sql.to_row(found) if found is not None else None
 
 
 class BatchWriter:
@@ -65,18 +100,20 @@ class BatchWriter:
         except sqlite3.Error as exc:
             return self._all_failed(items, f"write failed: {exc}", exc)
         try:
-            last = self._owned_last_sequence()
+            meta = self._owned_meta()
+            last = meta.last
             # A mirror that lost track (a failed COMMIT) starts again from where
             # the store really is: its counter and its newest row.
             current_mirror = mirror.is_current(last)
             newest = 0
             if not current_mirror:
                 newest = int(db.execute(rows_sql.SELECT_NEWEST_ROW).fetchone()[0])
+            batch = _Batch(meta, mirror if current_mirror else None)
             if len(items) == 1:
                 # Alone: the transaction is the savepoint (a failure rolls it all back).
-                outcomes: list[Outcome] = [self._one(*items[0])]
+                outcomes: list[Outcome] = [self._one(batch, *items[0])]
             else:
-                outcomes = [self._in_savepoint(op, change) for op, change in items]
+                outcomes = [self._in_savepoint(batch, op, change) for op, change in items]
         except BaseException as exc:
             # Fenced, the meta row gone, or a savepoint that could not roll
             # back: nothing is committed, the mirror stays as it was (a fence
@@ -113,17 +150,18 @@ class BatchWriter:
                 mirror.written(outcome)
         return outcomes
 
-    def _owned_last_sequence(self) -> int:
+    def _owned_meta(self) -> _Meta:
         meta = self._db.execute(rows_sql.SELECT_META).fetchone()
         if meta is None:
             raise self._write_error("its meta row is missing")
-        self._check_owner(str(meta[0]))
-        return int(meta[1])
+        owner, last, floor, row_count, row_digest = meta
+        self._check_owner(str(owner))
+        return _Meta(int(last), int(floor), int(row_count), int(row_digest))
 
-    def _in_savepoint(self, operation_id: str, change: RowEvent) -> Outcome:
+    def _in_savepoint(self, batch: _Batch, operation_id: str, change: RowEvent) -> Outcome:
         db = self._db
         db.execute("SAVEPOINT one_write")
-        outcome = self._one(operation_id, change)
+        outcome = self._one(batch, operation_id, change)
         if isinstance(outcome, OperationRow):
             db.execute("RELEASE one_write")
         else:
@@ -132,22 +170,22 @@ class BatchWriter:
             db.execute("RELEASE one_write")
         return outcome
 
-    def _one(self, operation_id: str, change: RowEvent) -> Outcome:
-        """One write's SQL inside the open transaction: its row, or why it failed."""
+    def _one(self, batch: _Batch, operation_id: str, change: RowEvent) -> Outcome:
+        """One write's SQL inside the open transaction: its row, or why it failed.
+        The batch's meta and rows move on only once all of its SQL succeeded."""
         db = self._db
+        meta = batch.meta
         try:
-            meta = db.execute(rows_sql.SELECT_META).fetchone()
-            _, last, floor, row_count, row_digest = meta
-            found = db.execute(rows_sql.SELECT_ROW, (operation_id,)).fetchone()
-            current = rows_sql.to_row(found) if found is not None else None
-            check_floor(current, change, int(floor), operation_id)
+            current = batch.row(db, operation_id)
+            check_floor(current, change, meta.floor, operation_id)
             new = apply(current, change, operation_id)
-            sequence = int(last) + 1
+            sequence = meta.last + 1
             params = rows_sql.to_params(new, sequence)
             if current is None:
                 db.execute(rows_sql.INSERT_ROW, params)
-                digest = add_to_digest(int(row_digest), operation_id)
-                db.execute(rows_sql.UPDATE_META_INSERTED, (sequence, int(row_count) + 1, digest))
+                digest = add_to_digest(meta.row_digest, operation_id)
+                db.execute(rows_sql.UPDATE_META_INSERTED, (sequence, meta.row_count + 1, digest))
+                meta.row_count, meta.row_digest = meta.row_count + 1, digest
             else:
                 db.execute(rows_sql.UPDATE_ROW, rows_sql.update_params(params))
                 db.execute(rows_sql.UPDATE_META_SEQUENCE, (sequence,))
@@ -155,7 +193,10 @@ class BatchWriter:
             return self._chained(self._write_error(f"write failed: {exc}"), exc)
         except Exception as exc:  # IllegalRowEvent, or a bug: the caller gets it as it is
             return exc
-        return rows_sql.to_row(params)  # exactly what a read from SQL returns
+        meta.last = sequence
+        row = rows_sql.to_row(params)  # exactly what a read from SQL returns
+        batch.written[operation_id] = row
+        return row
 
     def _all_failed(
         self, items: Sequence[tuple[str, RowEvent]], why: str, cause: BaseException
