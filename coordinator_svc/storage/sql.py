@@ -417,6 +417,8 @@ class SqlJournal:
         if self._closed:
             return
         self._closed = True
+        if self._group is not None:
+            self._group.flush()  # writes already queued are in flight: they finish
         await asyncio.to_thread(self._executor.shutdown, True)
         await asyncio.to_thread(self._connections.close_all)
         await asyncio.to_thread(self._engine.dispose)

@@ -159,3 +159,27 @@ def test_a_closed_journal_refuses_writes(journal_url: str) -> None:
             await asyncio.wait_for(journal.submit(op, first_event(op)), 5)
 
     asyncio.run(main())
+
+
+def test_writes_queued_when_the_journal_closes_finish(tmp_path: Path) -> None:
+    """Close lets the writes in flight finish: ones queued for the next batch (not yet
+    handed to the writer thread) land too, and are not failed with a stray error."""
+
+    async def main() -> None:
+        url = f"sqlite:///{tmp_path / 'journal.db'}"
+        migrate(url)
+        journal, _ = counted_journal(url)
+        operations = [new_operation(n) for n in range(1, 5)]
+        writes = [asyncio.ensure_future(journal.submit(op, first_event(op))) for op in operations]
+        await asyncio.sleep(0)  # queued on the group, none handed to the thread yet
+        await journal.close()
+        results = await asyncio.gather(*writes)
+        assert [replayed for _, replayed in results] == [False] * 4
+        reopened = open_journal(url)
+        try:
+            for op in operations:
+                assert await reopened.get(op.operation_id) is not None
+        finally:
+            await reopened.close()
+
+    asyncio.run(main())
