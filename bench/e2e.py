@@ -77,6 +77,7 @@ from e2e_report import (  # noqa: E402
     BaselineResult,
     Report,
     SystemResult,
+    median_run,
     print_report,
 )
 
@@ -394,8 +395,14 @@ async def run_cancellable(args: argparse.Namespace) -> Report:
 
 
 def measure_turnwire(args: argparse.Namespace) -> Report:
-    """The whole Turnwire run; raises BenchBroke (or LaunchError, TimeoutError) if it broke."""
-    return asyncio.run(run_cancellable(args))
+    """The whole Turnwire run (``--repeat`` times: the median run); raises BenchBroke
+    (or LaunchError, TimeoutError) if it broke."""
+    reports = []
+    for n in range(args.repeat):
+        if args.repeat > 1:
+            progress(f"run {n + 1} of {args.repeat}")
+        reports.append(asyncio.run(run_cancellable(args)))
+    return median_run(reports)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -408,6 +415,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"{QUICK_TURNS} with --quick)",
     )
     parser.add_argument("--skip-postgres", action="store_true", help="measure SQLite only")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="measure everything N times (a fresh stack each) and report the median run "
+        "by mean x echo, with every run's ratios (default 1); this machine moves a single "
+        "run's figures by 20-30%%",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
     parser.add_argument("--runners", type=int, default=1, help="runner processes (default 1)")
     parser.add_argument("--slots", type=int, default=32, help="writable/read-only slots each")
@@ -429,8 +444,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.turns is None:
         args.turns = QUICK_TURNS if args.quick else DEFAULT_TURNS
-    if args.turns < 1 or args.runners < 1 or args.slots < 1:
-        parser.error("--turns, --runners and --slots must be >= 1")
+    if args.turns < 1 or args.runners < 1 or args.slots < 1 or args.repeat < 1:
+        parser.error("--turns, --runners, --slots and --repeat must be >= 1")
     return args
 
 

@@ -7,6 +7,7 @@ most 3 coordinator -> runner RPCs per operation.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -175,6 +176,45 @@ _API_WORDS = {
 
 
 @dataclass(frozen=True)
+class RunScore:
+    """One run of a --repeat: each system row's ops/s over its own echo's."""
+
+    run: int  # 1-based, in the order the runs were made
+    ratios: Mapping[str, float]  # row label ("sqlite x1") -> x echo
+
+    @property
+    def score(self) -> float:
+        return sum(self.ratios.values()) / len(self.ratios) if self.ratios else 0.0
+
+
+def score_run(run: int, report: Report) -> RunScore:
+    ratios = {}
+    for system in report.systems:
+        ops_ratio, _ = system.ratios(report.baseline_for(system.in_flight))
+        if ops_ratio is not None:
+            ratios[system.label] = ops_ratio
+    return RunScore(run, ratios)
+
+
+def median_run(reports: Sequence[Report]) -> Report:
+    """The run whose mean "x echo" over its rows is the median of the runs' (the
+    lower one of an even count), with every run's ratios attached. A whole run is
+    kept, never rows mixed from several: each row's figures stay beside the echo
+    measured with them."""
+    if not reports:
+        raise ValueError("no runs to choose from")
+    scores = [score_run(n, report) for n, report in enumerate(reports, start=1)]
+    ranked = sorted(scores, key=lambda score: (score.score, score.run))
+    chosen = ranked[(len(ranked) - 1) // 2]
+    return dataclasses.replace(
+        reports[chosen.run - 1],
+        runs=tuple(scores) if len(reports) > 1 else (),
+        chosen_run=chosen.run,
+        all_runs_succeeded=all(report.all_succeeded for report in reports),
+    )
+
+
+@dataclass(frozen=True)
 class Report:
     sequential_turns: int
     concurrent_turns: int
@@ -188,13 +228,19 @@ class Report:
     cpus: int
     # How the client ran a turn (Plan.api).
     api: str = "one-call"
+    # With --repeat N: every run's ops/s as a fraction of its own echo, row by
+    # row, and which run this report is (the median one, see median_run).
+    runs: tuple[RunScore, ...] = ()
+    chosen_run: int = 1
+    # False if any run of a --repeat had a turn that did not succeed.
+    all_runs_succeeded: bool = True
 
     def baseline_for(self, in_flight: int) -> BaselineResult | None:
         return next((b for b in self.baseline if b.in_flight == in_flight), None)
 
     @property
     def all_succeeded(self) -> bool:
-        return all(s.succeeded for s in self.systems)
+        return self.all_runs_succeeded and all(s.succeeded for s in self.systems)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -211,6 +257,11 @@ class Report:
                 "runner_rpcs_per_op": TARGET_RPCS_PER_OP,
             },
             "all_succeeded": self.all_succeeded,
+            "runs": [
+                {"run": r.run, "x_echo": {k: round(v, 4) for k, v in r.ratios.items()}}
+                for r in self.runs
+            ],
+            "chosen_run": self.chosen_run,
             "machine": {
                 "cpus": self.cpus,
                 "load_average_1m_before": round(self.load_before, 2),
@@ -329,5 +380,22 @@ def print_report(report: Report) -> None:
             print("  " + line)
     if report.postgres_skipped is not None:
         print(f"postgresql: skipped ({report.postgres_skipped})")
+    for line in runs_lines(report):
+        print(line)
     if not report.all_succeeded:
         print("SOME NO-OP TURNS DID NOT SUCCEED: the figures above are not the happy path")
+
+
+def runs_lines(report: Report) -> list[str]:
+    """With --repeat: which run the figures are, and every run's x echo per row."""
+    if len(report.runs) < 2:
+        return []
+    lines = [
+        f"runs: {len(report.runs)}; the figures above are run {report.chosen_run}, the "
+        "median by mean x echo over its rows (each row beside its own run's echo)"
+    ]
+    for score in report.runs:
+        rows = ", ".join(f"{label} {ratio:.3f}" for label, ratio in score.ratios.items())
+        mark = " <-" if score.run == report.chosen_run else ""
+        lines.append(f"  run {score.run}: mean {score.score:.3f} ({rows}){mark}")
+    return lines

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e_report import Report, SystemResult
+from e2e_report import Report, SystemResult, runs_lines
 
 PEER_SYSTEMS = (
     "grpc",
@@ -193,8 +193,13 @@ def print_table(
     print(f"peers: ../shared/bench-peers/run_all.py, median of {len(rounds)} round(s)")
     for row in peer_rows(peer_run.results):
         print(row_line(row))
+    runs = (
+        f"the median of {len(report.runs)} runs (run {report.chosen_run})"
+        if len(report.runs) > 1
+        else "one run"
+    )
     print(
-        f"Turnwire: bench/e2e.py, one run ({report.sequential_turns} ops at C=1, "
+        f"Turnwire: bench/e2e.py, {runs} ({report.sequential_turns} ops at C=1, "
         f"{report.concurrent_turns} at C=16), no-op turns"
     )
     for row in turnwire_rows(report):
@@ -202,6 +207,8 @@ def print_table(
     print("-" * len(HEADER))
     for note in notes(peer_run, report):
         print(textwrap.fill(note, width=len(HEADER), subsequent_indent="  "))
+    for line in runs_lines(report):
+        print(line)
 
 
 def notes(peer_run: PeerRun, report: Report) -> list[str]:
