@@ -158,6 +158,7 @@ async def reconcile_runner_restart(stage: Stage, inj: Injection, key: str) -> st
     await stage.restart_runner(hard=True, wipe_store=inj.wipe_store)
     await stage.clear_rules()
     await stage.wait_terminal(op_id)
+    await _finish(stage, inj)
     return op_id
 
 
@@ -166,6 +167,7 @@ async def reconcile_coordinator_kill(stage: Stage, inj: Injection, key: str) -> 
     await stage.restart_coordinator(hard=True)
     await stage.clear_rules()
     await stage.wait_terminal(op_id)
+    await _finish(stage, inj)
     return op_id
 
 
@@ -176,6 +178,7 @@ async def reconcile_cancel(stage: Stage, inj: Injection, key: str) -> str:
     await stage.wait_state(op_id, S.CANCELLING)
     await stage.clear_rules()
     await stage.wait_terminal(op_id)
+    await _finish(stage, inj)
     return op_id
 
 
@@ -284,6 +287,7 @@ async def restore_after_settle(stage: Stage, inj: Injection, key: str) -> str:
     await _restore_after_kill(stage, inj, backup)
     await stage.clear_rules()
     await stage.wait_terminal(op_id)
+    await _finish(stage, inj)
     return op_id
 
 

@@ -53,6 +53,10 @@ from tests.scenarios.cells import (
 from tests.scenarios.restore import Restore
 
 # Pass the first status call (the QUEUED preflight, C2) and fault the rest.
+# Lets the first status call through: the first attempt's preflight, so every
+# cell using it runs with first_preflight=True (else C2a may skip that preflight
+# when the coordinator counts runner-1's watch as live, and the call it lets
+# through is the first reconcile call instead).
 PASS_FIRST_STATUS = "delay-request method=GetOperationStatus ms=1 count=1"
 BLOCK_WATCH = "drop-request method=WatchOperations"
 DISPATCH_REPLY_LOST = "drop-response method=Dispatch count=1"
@@ -179,6 +183,7 @@ def _transport_cells() -> list[Cell]:
                     (DISPATCH_REPLY_LOST, PASS_FIRST_STATUS, rule, BLOCK_WATCH),
                     f"Dispatch reply lost (DISPATCH_UNKNOWN), watch blocked; {how}",
                     reopen_watch=True,
+                    first_preflight=True,
                 ),
                 reconciled_once("C8: an unanswered status call is retried until answered"),
                 pins="C8",
@@ -267,7 +272,7 @@ def _restart_cells(fault: Fault) -> list[Cell]:
              inj("reconcile_runner_restart", "Dispatch reply lost, reconcile status calls "
                  "and the watch held; the turn settles on runner-1, which is SIGKILLed",
                  rules=(DISPATCH_REPLY_LOST, PASS_FIRST_STATUS, HOLD_STATUS, BLOCK_WATCH),
-                 reopen_watch=True),
+                 reopen_watch=True, first_preflight=True),
              changed_incarnation("C8: different incarnation and store: ambiguous even "
                                  "though it ran", UNKNOWN, (1, 1)) if wipe else
              reconciled_once("§6: a finished result in the same durable store is adopted"),
@@ -301,6 +306,7 @@ def _restored_cells() -> list[Cell]:
                 "restore_after_settle",
                 (DISPATCH_REPLY_LOST, PASS_FIRST_STATUS, HOLD_STATUS, BLOCK_WATCH),
                 reopen_watch=True,
+                first_preflight=True,
                 restore=how.value,
                 sleep_ms=SLOW,
                 how=f"backup before the turn; Dispatch reply lost, status calls and "
@@ -403,7 +409,7 @@ def _coordinator_cells() -> list[Cell]:
         Cell(F, P.RECONCILE,
              Injection("reconcile_coordinator_kill",
                        (DISPATCH_REPLY_LOST, PASS_FIRST_STATUS, HOLD_STATUS, BLOCK_WATCH),
-                       reopen_watch=True,
+                       reopen_watch=True, first_preflight=True,
                        how="Dispatch reply lost, reconcile status calls and the watch held; "
                            "the coordinator is SIGKILLed in DISPATCH_UNKNOWN and restarted"),
              reconciled_once("C12: DISPATCH_UNKNOWN resumes; C8 present -> adopted"),
@@ -453,7 +459,7 @@ def _cancel_cells() -> list[Cell]:
         Cell(F, P.RECONCILE,
              Injection("reconcile_cancel",
                        (DISPATCH_REPLY_LOST, PASS_FIRST_STATUS, HOLD_STATUS, BLOCK_WATCH),
-                       reopen_watch=True, sleep_ms=SLOW,
+                       reopen_watch=True, first_preflight=True, sleep_ms=SLOW,
                        how="cancelled in DISPATCH_UNKNOWN (reconcile status calls held)"),
              cancelled_running("C11: DISPATCH_UNKNOWN -> CANCELLING; the Cancel settles it"),
              pins="C11, C8a"),
