@@ -236,7 +236,8 @@ class AsyncRunnerStore:
     def _write_batch(self, batch: list[_Pending]) -> list[Outcome | None]:
         """On the store's thread. Every write is counted down once the mirror has
         its outcome, even if its writer stopped waiting."""
-        taken = [item for item in batch if item[0].take()]
+        took = [queued.take() for queued, _, _ in batch]
+        taken = [item for item, yes in zip(batch, took, strict=True) if yes]
         try:
             outcomes = (
                 self.store.write_batch([(op, change) for _, op, change in taken]) if taken else []
@@ -245,8 +246,8 @@ class AsyncRunnerStore:
             for queued, operation_id, _ in batch:
                 if queued.count_down_once():
                     self._written(operation_id)
-        by_write = {id(item[0]): outcome for item, outcome in zip(taken, outcomes, strict=True)}
-        return [by_write.get(id(queued)) for queued, _, _ in batch]
+        landed = iter(outcomes)  # one per taken write, in batch order
+        return [next(landed) if yes else None for yes in took]
 
     def _landed(self, batch: list[_Pending], job: asyncio.Future[list[Outcome | None]]) -> None:
         """On the loop: each writer gets its own outcome (None: withdrawn); the

@@ -81,7 +81,7 @@ def test_a_cut_stream_is_called_again_with_the_same_request_after_the_last_seque
 
 
 def test_it_asks_for_the_acceptance_and_the_terminal_event_only() -> None:
-    """Issue 10: submit_and_wait sends terminal_only=true (it returns only the terminal
+    """§7, issue 10: submit_and_wait sends terminal_only=true (it returns only the terminal
     operation); a retry after a cut stream asks the same, resuming after the acceptance."""
     scripted = Scripted()
     call = scripted.start(lambda client: client.submit_and_wait(items=["x"]))

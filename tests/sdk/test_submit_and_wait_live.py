@@ -139,7 +139,7 @@ def _acceptance_and_terminal_only(
 def test_both_clients_receive_only_the_acceptance_and_the_terminal_event(
     stack: LiveStack,
 ) -> None:
-    """Issue 10: submit_and_wait asks for terminal_only, so a real coordinator sends two
+    """§7, issue 10: submit_and_wait asks for terminal_only, so a real coordinator sends two
     messages per turn (QUEUED, the terminal one), not every transition."""
     recorder = _Recorder()
     channel = grpc.intercept_channel(grpc.insecure_channel(stack.address), recorder)

@@ -447,7 +447,7 @@ class _CountingDispatch(FakeDispatch):
 
 
 def test_terminal_only_builds_no_message_for_the_events_it_skips() -> None:
-    """Issue 10, terminal_only: events between the acceptance and the terminal one are
+    """§7, issue 10, terminal_only: events between the acceptance and the terminal one are
     read past, one wake-up each, without building an Operation for them: two built in all
     (the acceptance's and the terminal event's)."""
 

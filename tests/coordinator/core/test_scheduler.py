@@ -114,6 +114,22 @@ def test_routing_skips_full_runners_and_treats_unknown_sizes_as_room() -> None:
     assert unknown is not None and unknown.name == "r1"
 
 
+def serve_all_within_the_bound(
+    queue: FairQueue, remaining: collections.Counter[str], weights: dict[str, float]
+) -> None:
+    """Pop every turn (each id starts with its principal's one-letter name). Over any
+    prefix of the service order, two principals both still waiting differ in weighted
+    service by at most one turn each: service_i / w_i - service_j / w_j <= 1/w_i + 1/w_j."""
+    served: collections.Counter[str] = collections.Counter()
+    while (op := queue.pop()) is not None:
+        served[op[0]] += 1
+        remaining[op[0]] -= 1
+        backlogged = [p for p in remaining if remaining[p] > 0]
+        for i, j in itertools.permutations(backlogged, 2):
+            lead = served[i] / weights[i] - served[j] / weights[j]
+            assert lead <= 1 / weights[i] + 1 / weights[j] + 1e-9, (i, j, served)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     arrivals=st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=120),
@@ -129,15 +145,8 @@ def test_no_backlogged_principal_falls_behind_its_share(
     counter = itertools.count()
     for principal in arrivals:
         queue.push(f"{principal}{next(counter)}", principal, weights[principal])
-    served: collections.Counter[str] = collections.Counter()
     remaining = collections.Counter(arrivals)
-    while (op := queue.pop()) is not None:
-        served[op[0]] += 1
-        remaining[op[0]] -= 1
-        backlogged = [p for p in remaining if remaining[p] > 0]
-        for i, j in itertools.permutations(backlogged, 2):
-            lead = served[i] / weights[i] - served[j] / weights[j]
-            assert lead <= 1 / weights[i] + 1 / weights[j] + 1e-9, (i, j, served)
+    serve_all_within_the_bound(queue, remaining, weights)
 
 
 def test_a_turn_that_leaves_unserved_costs_its_principal_nothing() -> None:
@@ -173,14 +182,7 @@ def test_the_fair_share_bound_holds_after_turns_leave_unserved(
     for n in [n for n in range(len(arrivals)) if leaving[n]]:
         assert queue.remove(f"{arrivals[n]}{n}")
         remaining[arrivals[n]] -= 1
-    served: collections.Counter[str] = collections.Counter()
-    while (op := queue.pop()) is not None:
-        served[op[0]] += 1
-        remaining[op[0]] -= 1
-        backlogged = [p for p in remaining if remaining[p] > 0]
-        for i, j in itertools.permutations(backlogged, 2):
-            lead = served[i] / weights[i] - served[j] / weights[j]
-            assert lead <= 1 / weights[i] + 1 / weights[j] + 1e-9, (i, j, served)
+    serve_all_within_the_bound(queue, remaining, weights)
     assert not +remaining
 
 

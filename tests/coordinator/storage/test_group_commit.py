@@ -58,7 +58,7 @@ def counted_journal(url: str) -> tuple[SqlJournal, Counting]:
 
 
 def test_writes_that_queue_together_share_one_transaction(journal_url: str) -> None:
-    """Eight submits at once: every one stored with its first event, on SQLite in fewer
+    """C1, C13: eight submits at once: every one stored with its first event, on SQLite in fewer
     transactions (fsyncs) than writes."""
 
     async def main() -> None:
@@ -148,7 +148,8 @@ def test_a_reused_key_in_a_shared_transaction_is_refused_alone(journal_url: str)
 
 
 def test_a_closed_journal_refuses_writes(journal_url: str) -> None:
-    """Fail closed: after close, a write is refused, not queued forever."""
+    """C1, fail closed: after close, a write is refused (JournalUnavailable), not queued
+    forever."""
     from coordinator_svc.ports import JournalUnavailable
 
     async def main() -> None:
@@ -162,7 +163,7 @@ def test_a_closed_journal_refuses_writes(journal_url: str) -> None:
 
 
 def test_writes_queued_when_the_journal_closes_finish(tmp_path: Path) -> None:
-    """Close lets the writes in flight finish: ones queued for the next batch (not yet
+    """C1: close lets the writes in flight finish: ones queued for the next batch (not yet
     handed to the writer thread) land too, and are not failed with a stray error."""
 
     async def main() -> None:

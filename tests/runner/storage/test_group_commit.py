@@ -35,7 +35,8 @@ def commits(statements: list[str]) -> int:
 
 
 def test_writes_queued_in_one_loop_turn_land_in_one_transaction(tmp_path: Path) -> None:
-    """Three admissions queued before the loop turns: one BEGIN ... COMMIT (one fsync),
+    """R4 (group commit): three admissions queued before the loop turns: one BEGIN ...
+    COMMIT (one fsync),
     three rows at consecutive sequences, memory and SQL agreeing."""
     path = tmp_path / "r.db"
 
@@ -134,7 +135,7 @@ def test_a_fenced_batch_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_a_read_after_queued_writes_waits_for_them(tmp_path: Path) -> None:
-    """A call that reaches SQL sends the writes queued before it first: the read that
+    """R2, R4: a call that reaches SQL sends the writes queued before it first: the read that
     memory cannot answer (a write of the row is pending) sees them."""
     path = tmp_path / "r.db"
 
