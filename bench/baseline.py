@@ -12,26 +12,40 @@ import argparse
 import asyncio
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
 ECHO_METHOD = "/turnwire.bench.Echo/Echo"
+# Turnwire's shape with no work in it (bench/floor.py): a server-streaming call
+# (like SubmitAndWatch) whose one reply waits for a unary Echo to another
+# server (like Dispatch to a runner).
+RELAY_METHOD = "/turnwire.bench.Echo/Relay"
 
 
-def _echo_handler() -> grpc.GenericRpcHandler:
+def _echo_handler(relay_to: str | None = None) -> grpc.GenericRpcHandler:
     async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         return request
 
-    handler = grpc.unary_unary_rpc_method_handler(echo)
-    return grpc.method_handlers_generic_handler("turnwire.bench.Echo", {"Echo": handler})
+    handlers = {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
+    if relay_to is not None:
+        onward = grpc.aio.insecure_channel(relay_to).unary_unary(ECHO_METHOD)
+
+        async def relay(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            yield await onward(request, timeout=10)
+
+        handlers["Relay"] = grpc.unary_stream_rpc_method_handler(relay)
+    return grpc.method_handlers_generic_handler("turnwire.bench.Echo", handlers)
 
 
-async def serve_echo(listen: str = "127.0.0.1:0") -> tuple[grpc.aio.Server, str]:
+async def serve_echo(
+    listen: str = "127.0.0.1:0", relay_to: str | None = None
+) -> tuple[grpc.aio.Server, str]:
+    """An echo server; with ``relay_to`` also the Relay method, onward to that echo server."""
     server = grpc.aio.server(options=(("grpc.so_reuseport", 0),))
-    server.add_generic_rpc_handlers((_echo_handler(),))
+    server.add_generic_rpc_handlers((_echo_handler(relay_to),))
     port = server.add_insecure_port(listen)
     await server.start()
     return server, f"127.0.0.1:{port}"
@@ -114,10 +128,16 @@ def main() -> None:
     parser.add_argument(
         "--address-file", default=None, help="with --serve: also write the address to this file"
     )
+    parser.add_argument(
+        "--relay-to",
+        default=None,
+        metavar="ADDRESS",
+        help="with --serve: also serve Relay, each call an Echo to the server at ADDRESS",
+    )
     args = parser.parse_args()
 
     async def run() -> None:
-        server, address = await serve_echo()
+        server, address = await serve_echo(relay_to=args.relay_to)
         if args.serve:
             print(f"listening on {address}", flush=True)
             if args.address_file:

@@ -1,0 +1,96 @@
+"""bench/floor.py: Turnwire's shape with no work in it, and the floor it puts under e2e's ratios.
+
+The arithmetic is checked on made-up figures; a smoke run of the real script
+(an echo backend and a relay middle as processes) checks every figure is
+there. Neither looks at how fast anything was.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BENCH_DIR = REPO_ROOT / "bench"
+if str(BENCH_DIR) not in sys.path:
+    sys.path.insert(0, str(BENCH_DIR))
+
+from baseline import Figures  # noqa: E402
+from floor import COMMITS_ON_THE_PATH, Floor, Loop  # noqa: E402
+
+RUN_TIMEOUT = 60.0
+STOP_TIMEOUT = 15.0
+
+
+def loop(name: str, in_flight: int, ops_per_second: float, mean_ms: float) -> Loop:
+    count = 10
+    figures = Figures(name, count, count / ops_per_second, tuple([mean_ms / 1000] * count))
+    return Loop(name, in_flight, figures, cpu_ms_per_op=1.0)
+
+
+def made_up_floor() -> Floor:
+    return Floor(
+        (
+            loop("echo", 1, 1000.0, 1.0),
+            loop("relay", 1, 500.0, 2.0),
+            loop("echo", 16, 4000.0, 4.0),
+            loop("relay", 16, 1000.0, 16.0),
+        ),
+        commit_ms=0.25,
+    )
+
+
+def test_the_sequential_floor_is_the_relay_plus_six_commits_in_a_row() -> None:
+    floor = made_up_floor()
+    assert COMMITS_ON_THE_PATH == 6
+    assert floor.sequential_floor_ms == pytest.approx(2.0 + 6 * 0.25)  # 3.5 ms a turn
+    assert floor.sequential_floor_ops == pytest.approx(1000 / 3.5)
+    assert floor.sequential_floor_x_echo == pytest.approx(1000 / 3.5 / 1000)
+    assert floor.x_echo("relay", 1) == pytest.approx(0.5)
+    assert floor.x_echo("relay", 16) == pytest.approx(0.25)
+
+
+def test_the_report_says_what_the_targets_leave_for_turnwires_own_work() -> None:
+    text = "\n".join(made_up_floor().lines())
+    # 0.20x of 1000 ops/s is 200 ops/s, 5 ms a turn; the floor takes 3.5 ms of it.
+    assert "= 200.0 ops/s, a turn in 5.00 ms: 1.50 ms left" in text
+    assert "sequential floor: relay mean + 6 commits = 3.50 ms a turn" in text
+    assert "the relay alone runs 0.250x" in text
+
+
+def test_the_script_measures_every_loop_and_the_commit() -> None:
+    process = subprocess.Popen(
+        [sys.executable, str(BENCH_DIR / "floor.py"), "--ops", "20", "--json"],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGTERM)  # it stops its servers by PID
+        try:
+            process.communicate(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate(timeout=STOP_TIMEOUT)
+        pytest.fail(f"bench/floor.py did not finish within {RUN_TIMEOUT:.0f}s")
+    assert process.returncode == 0, stderr
+    found = json.loads(stdout)
+    assert sorted((x["name"], x["in_flight"]) for x in found["loops"]) == [
+        ("echo", 1),
+        ("echo", 16),
+        ("relay", 1),
+        ("relay", 16),
+    ]
+    for entry in found["loops"]:
+        assert entry["ops_per_second"] > 0 and entry["cpu_ms_per_op"] > 0, entry
+    assert found["commit_ms"] > 0
+    assert found["sequential_floor_ms"] > found["loops"][1]["mean_ms"]
+    assert "relay x16" in stderr  # the progress lines
