@@ -55,6 +55,7 @@ from coordinator_svc.storage.backends import (
 )
 from coordinator_svc.storage.connections import KeptConnections
 from coordinator_svc.storage.group_commit import GroupCommit, Outcome, Work
+from coordinator_svc.storage.single_statement import SingleStatements, distinct_closes
 from coordinator_svc.storage.statements import Dialect, Statements
 
 T = TypeVar("T")
@@ -100,6 +101,8 @@ class SqlJournal:
         self._group = (
             GroupCommit(self._executor, self._transactions) if backend.worker_threads == 1 else None
         )
+        # PostgreSQL: a submit or commit is one statement (single_statement.py).
+        self._single = None if self._sql.dialect.sqlite else SingleStatements(self._sql)
 
     @property
     def commits(self) -> int:
@@ -119,11 +122,14 @@ class SqlJournal:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(work, *args))
 
-    async def _write(self, work: Callable[[Cursor], tuple[T, bool]]) -> T:
+    async def _write(
+        self, work: Callable[[Cursor], tuple[T, bool]], *, single_statement: bool = False
+    ) -> T:
         """Run ``work`` in a write transaction (on SQLite shared with the writes queued
-        with it: group_commit.py); count it if it committed a change."""
+        with it: group_commit.py); count it if it committed a change.
+        ``single_statement``: see _transaction."""
         if self._group is None:
-            done: tuple[T, bool] = await self._call(self._transaction, work, True)
+            done: tuple[T, bool] = await self._call(self._transaction, work, True, single_statement)
         elif self._closed:
             raise JournalUnavailable("the journal is closed")
         else:
@@ -136,7 +142,9 @@ class SqlJournal:
     async def _read(self, work: Callable[[Cursor], T]) -> T:
         return await self._call(self._transaction, work, False)
 
-    def _transaction(self, work: Callable[[Cursor], T], write: bool) -> T:
+    def _transaction(
+        self, work: Callable[[Cursor], T], write: bool, single_statement: bool = False
+    ) -> T:
         """``work(cursor)`` in one transaction (worker thread): commits on success,
         rolls back on any exception. Database errors surface as JournalUnavailable;
         our own errors (StaleVersion, InvalidWrite, ...) pass through after the
@@ -147,13 +155,26 @@ class SqlJournal:
         before anything could have been written (a read, or a write's BEGIN),
         the transaction runs once more on a fresh connection; after that, a
         failure is the database's answer.
+
+        ``single_statement`` (PostgreSQL's submit and commit): the write is one
+        statement on the autocommit connection, its own transaction, with no
+        BEGIN to find a dead connection first. It recognises its own write
+        when it landed (single_statement.py), so it may run once more after
+        any failure on a connection found dead.
         """
         try:
-            return self._attempt(work, write)
+            return self._attempt(work, write, single_statement)
         except _StaleConnection:
-            return self._attempt(work, write, retry=False)
+            return self._attempt(work, write, single_statement, retry=False)
 
-    def _attempt(self, work: Callable[[Cursor], T], write: bool, *, retry: bool = True) -> T:
+    def _attempt(
+        self,
+        work: Callable[[Cursor], T],
+        write: bool,
+        single_statement: bool = False,
+        *,
+        retry: bool = True,
+    ) -> T:
         backend = self._backend
         try:
             connection = self._connections.current().dbapi_connection
@@ -166,8 +187,8 @@ class SqlJournal:
         wrote_nothing = True
         try:
             try:
-                began = backend.begin(cursor, write)
-                wrote_nothing = not write
+                began = backend.begin(cursor, write and not single_statement)
+                wrote_nothing = not write or single_statement
                 value = work(cursor)
                 if began:
                     backend.commit(cursor)
@@ -239,6 +260,9 @@ class SqlJournal:
         self, operation: OperationRecord, first_event: EventRecord
     ) -> tuple[OperationRecord, bool]:
         stored, event = rules.prepare_submit(operation, first_event)
+        if self._single is not None:
+            work_one = self._single.submit_work(stored, event)
+            return await self._write(work_one, single_statement=True)
         sql = self._sql
 
         def work(cursor: Cursor) -> tuple[tuple[OperationRecord, bool], bool]:
@@ -338,6 +362,11 @@ class SqlJournal:
             where_fencing_token=before.fencing_token,
             where_state=before.state.value,
         )
+        closes = [update.number for update in change.attempt_updates]
+        inserted = None if attempt is None else attempt.number
+        if self._single is not None and distinct_closes(closes, inserted):
+            one = self._single.commit_work(change, stored, event, attempt, parameters)
+            return await self._write(one, single_statement=True)
 
         def work(cursor: Cursor) -> tuple[OperationRecord, bool]:
             cursor.execute(sql.compare_and_set, parameters)
