@@ -58,9 +58,14 @@ EdgeCheck = Callable[[str, Message], EdgeRefusal | None]
 def uint64_overflow(message: Message, prefix: str = "") -> str | None:
     """The path of the first uint64 field (at any depth) >= 2^63, or None.
 
-    Paths read like ``turn.files[2].size_bytes`` or ``labels["k"]``.
+    Paths read like ``turn.files[2].size_bytes`` or ``labels["k"]``. Fields
+    whose message type holds no uint64 at any depth are not walked.
     """
+    if not _holds_uint64(message.DESCRIPTOR):
+        return None
     for descriptor, value in message.ListFields():
+        if not _field_holds_uint64(descriptor):
+            continue
         path = prefix + descriptor.name
         if descriptor.message_type is not None and descriptor.message_type.GetOptions().map_entry:
             found = _map_overflow(descriptor, value, path)
@@ -74,6 +79,36 @@ def uint64_overflow(message: Message, prefix: str = "") -> str | None:
         if found is not None:
             return found
     return None
+
+
+# Message type -> whether a uint64 field can occur in it at any depth.
+_HOLDS_UINT64: dict[Any, bool] = {}
+
+
+def _holds_uint64(message_type: Any) -> bool:  # a Descriptor (pure-Python or upb)
+    known = _HOLDS_UINT64.get(message_type)
+    if known is None:
+        known = _HOLDS_UINT64[message_type] = _reaches_uint64(message_type, set())
+    return known
+
+
+def _field_holds_uint64(member: FieldDescriptor) -> bool:
+    if member.cpp_type == FieldDescriptor.CPPTYPE_UINT64:
+        return True
+    return member.message_type is not None and _holds_uint64(member.message_type)
+
+
+def _reaches_uint64(message_type: Any, on_path: set[Any]) -> bool:
+    """Depth-first; a type already on the path adds nothing new (recursive messages)."""
+    on_path.add(message_type)
+    for member in message_type.fields:
+        if member.cpp_type == FieldDescriptor.CPPTYPE_UINT64:
+            return True
+        nested = member.message_type
+        if nested is not None and nested not in on_path and _reaches_uint64(nested, on_path):
+            return True
+    on_path.discard(message_type)
+    return False
 
 
 def _map_overflow(descriptor: FieldDescriptor, value: Any, path: str) -> str | None:
@@ -155,10 +190,12 @@ class _Guard:
         return guarded
 
     def streaming(self, behavior: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
+        yields = inspect.isasyncgenfunction(behavior)
+
         async def guarded(request: Any, context: Any) -> AsyncIterator[Any]:
             await self.admit(request, context)
             try:
-                if inspect.isasyncgenfunction(behavior):
+                if yields:
                     async for reply in behavior(request, context):
                         yield reply
                 else:  # a coroutine that writes through context.write

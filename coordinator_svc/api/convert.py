@@ -1,15 +1,16 @@
 """Journal records <-> public protos, in one place.
 
 Enums map by name: ``OpState.QUEUED`` <-> ``OPERATION_STATE_QUEUED``,
-``Execution.STARTED`` <-> ``EXECUTION_STARTED`` and so on, so adding a value on
-both sides needs no code here. ``error_reason``/``error_message`` become a
+``Execution.STARTED`` <-> ``EXECUTION_STARTED`` and so on (tables built once at
+import, ``turnwire.wire_values``), so adding a value on both sides needs no
+code here. ``error_reason``/``error_message`` become a
 ``TurnError``; the stored result bytes (a serialized ``TurnResult``) become the
 ``result`` field.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from google.protobuf import timestamp_pb2
 
@@ -22,55 +23,69 @@ from coordinator_svc.core.model import (
     StopReason,
     TurnKind,
 )
+from turnwire import wire_values
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2
+from turnwire.wire_values import EnumBridge
+
+_STATES = EnumBridge(OpState, coordinator_pb2.OperationState, "OPERATION_STATE_")
+_EXECUTIONS = EnumBridge(Execution, turn_pb2.Execution, "EXECUTION_")
+_STOP_REASONS = EnumBridge(StopReason, turn_pb2.StopReason, "STOP_REASON_")
+_REPLAY_POLICIES = EnumBridge(ReplayPolicy, turn_pb2.ReplayPolicy, "REPLAY_POLICY_")
+_KINDS = EnumBridge(TurnKind, turn_pb2.TurnKind, "TURN_KIND_")
 
 
 def op_state_to_proto(state: OpState) -> coordinator_pb2.OperationState.ValueType:
-    return coordinator_pb2.OperationState.Value(f"OPERATION_STATE_{state.value}")
+    return _STATES.to_wire[state]  # type: ignore[return-value]
 
 
 def op_state_from_proto(value: coordinator_pb2.OperationState.ValueType) -> OpState:
     """Raises ValueError for UNSPECIFIED or an unknown number."""
-    name = coordinator_pb2.OperationState.Name(value).removeprefix("OPERATION_STATE_")
-    return OpState(name)
+    try:
+        return _STATES.from_wire[value]
+    except KeyError:
+        raise ValueError(f"not an operation state: {value}") from None
 
 
 def execution_to_proto(value: Execution) -> turn_pb2.Execution.ValueType:
-    return turn_pb2.Execution.Value(f"EXECUTION_{value.value}")
+    return _EXECUTIONS.to_wire[value]  # type: ignore[return-value]
 
 
 def stop_reason_to_proto(value: StopReason | None) -> turn_pb2.StopReason.ValueType:
     if value is None:
         return turn_pb2.STOP_REASON_UNSPECIFIED
-    return turn_pb2.StopReason.Value(f"STOP_REASON_{value.value}")
+    return _STOP_REASONS.to_wire[value]  # type: ignore[return-value]
 
 
 def replay_policy_to_proto(value: ReplayPolicy) -> turn_pb2.ReplayPolicy.ValueType:
-    return turn_pb2.ReplayPolicy.Value(f"REPLAY_POLICY_{value.value}")
+    return _REPLAY_POLICIES.to_wire[value]  # type: ignore[return-value]
 
 
 def replay_policy_from_proto(value: turn_pb2.ReplayPolicy.ValueType) -> ReplayPolicy:
     """UNSPECIFIED means PROBE_FIRST (turn.proto); unknown numbers raise ValueError."""
     if value == turn_pb2.REPLAY_POLICY_UNSPECIFIED:
         return ReplayPolicy.PROBE_FIRST
-    return ReplayPolicy(turn_pb2.ReplayPolicy.Name(value).removeprefix("REPLAY_POLICY_"))
+    try:
+        return _REPLAY_POLICIES.from_wire[value]
+    except KeyError:
+        raise ValueError(f"not a replay policy: {value}") from None
 
 
 def turn_kind_to_proto(value: TurnKind) -> turn_pb2.TurnKind.ValueType:
-    return turn_pb2.TurnKind.Value(f"TURN_KIND_{value.value}")
+    return _KINDS.to_wire[value]  # type: ignore[return-value]
 
 
 def turn_kind_from_proto(value: turn_pb2.TurnKind.ValueType) -> TurnKind:
     """Raises ValueError for UNSPECIFIED or an unknown number."""
-    return TurnKind(turn_pb2.TurnKind.Name(value).removeprefix("TURN_KIND_"))
+    try:
+        return _KINDS.from_wire[value]
+    except KeyError:
+        raise ValueError(f"not a turn kind: {value}") from None
 
 
 def timestamp(value: datetime) -> timestamp_pb2.Timestamp:
-    stamp = timestamp_pb2.Timestamp()
-    # A naive datetime from the journal is UTC by convention.
-    stamp.FromDatetime(value if value.tzinfo else value.replace(tzinfo=UTC))
-    return stamp
+    # A naive datetime from the journal is UTC by convention (wire_values.timestamp).
+    return wire_values.timestamp(value)
 
 
 def operation_to_proto(record: OperationRecord, waiting_for: str = "") -> coordinator_pb2.Operation:
@@ -92,15 +107,15 @@ def operation_to_proto(record: OperationRecord, waiting_for: str = "") -> coordi
         last_event_sequence=record.last_event_sequence,
         pool=record.pool,
         envelope_digest=record.envelope_digest,
+        created_at=timestamp(record.created_at),
+        updated_at=timestamp(record.updated_at),
+        last_attempt_at=None
+        if record.last_attempt_at is None
+        else timestamp(record.last_attempt_at),
+        finished_at=None if record.finished_at is None else timestamp(record.finished_at),
     )
-    op.created_at.CopyFrom(timestamp(record.created_at))
-    op.updated_at.CopyFrom(timestamp(record.updated_at))
-    if record.last_attempt_at is not None:
-        op.last_attempt_at.CopyFrom(timestamp(record.last_attempt_at))
-    if record.finished_at is not None:
-        op.finished_at.CopyFrom(timestamp(record.finished_at))
     if record.result is not None:
-        op.result.CopyFrom(turn_pb2.TurnResult.FromString(record.result))
+        op.result.MergeFromString(record.result)
     if record.error_reason or record.error_message:
         op.error.CopyFrom(
             turn_pb2.TurnError(reason=record.error_reason or "", message=record.error_message or "")
@@ -121,6 +136,6 @@ def event_to_proto(event: EventRecord) -> coordinator_pb2.OperationEvent:
         execution=execution_to_proto(event.execution),
         reason=event.reason,
         detail=event.detail,
+        at=timestamp(event.at),
     )
-    proto.at.CopyFrom(timestamp(event.at))
     return proto

@@ -9,26 +9,24 @@ from coordinator_svc.core.runner_view import RunnerOp, RunnerOpState
 from coordinator_svc.core.witness import StoreOpen
 from turnwire.common.v1 import turn_pb2
 from turnwire.runner.v1 import runner_pb2
+from turnwire.wire_values import EnumBridge
 
-_STATE_PREFIX = "RUNNER_OPERATION_STATE_"
+_STATES = EnumBridge(RunnerOpState, runner_pb2.RunnerOperationState, "RUNNER_OPERATION_STATE_")
+_EXECUTIONS = EnumBridge(Execution, turn_pb2.Execution, "EXECUTION_")
+_STOP_REASONS = EnumBridge(StopReason, turn_pb2.StopReason, "STOP_REASON_")
 
 
 def _state(value: runner_pb2.RunnerOperationState.ValueType) -> RunnerOpState | None:
-    name = runner_pb2.RunnerOperationState.Name(value).removeprefix(_STATE_PREFIX)
-    try:
-        return RunnerOpState(name)
-    except ValueError:
-        return None  # UNSPECIFIED: the runner broke the contract
+    # None: UNSPECIFIED or a number this coordinator does not know (a broken contract).
+    return _STATES.from_wire.get(value)
 
 
 def _execution(value: turn_pb2.Execution.ValueType) -> Execution | None:
-    name = turn_pb2.Execution.Name(value).removeprefix("EXECUTION_")
-    return Execution(name) if name in Execution.__members__ else None
+    return _EXECUTIONS.from_wire.get(value)
 
 
 def _stop_reason(value: turn_pb2.StopReason.ValueType) -> StopReason | None:
-    name = turn_pb2.StopReason.Name(value).removeprefix("STOP_REASON_")
-    return StopReason(name) if name in StopReason.__members__ else None
+    return _STOP_REASONS.from_wire.get(value)
 
 
 class RunnerContractViolation(ValueError):

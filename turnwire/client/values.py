@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from types import MappingProxyType
 from typing import TypeVar
 
@@ -19,6 +19,7 @@ from google.protobuf import descriptor, timestamp_pb2
 
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2
+from turnwire.wire_values import utc_datetime
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -104,7 +105,7 @@ class StopReason(enum.StrEnum):
 def _timestamp(message: timestamp_pb2.Timestamp | None) -> datetime | None:
     if message is None or (message.seconds == 0 and message.nanos == 0):
         return None
-    return message.ToDatetime(tzinfo=UTC)
+    return utc_datetime(message)
 
 
 @dataclass(frozen=True)
@@ -194,15 +195,30 @@ class Operation:
         )
 
 
+# (our enum, wire prefix) -> {wire number: our member}, built on first use.
+_ENUM_TABLES: dict[tuple[type[enum.StrEnum], str], dict[int, enum.StrEnum]] = {}
+
+
 def _enum_from_proto(
     enum_type: type[_E], wire: descriptor.EnumDescriptor, prefix: str, number: int
 ) -> _E:
     """A generated enum number -> our enum; unknown numbers read as UNSPECIFIED."""
-    value = wire.values_by_number.get(number)
-    try:
-        return enum_type(value.name.removeprefix(prefix) if value is not None else "UNSPECIFIED")
-    except ValueError:
-        return enum_type("UNSPECIFIED")
+    table = _ENUM_TABLES.get((enum_type, prefix))
+    if table is None:
+        table = _ENUM_TABLES[(enum_type, prefix)] = _enum_table(enum_type, wire, prefix)
+    found = table.get(number)
+    return found if found is not None else enum_type("UNSPECIFIED")  # type: ignore[return-value]
+
+
+def _enum_table(
+    enum_type: type[_E], wire: descriptor.EnumDescriptor, prefix: str
+) -> dict[int, enum.StrEnum]:
+    table: dict[int, enum.StrEnum] = {}
+    for value in wire.values:
+        name = value.name.removeprefix(prefix)
+        if name in enum_type.__members__:
+            table[value.number] = enum_type(name)
+    return table
 
 
 def _result(message: coordinator_pb2.Operation) -> TurnResult | None:
