@@ -48,16 +48,20 @@ RPC_METHODS = (
 
 
 def run_bench(*args: str) -> tuple[int, str, str]:
-    """Run the script; on overrun SIGTERM it (it stops its children by PID), then SIGKILL."""
+    return run_script(BENCH, *args, timeout=RUN_TIMEOUT)
+
+
+def run_script(script: Path, *args: str, timeout: float) -> tuple[int, str, str]:
+    """Run a bench script; on overrun SIGTERM it (it stops its children by PID), then SIGKILL."""
     process = subprocess.Popen(
-        [sys.executable, str(BENCH), *args],
+        [sys.executable, str(script), *args],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        stdout, stderr = process.communicate(timeout=RUN_TIMEOUT)
+        stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGTERM)
         try:
@@ -65,7 +69,7 @@ def run_bench(*args: str) -> tuple[int, str, str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.communicate(timeout=STOP_TIMEOUT)
-        pytest.fail(f"bench/e2e.py did not finish within {RUN_TIMEOUT:.0f}s")
+        pytest.fail(f"{script.name} did not finish within {timeout:.0f}s")
     return process.returncode, stdout, stderr
 
 

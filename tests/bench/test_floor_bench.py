@@ -8,8 +8,6 @@ there. Neither looks at how fast anything was.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,8 +21,9 @@ if str(BENCH_DIR) not in sys.path:
 from baseline import Figures  # noqa: E402
 from floor import COMMITS_ON_THE_PATH, Floor, Loop  # noqa: E402
 
+from tests.bench.test_bench_smoke import run_script  # noqa: E402
+
 RUN_TIMEOUT = 60.0
-STOP_TIMEOUT = 15.0
 
 
 def loop(name: str, in_flight: int, ops_per_second: float, mean_ms: float) -> Loop:
@@ -64,24 +63,10 @@ def test_the_report_says_what_the_targets_leave_for_turnwires_own_work() -> None
 
 
 def test_the_script_measures_every_loop_and_the_commit() -> None:
-    process = subprocess.Popen(
-        [sys.executable, str(BENCH_DIR / "floor.py"), "--ops", "20", "--json"],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    code, stdout, stderr = run_script(
+        BENCH_DIR / "floor.py", "--ops", "20", "--json", timeout=RUN_TIMEOUT
     )
-    try:
-        stdout, stderr = process.communicate(timeout=RUN_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGTERM)  # it stops its servers by PID
-        try:
-            process.communicate(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate(timeout=STOP_TIMEOUT)
-        pytest.fail(f"bench/floor.py did not finish within {RUN_TIMEOUT:.0f}s")
-    assert process.returncode == 0, stderr
+    assert code == 0, stderr
     found = json.loads(stdout)
     assert sorted((x["name"], x["in_flight"]) for x in found["loops"]) == [
         ("echo", 1),

@@ -1,0 +1,127 @@
+"""A turn's three journal writes on PostgreSQL: one statement each, or BEGIN ... COMMIT.
+
+    .venv/bin/python bench/journal_writes.py [--turns N] [--rounds R]
+
+Starts a throwaway PostgreSQL cluster (tests/support/postgres.py), then, in
+alternating rounds on the real journal (``open_journal``), writes N turns'
+worth of the happy path one after another: the submit (C1), the attempt
+written ahead (C4) and the move to RUNNING that closes the attempt. Each
+round runs once with the journal's one-statement writes
+(``coordinator_svc/storage/single_statement.py``, the default) and once with
+them switched off (the multi-statement form SQLite uses: BEGIN, each
+statement, COMMIT). Per write it prints the wall time, the CPU of this
+process (the coordinator's side) and the CPU of the server (the postmaster
+and its backends).
+
+It prints figures and never judges speed: exit 0 unless something broke.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+for _path in (str(REPO_ROOT), str(BENCH_DIR)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from e2e_processes import tree_cpu_seconds  # noqa: E402
+
+from coordinator_svc.core.model import AttemptOutcome, AttemptUpdate, OpState  # noqa: E402
+from coordinator_svc.storage import migrate, open_journal  # noqa: E402
+from tests.coordinator.storage.records import (  # noqa: E402
+    dispatch,
+    first_event,
+    new_operation,
+    transition,
+)
+from tests.support.postgres import PostgresCluster, missing_binary  # noqa: E402
+
+WRITES_PER_TURN = 3
+MODES = ("one statement", "BEGIN ... COMMIT")
+
+
+async def one_round(url: str, postmaster: int, mode: str, first: int, turns: int) -> list[float]:
+    """[wall ms, this process CPU ms, server CPU ms] per write over ``turns`` turns."""
+    journal = open_journal(url)
+    if mode != MODES[0]:
+        journal._single = None  # the multi-statement form, as on SQLite
+    try:
+        server_before = tree_cpu_seconds({"server": postmaster})["server"]
+        cpu_before, started = time.process_time(), time.perf_counter()
+        for number in range(first, first + turns):
+            operation = new_operation(number)
+            stored, _ = await journal.submit(operation, first_event(operation))
+            dispatched = await journal.commit(dispatch(stored))
+            accepted = (AttemptUpdate(1, AttemptOutcome.ACCEPTED, "ok"),)
+            running = await journal.commit(
+                transition(dispatched, OpState.RUNNING, attempt_updates=accepted)
+            )
+            assert running.state is OpState.RUNNING
+        wall = time.perf_counter() - started
+        cpu = time.process_time() - cpu_before
+        server = tree_cpu_seconds({"server": postmaster})["server"] - server_before
+    finally:
+        await journal.close()
+    writes = turns * WRITES_PER_TURN
+    return [wall * 1000 / writes, cpu * 1000 / writes, server * 1000 / writes]
+
+
+async def measure(
+    url: str, postmaster: int, turns: int, rounds: int
+) -> dict[str, list[list[float]]]:
+    figures: dict[str, list[list[float]]] = {mode: [] for mode in MODES}
+    first = 1
+    for round_number in range(rounds):
+        order = MODES if round_number % 2 == 0 else tuple(reversed(MODES))
+        for mode in order:
+            figures[mode].append(await one_round(url, postmaster, mode, first, turns))
+            first += turns
+            print(f"[journal-writes] round {round_number + 1}/{rounds}: {mode}", file=sys.stderr)
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--turns", type=int, default=1000, help="turns per round (3 writes each)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds, each mode once per round")
+    args = parser.parse_args(argv)
+    if args.turns < 1 or args.rounds < 1:
+        parser.error("--turns and --rounds must be >= 1")
+    missing = missing_binary()
+    if missing is not None:
+        print(f"journal_writes: needs a PostgreSQL cluster: {missing} not found", file=sys.stderr)
+        return 2
+    cluster = PostgresCluster()
+    try:
+        cluster.start()
+        url = cluster.url(cluster.create_database())
+        migrate(url)
+        postmaster = cluster.postmaster_pid()
+        assert postmaster is not None
+        figures = asyncio.run(measure(url, postmaster, args.turns, args.rounds))
+    finally:
+        cluster.stop()
+    print(
+        f"PostgreSQL journal writes, {args.turns} turns x {WRITES_PER_TURN} writes per round, "
+        f"median of {args.rounds} rounds, per write:"
+    )
+    for mode in MODES:
+        wall, cpu, server = (
+            statistics.median(column) for column in zip(*figures[mode], strict=True)
+        )
+        print(
+            f"  {mode:<17} {wall:6.3f} ms wall   {cpu:6.3f} ms coordinator CPU   "
+            f"{server:6.3f} ms server CPU"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
