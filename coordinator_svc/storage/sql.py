@@ -9,8 +9,10 @@ journal closes. The statements are ``statements.Statements``: fixed text,
 prepared once per connection. The write rules are ``rules``; this module
 adds the transaction, the compare-and-set and the unique keys.
 
-On SQLite, writes share transactions when they queue together (group commit,
-``group_commit``); each keeps its own outcome.
+Writes that queue together share a transaction (group commit,
+``group_commit``), each keeping its own outcome: on SQLite in savepoints; on
+PostgreSQL, where a submit or commit is one statement (``single_statement``),
+in one pipeline.
 
 Fail closed: any database error becomes ``JournalUnavailable`` and its
 transaction is rolled back, so nothing is half-written; a connection that
@@ -55,7 +57,13 @@ from coordinator_svc.storage.backends import (
 )
 from coordinator_svc.storage.connections import KeptConnections
 from coordinator_svc.storage.group_commit import GroupCommit, Outcome, Work
-from coordinator_svc.storage.single_statement import SingleStatements, distinct_closes
+from coordinator_svc.storage.single_statement import (
+    OneStatement,
+    SingleStatements,
+    distinct_closes,
+    sent_together,
+    server_refused,
+)
 from coordinator_svc.storage.statements import Dialect, Statements
 
 T = TypeVar("T")
@@ -94,15 +102,15 @@ class SqlJournal:
         )
         self._commits = 0
         self._closed = False
-        # One writer thread (SQLite): writes that queue together share a
-        # transaction. PostgreSQL's writes run side by side on the pool (no
-        # measured gain from batching them, and a batch would hold its rows'
-        # locks longer against another replica).
-        self._group = (
-            GroupCommit(self._executor, self._transactions) if backend.worker_threads == 1 else None
-        )
-        # PostgreSQL: a submit or commit is one statement (single_statement.py).
+        # Writes that queue together share a transaction (group_commit.py). On
+        # SQLite's one writer thread, each in its own savepoint. On PostgreSQL a
+        # submit or commit is one statement (single_statement.py), and those
+        # queued together go in one pipeline; its other writes (claims, rare
+        # commits) run alone, side by side on the pool.
         self._single = None if self._sql.dialect.sqlite else SingleStatements(self._sql)
+        self._group = GroupCommit(
+            self._executor, self._transactions if self._single is None else self._pipelined
+        )
 
     @property
     def commits(self) -> int:
@@ -128,7 +136,7 @@ class SqlJournal:
         """Run ``work`` in a write transaction (on SQLite shared with the writes queued
         with it: group_commit.py); count it if it committed a change.
         ``single_statement``: see _transaction."""
-        if self._group is None:
+        if self._single is not None and not isinstance(work, OneStatement):
             done: tuple[T, bool] = await self._call(self._transaction, work, True, single_statement)
         elif self._closed:
             raise JournalUnavailable("the journal is closed")
@@ -222,6 +230,33 @@ class SqlJournal:
         except Exception as error:
             return [(False, error)] + [(False, _same_failure(error)) for _ in works[1:]]
         return [(True, value)] if len(works) == 1 else list(value)
+
+    def _pipelined(self, works: Sequence[Work]) -> list[Outcome]:
+        """PostgreSQL's one-statement writes queued together (worker thread): one
+        alone runs as always; several go in one pipeline, one transaction
+        (single_statement.sent_together). If that transaction failed, each runs
+        alone: a statement error rolled all of them back (nothing of theirs
+        landed, so none may take a row it finds for its own); a connection found
+        dead may have committed them (the rerun recognises its own write)."""
+        if len(works) == 1:
+            return [self._alone(works[0])]
+        statements = [work for work in works if isinstance(work, OneStatement)]
+        assert len(statements) == len(works)  # _write sends no other kind here
+        try:
+            return self._transaction(
+                lambda cursor: sent_together(cursor, statements), True, single_statement=True
+            )
+        except Exception as error:
+            if server_refused(error):
+                for work in statements:
+                    work.runs -= 1  # rolled back: this run does not count
+            return [self._alone(work) for work in works]
+
+    def _alone(self, work: Work) -> Outcome:
+        try:
+            return True, self._transaction(work, True, single_statement=True)
+        except Exception as error:
+            return False, error
 
     def _in_savepoint(self, cursor: Cursor, work: Work) -> Outcome:
         cursor.execute("SAVEPOINT journal_write")

@@ -52,8 +52,8 @@ class TcpCutProxy:
         async def upward() -> None:
             with contextlib.suppress(ConnectionError):
                 while data := await client_r.read(CHUNK):
-                    if self._armed and not cut.is_set():
-                        self._armed: bytes | None = None
+                    if self._armed is not None and self._armed in data and not cut.is_set():
+                        self._armed = None
                         cut.set()
                     server_w.write(data)
                     await server_w.drain()

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
+from coordinator_svc.core.model import OpState
 from coordinator_svc.ports import IdempotencyKeyReused, StaleVersion
 from coordinator_svc.storage import migrate, open_journal
 from coordinator_svc.storage.backends import PostgresBackend, SqliteBackend
@@ -84,16 +86,13 @@ def test_writes_that_queue_together_share_one_transaction(journal_url: str) -> N
     asyncio.run(main())
 
 
-def test_a_write_that_fails_in_a_shared_transaction_fails_alone(tmp_path: Path) -> None:
+def test_a_write_that_fails_in_a_shared_transaction_fails_alone(journal_url: str) -> None:
     """§5: a stale compare-and-set between two good writes raises StaleVersion for its
-    caller only; the writes around it land, in the one transaction. (SQLite: a batch
-    runs in arrival order. PostgreSQL runs the three side by side, in any order: its
-    racing writes are the journal contract's.)"""
+    caller only; the writes around it land, in the one transaction (a batch runs in
+    arrival order: on SQLite in savepoints, on PostgreSQL in one pipeline)."""
 
     async def main() -> None:
-        url = f"sqlite:///{tmp_path / 'journal.db'}"
-        migrate(url)
-        journal, counting = counted_journal(url)
+        journal, counting = counted_journal(journal_url)
         try:
             one, two = new_operation(1), new_operation(2)
             stored_one, _ = await journal.submit(one, first_event(one))
@@ -105,9 +104,13 @@ def test_a_write_that_fails_in_a_shared_transaction_fails_alone(tmp_path: Path) 
                 journal.commit(dispatch(stored_two)),
                 return_exceptions=True,
             )
-            assert counting.commits - before == 1
             kept, stale, dispatched = results
             assert isinstance(stale, StaleVersion)
+            if journal.backend_name == "sqlite":
+                assert counting.commits - before == 1
+            else:
+                # Rows one transaction wrote carry its id (xmin).
+                assert len(set(postgres_xmins(journal_url, [one, two]))) == 1
             assert await journal.get(one.operation_id) == kept
             assert await journal.attempts(one.operation_id) == []
             assert len(await journal.events(one.operation_id, 0, 10)) == 1
@@ -117,6 +120,68 @@ def test_a_write_that_fails_in_a_shared_transaction_fails_alone(tmp_path: Path) 
             await journal.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.postgres
+def test_a_statement_that_fails_in_a_pipeline_fails_alone(
+    module_postgres_journal: str,
+) -> None:
+    """C4, fail closed: a write whose statement the server refuses (its attempt row exists
+    already: damaged by hand) rolls back the pipeline it shared; every other write of it
+    runs again alone and gets its own answer (lands once, or StaleVersion); the refused
+    one is JournalUnavailable and wrote nothing."""
+    import psycopg
+
+    from coordinator_svc.ports import JournalUnavailable
+
+    url = emptied(module_postgres_journal)
+
+    async def main() -> None:
+        journal, _ = counted_journal(url)
+        try:
+            ops = [new_operation(n) for n in range(1, 4)]
+            stored = [(await journal.submit(op, first_event(op)))[0] for op in ops]
+            dsn = sa.make_url(url).set(drivername="postgresql").render_as_string(False)
+            with psycopg.connect(dsn, autocommit=True) as damage:
+                damage.execute(
+                    "INSERT INTO attempts SELECT operation_id, 1, 'r', 'i', NULL, now(),"
+                    " 'SENT', '' FROM operations WHERE operation_id = %s",
+                    (ops[1].operation_id,),
+                )
+            # A change already committed, sent again: the very row it would write exists.
+            again = dispatch(stored[2])
+            await journal.commit(again)
+            results = await asyncio.gather(
+                journal.commit(dispatch(stored[0])),
+                journal.commit(dispatch(stored[1])),
+                journal.commit(again),
+                return_exceptions=True,
+            )
+            assert results[0].state is OpState.DISPATCHING  # type: ignore[union-attr]
+            assert len(await journal.attempts(ops[0].operation_id)) == 1
+            assert len(await journal.events(ops[0].operation_id, 0, 10)) == 2
+            assert isinstance(results[1], JournalUnavailable), results
+            assert await journal.get(ops[1].operation_id) == stored[1]
+            assert len(await journal.events(ops[1].operation_id, 0, 10)) == 1
+            # Rolled back with the pipeline, its run does not count: alone it is a first
+            # run, so the row it finds is not taken for its own (§5: no double dispatch).
+            assert isinstance(results[2], StaleVersion), results
+        finally:
+            await journal.close()
+
+    asyncio.run(main())
+
+
+def postgres_xmins(url: str, operations: list[Any]) -> list[int]:
+    import psycopg
+
+    dsn = sa.make_url(url).set(drivername="postgresql").render_as_string(False)
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT xmin::text FROM operations WHERE operation_id = ANY(%s)",
+            ([op.operation_id for op in operations],),
+        ).fetchall()
+    return [int(row[0]) for row in rows]
 
 
 def test_a_reused_key_in_a_shared_transaction_is_refused_alone(journal_url: str) -> None:

@@ -184,3 +184,25 @@ def test_closing_an_attempt_whose_row_is_missing_writes_nothing(postgres_url: st
             await journal.close()
 
     asyncio.run(main())
+
+
+def test_a_pipeline_whose_reply_was_lost_lands_each_write_once(postgres_url: str) -> None:
+    """C4, §5: writes queued together went in one pipeline; it committed, its reply was
+    lost and the connection cut. The pipeline runs again on a fresh connection and each
+    write recognises its own row: all succeed, each once."""
+
+    async def scenario(journal: SqlJournal, proxy: TcpCutProxy, direct: SqlJournal) -> None:
+        stored = []
+        for number in range(1, 4):
+            operation = new_operation(number)
+            stored.append((await journal.submit(operation, first_event(operation)))[0])
+        proxy.lose_next_reply(b"WITH changed AS")
+        written = await asyncio.gather(*(journal.commit(dispatch(record)) for record in stored))
+        assert proxy.replies_lost == 1
+        for record, after in zip(stored, written, strict=True):
+            assert after.state == OpState.DISPATCHING
+            assert await direct.get(record.operation_id) == after
+            assert len(await direct.events(record.operation_id, 0, 10)) == 2
+            assert len(await direct.attempts(record.operation_id)) == 1
+
+    through_proxy(postgres_url, scenario)
