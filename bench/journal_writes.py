@@ -4,14 +4,15 @@
 
 Starts a throwaway PostgreSQL cluster (tests/support/postgres.py), then, in
 alternating rounds on the real journal (``open_journal``), writes N turns'
-worth of the happy path one after another: the submit (C1), the attempt
-written ahead (C4) and the move to RUNNING that closes the attempt. Each
-round runs once with the journal's one-statement writes
-(``coordinator_svc/storage/single_statement.py``, the default) and once with
-them switched off (the multi-statement form SQLite uses: BEGIN, each
-statement, COMMIT). Per write it prints the wall time, the CPU of this
-process (the coordinator's side) and the CPU of the server (the postmaster
-and its backends).
+worth of the happy path, one turn at a time and 16 turns at once: the
+submit (C1), the attempt written ahead (C4) and the move to RUNNING that
+closes the attempt. Each round runs once with the journal's one-statement
+writes (``coordinator_svc/storage/single_statement.py``, the default: with
+16 turns at once, the writes that queue together share a pipeline) and once
+without (``one_statement_writes=False``: BEGIN, each statement, COMMIT, the
+writes side by side on the pool). Per write it prints the wall time, the CPU
+of this process (the coordinator's side) and the CPU of the server (the
+postmaster and its backends).
 
 It prints figures and never judges speed: exit 0 unless something broke.
 """
@@ -45,17 +46,18 @@ from tests.support.postgres import PostgresCluster, missing_binary  # noqa: E402
 
 WRITES_PER_TURN = 3
 MODES = ("one statement", "BEGIN ... COMMIT")
+IN_FLIGHT = (1, 16)
 
 
-async def one_round(url: str, postmaster: int, mode: str, first: int, turns: int) -> list[float]:
+async def one_round(
+    url: str, postmaster: int, mode: str, first: int, turns: int, in_flight: int
+) -> list[float]:
     """[wall ms, this process CPU ms, server CPU ms] per write over ``turns`` turns."""
-    journal = open_journal(url)
-    if mode != MODES[0]:
-        journal._single = None  # the multi-statement form, as on SQLite
-    try:
-        server_before = tree_cpu_seconds({"server": postmaster})["server"]
-        cpu_before, started = time.process_time(), time.perf_counter()
-        for number in range(first, first + turns):
+    journal = open_journal(url, one_statement_writes=mode == MODES[0])
+    gate = asyncio.Semaphore(in_flight)
+
+    async def one_turn(number: int) -> None:
+        async with gate:
             operation = new_operation(number)
             stored, _ = await journal.submit(operation, first_event(operation))
             dispatched = await journal.commit(dispatch(stored))
@@ -64,6 +66,11 @@ async def one_round(url: str, postmaster: int, mode: str, first: int, turns: int
                 transition(dispatched, OpState.RUNNING, attempt_updates=accepted)
             )
             assert running.state is OpState.RUNNING
+
+    try:
+        server_before = tree_cpu_seconds({"server": postmaster})["server"]
+        cpu_before, started = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(one_turn(n) for n in range(first, first + turns)))
         wall = time.perf_counter() - started
         cpu = time.process_time() - cpu_before
         server = tree_cpu_seconds({"server": postmaster})["server"] - server_before
@@ -75,16 +82,22 @@ async def one_round(url: str, postmaster: int, mode: str, first: int, turns: int
 
 async def measure(
     url: str, postmaster: int, turns: int, rounds: int
-) -> dict[str, list[list[float]]]:
-    figures: dict[str, list[list[float]]] = {mode: [] for mode in MODES}
+) -> dict[tuple[int, str], list[list[float]]]:
+    figures: dict[tuple[int, str], list[list[float]]] = {}
     first = 1
-    for round_number in range(rounds):
-        order = MODES if round_number % 2 == 0 else tuple(reversed(MODES))
-        for mode in order:
-            figures[mode].append(await one_round(url, postmaster, mode, first, turns))
-            first += turns
-            print(f"[journal-writes] round {round_number + 1}/{rounds}: {mode}", file=sys.stderr)
+    for in_flight in IN_FLIGHT:
+        for round_number in range(rounds):
+            order = MODES if round_number % 2 == 0 else tuple(reversed(MODES))
+            for mode in order:
+                done = await one_round(url, postmaster, mode, first, turns, in_flight)
+                figures.setdefault((in_flight, mode), []).append(done)
+                first += turns
+                progress(f"x{in_flight} round {round_number + 1}/{rounds}: {mode}")
     return figures
+
+
+def progress(line: str) -> None:
+    print(f"[journal-writes] {line}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,12 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         f"PostgreSQL journal writes, {args.turns} turns x {WRITES_PER_TURN} writes per round, "
         f"median of {args.rounds} rounds, per write:"
     )
-    for mode in MODES:
-        wall, cpu, server = (
-            statistics.median(column) for column in zip(*figures[mode], strict=True)
-        )
+    for (in_flight, mode), runs in figures.items():
+        wall, cpu, server = (statistics.median(column) for column in zip(*runs, strict=True))
         print(
-            f"  {mode:<17} {wall:6.3f} ms wall   {cpu:6.3f} ms coordinator CPU   "
+            f"  x{in_flight:<3} {mode:<17} {wall:6.3f} ms wall   {cpu:6.3f} ms coordinator CPU   "
             f"{server:6.3f} ms server CPU"
         )
     return 0

@@ -92,7 +92,9 @@ class _StaleConnection(Exception):
 class SqlJournal:
     """The Journal port on a SQL database. Make one with ``open_journal``."""
 
-    def __init__(self, engine: Engine, backend: Backend) -> None:
+    def __init__(
+        self, engine: Engine, backend: Backend, *, one_statement_writes: bool = True
+    ) -> None:
         self._engine = engine
         self._backend = backend
         self._sql = Statements(Dialect(backend.name))
@@ -106,11 +108,16 @@ class SqlJournal:
         # SQLite's one writer thread, each in its own savepoint. On PostgreSQL a
         # submit or commit is one statement (single_statement.py), and those
         # queued together go in one pipeline; its other writes (claims, rare
-        # commits) run alone, side by side on the pool.
-        self._single = None if self._sql.dialect.sqlite else SingleStatements(self._sql)
-        self._group = GroupCommit(
-            self._executor, self._transactions if self._single is None else self._pipelined
-        )
+        # commits) run alone, side by side on the pool. one_statement_writes=False
+        # keeps PostgreSQL's multi-statement form (bench/journal_writes.py
+        # compares them).
+        sqlite = self._sql.dialect.sqlite
+        self._single = SingleStatements(self._sql) if one_statement_writes and not sqlite else None
+        self._group: GroupCommit | None = None
+        if sqlite:
+            self._group = GroupCommit(self._executor, self._transactions)
+        elif self._single is not None:
+            self._group = GroupCommit(self._executor, self._pipelined)
 
     @property
     def commits(self) -> int:
@@ -136,7 +143,7 @@ class SqlJournal:
         """Run ``work`` in a write transaction (on SQLite shared with the writes queued
         with it: group_commit.py); count it if it committed a change.
         ``single_statement``: see _transaction."""
-        if self._single is not None and not isinstance(work, OneStatement):
+        if self._group is None or (self._single is not None and not isinstance(work, OneStatement)):
             done: tuple[T, bool] = await self._call(self._transaction, work, True, single_statement)
         elif self._closed:
             raise JournalUnavailable("the journal is closed")
@@ -488,7 +495,9 @@ class SqlJournal:
         await asyncio.to_thread(self._engine.dispose)
 
 
-def open_journal(url: str, *, busy_timeout: float = 5.0) -> SqlJournal:
+def open_journal(
+    url: str, *, busy_timeout: float = 5.0, one_statement_writes: bool = True
+) -> SqlJournal:
     """Open the journal at ``url`` (sync; call it before or at service start).
 
     ``sqlite:///PATH`` or ``postgresql+psycopg://USER@HOST:PORT/DB``. Never
@@ -498,6 +507,8 @@ def open_journal(url: str, *, busy_timeout: float = 5.0) -> SqlJournal:
     raises JournalUnavailable. ``busy_timeout`` (seconds) bounds how long a
     write waits for a lock another connection holds (SQLite busy_timeout,
     PostgreSQL lock_timeout) and how long connecting may take (PostgreSQL).
+    ``one_statement_writes=False`` keeps PostgreSQL's writes in their
+    multi-statement form, one transaction each (for comparison only).
     """
     parsed = schema.journal_url(url)
     backend = backend_for(parsed)
@@ -519,4 +530,4 @@ def open_journal(url: str, *, busy_timeout: float = 5.0) -> SqlJournal:
     except BaseException:
         engine.dispose()
         raise
-    return SqlJournal(engine, backend)
+    return SqlJournal(engine, backend, one_statement_writes=one_statement_writes)
