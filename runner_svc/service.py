@@ -404,7 +404,7 @@ class RunnerService:
         cursor = after_sequence
         opening = True
         # Subscribed before the first read: a change lands in the read, the feed or both.
-        with self.store.subscribe(self.settings.watch_buffer) as feed:
+        with self.store.subscribe(self.settings.watch_buffer, self._watch_sends) as feed:
             replaying = True
             while not self._closing:
                 if replaying or feed.behind:
@@ -415,11 +415,7 @@ class RunnerService:
                     rows = feed.take()
                 sent = False
                 for row in rows:
-                    if row.operation_id in self._holding:
-                        continue  # its held Dispatch reply carries it (dispatch())
-                    if row.released:
-                        # Only the coordinator that recorded the turn's end releases
-                        # it (C10): it has nothing to learn from the release.
+                    if not self._watch_sends(row):
                         continue
                     # A pushed row at or below the cursor was in a read already.
                     if row.sequence > cursor:
@@ -437,6 +433,12 @@ class RunnerService:
                         await feed.wait()
                 except TimeoutError:
                     yield None
+
+    def _watch_sends(self, row: OperationRow) -> bool:
+        """Whether a watch sends this row: not while a held Dispatch reply will carry
+        it (dispatch()), and not once released (only the coordinator that recorded
+        the turn's end releases it, C10: it has nothing to learn from the release)."""
+        return row.operation_id not in self._holding and not row.released
 
     async def _changes_after(self, cursor: int) -> list[OperationRow]:
         try:

@@ -49,10 +49,16 @@ FEED_CAPACITY = 1024
 
 class ChangeFeed:
     """Committed rows for one watcher, each operation at its latest change, in
-    sequence order: what ``changes_after`` would return, without asking."""
+    sequence order: what ``changes_after`` would return, without asking.
+    ``wanted``: the rows the watcher would not skip; the others are not kept
+    and do not wake it (issue 10: most rows on a busy runner are its held
+    Dispatches', which no watch sends)."""
 
-    def __init__(self, capacity: int = FEED_CAPACITY) -> None:
+    def __init__(
+        self, capacity: int = FEED_CAPACITY, wanted: Callable[[OperationRow], bool] | None = None
+    ) -> None:
         self._capacity = capacity
+        self._wanted = wanted
         self._rows: OrderedDict[str, OperationRow] = OrderedDict()
         self._ready = asyncio.Event()
         # Rows were dropped: only the store can tell what changed.
@@ -61,6 +67,8 @@ class ChangeFeed:
     def push(self, row: OperationRow) -> None:
         if self.behind:
             return  # the catch-up read will include it
+        if self._wanted is not None and not self._wanted(row):
+            return
         self._rows[row.operation_id] = row
         self._rows.move_to_end(row.operation_id)
         if len(self._rows) > self._capacity:
@@ -298,11 +306,16 @@ class AsyncRunnerStore:
     # --- watchers ----------------------------------------------------------------
 
     @contextlib.contextmanager
-    def subscribe(self, capacity: int = FEED_CAPACITY) -> Iterator[ChangeFeed]:
+    def subscribe(
+        self,
+        capacity: int = FEED_CAPACITY,
+        wanted: Callable[[OperationRow], bool] | None = None,
+    ) -> Iterator[ChangeFeed]:
         """A feed of every row committed from now on (subscribe before reading
-        the store: a row committed in between then comes both ways, never neither)."""
+        the store: a row committed in between then comes both ways, never neither),
+        or of those ``wanted`` says the watcher keeps."""
         self._loop = asyncio.get_running_loop()
-        feed = ChangeFeed(capacity)
+        feed = ChangeFeed(capacity, wanted)
         self._feeds.add(feed)
         try:
             yield feed

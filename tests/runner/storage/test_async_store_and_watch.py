@@ -167,6 +167,29 @@ def test_a_watch_gets_pushed_changes_without_reading_the_store(tmp_path: Path) -
     asyncio.run(main())
 
 
+def test_rows_a_watch_skips_neither_fill_nor_wake_its_feed(tmp_path: Path) -> None:
+    """Issue 10: a held Dispatch's rows and released rows are never sent by a watch, so
+    they are not kept in its feed and do not wake it; the next row it sends does."""
+    path = tmp_path / "r.db"
+
+    async def main() -> None:
+        async with opened(path) as store:
+            held = {"op_1"}
+            with store.subscribe(wanted=lambda row: row.operation_id not in held) as feed:
+                await store.write("op_1", admit("op_1"))
+                await store.write("op_1", LaunchIntent(A))
+                await asyncio.sleep(0)  # the pushes run on the loop
+                assert len(feed) == 0
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(feed.wait(), 0.05)
+                    raise AssertionError("a skipped row woke the feed")
+                await store.write("op_2", admit("op_2"))
+                await asyncio.wait_for(feed.wait(), SOON)
+                assert [row.operation_id for row in feed.take()] == ["op_2"]
+
+    asyncio.run(main())
+
+
 def test_a_watch_that_fell_behind_catches_up_with_exactly_what_sql_has(tmp_path: Path) -> None:
     """Issue 10, C9: a slow consumer's feed is bounded; once it overflows the watch reads
     the store from its cursor (SQL, when the cursor is older than memory's window) and
