@@ -1,0 +1,149 @@
+"""One PostgreSQL statement from the event loop: through a worker thread, or on the loop itself.
+
+    .venv/bin/python bench/postgres_handoff.py [--writes N] [--rounds R]
+
+The journal runs its PostgreSQL statements on worker threads (psycopg's
+blocking connection), so every write costs a hand-off to a thread and a
+wake-up of the loop when it is done. On this machine waking an idle thread
+is expensive (issue 10). This measures the alternative before anyone builds
+it: the same one-statement write (a compare-and-set UPDATE with an INSERT
+selected from it, as ``coordinator_svc/storage/single_statement.py`` sends)
+sent from the services' event loop (uvloop when installed) either through a
+one-thread executor with a blocking connection, or with psycopg's
+``AsyncConnection`` on the loop, one at a time and 16 at once (one
+connection each way: the 16 queue for it). Alternating rounds, medians.
+
+It prints figures and never judges speed: exit 0 unless something broke.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.support.postgres import PostgresCluster, missing_binary  # noqa: E402
+from turnwire import event_loop  # noqa: E402
+
+ROWS = 500
+WRITE = (
+    "WITH changed AS (UPDATE rows SET version = version + 1 WHERE id = %(id)s RETURNING id),"
+    " added AS (INSERT INTO events SELECT CAST(%(id)s AS text), CAST(%(n)s AS bigint)"
+    " FROM changed) SELECT count(*) FROM changed"
+)
+WAYS = ("worker thread", "on the loop")
+IN_FLIGHT = (1, 16)
+
+
+async def through_a_thread(dsn: str) -> tuple[Callable[[int], Awaitable[None]], Callable[[], Any]]:
+    executor = ThreadPoolExecutor(1, thread_name_prefix="handoff")
+    loop = asyncio.get_running_loop()
+    connection = await loop.run_in_executor(executor, lambda: psycopg.connect(dsn, autocommit=True))
+
+    def blocking(n: int) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(WRITE, {"id": f"row-{n % ROWS}", "n": n})
+            assert cursor.fetchone() == (1,)
+
+    async def write(n: int) -> None:
+        await loop.run_in_executor(executor, blocking, n)
+
+    async def close() -> None:
+        await loop.run_in_executor(executor, connection.close)
+        executor.shutdown(wait=True)
+
+    return write, close
+
+
+async def on_the_loop(dsn: str) -> tuple[Callable[[int], Awaitable[None]], Callable[[], Any]]:
+    connection = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    turn = asyncio.Lock()  # one connection: one statement at a time, as the thread has
+
+    async def write(n: int) -> None:
+        async with turn, connection.cursor() as cursor:
+            await cursor.execute(WRITE, {"id": f"row-{n % ROWS}", "n": n})
+            assert await cursor.fetchone() == (1,)
+
+    return write, connection.close
+
+
+async def one_round(dsn: str, way: str, in_flight: int, first: int, writes: int) -> list[float]:
+    """[wall ms, CPU ms of this process] per write."""
+    write, close = await (through_a_thread(dsn) if way == WAYS[0] else on_the_loop(dsn))
+    gate = asyncio.Semaphore(in_flight)
+
+    async def gated(n: int) -> None:
+        async with gate:
+            await write(n)
+
+    try:
+        for n in range(first, first + 50):  # warm-up: prepared statements, caches
+            await write(n)
+        first += 50
+        cpu_before, started = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(gated(n) for n in range(first, first + writes)))
+        wall = time.perf_counter() - started
+        cpu = time.process_time() - cpu_before
+    finally:
+        await close()
+    return [wall * 1000 / writes, cpu * 1000 / writes]
+
+
+async def measure(dsn: str, writes: int, rounds: int) -> dict[tuple[int, str], list[list[float]]]:
+    setup = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    async with setup:
+        await setup.execute("CREATE TABLE rows (id text PRIMARY KEY, version bigint NOT NULL)")
+        await setup.execute("CREATE TABLE events (id text NOT NULL, n bigint PRIMARY KEY)")
+        for n in range(ROWS):
+            await setup.execute("INSERT INTO rows VALUES (%s, 0)", (f"row-{n}",))
+    figures: dict[tuple[int, str], list[list[float]]] = {}
+    first = 0
+    for in_flight in IN_FLIGHT:
+        for round_number in range(rounds):
+            for way in WAYS if round_number % 2 == 0 else tuple(reversed(WAYS)):
+                done = await one_round(dsn, way, in_flight, first, writes)
+                figures.setdefault((in_flight, way), []).append(done)
+                first += writes + 50
+                print(f"[handoff] x{in_flight} round {round_number + 1}: {way}", file=sys.stderr)
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--writes", type=int, default=3000, help="writes per round")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds, each way once per round")
+    args = parser.parse_args(argv)
+    if args.writes < 1 or args.rounds < 1:
+        parser.error("--writes and --rounds must be >= 1")
+    missing = missing_binary()
+    if missing is not None:
+        print(f"postgres_handoff: needs a PostgreSQL cluster: {missing} not found", file=sys.stderr)
+        return 2
+    cluster = PostgresCluster()
+    try:
+        cluster.start()
+        dsn = cluster.dsn(cluster.create_database())
+        figures = event_loop.run(measure(dsn, args.writes, args.rounds))
+    finally:
+        cluster.stop()
+    print(f"one-statement PostgreSQL write, median of {args.rounds} rounds, per write:")
+    for (in_flight, way), runs in figures.items():
+        wall, cpu = (statistics.median(column) for column in zip(*runs, strict=True))
+        print(f"  x{in_flight:<3} {way:<14} {wall:6.3f} ms wall   {cpu:6.3f} ms CPU (this process)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
