@@ -42,11 +42,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from coordinator_svc.core.model import AttemptRecord, Change, EventRecord, OperationRecord
-from coordinator_svc.ports import IdempotencyKeyReused, InvalidWrite, LeaseLost, StaleVersion
+from coordinator_svc.ports import (
+    IdempotencyKeyReused,
+    InvalidWrite,
+    JournalUnavailable,
+    LeaseLost,
+    StaleVersion,
+)
 from coordinator_svc.storage.statements import Statements
 from coordinator_svc.storage.tables import attempts, events
 
@@ -281,7 +288,11 @@ def sent_together(cursor: Cursor, works: Sequence[OneStatement[Any]]) -> list[Ou
         for work, own, count in zip(works, cursors, counts, strict=True):
             try:
                 outcomes.append((True, work.finish(own, count)))
-            except Exception as error:  # that write's answer (a conflict, a database error)
+            except psycopg.Error as error:  # a read after the commit failed: fail closed
+                failure = JournalUnavailable(f"journal database error: {error}")
+                failure.__cause__ = error
+                outcomes.append((False, failure))
+            except Exception as error:  # that write's own answer (a conflict, a reused key)
                 outcomes.append((False, error))
         return outcomes
     finally:

@@ -206,3 +206,27 @@ def test_a_pipeline_whose_reply_was_lost_lands_each_write_once(postgres_url: str
             assert len(await direct.attempts(record.operation_id)) == 1
 
     through_proxy(postgres_url, scenario)
+
+
+def test_a_read_after_a_pipeline_that_fails_is_journal_unavailable(postgres_url: str) -> None:
+    """Fail closed: a pipeline committed; one of its writes lost its compare-and-set and the
+    read that names why dies with the connection. That write's caller gets
+    JournalUnavailable (typed, never a driver error); the other write landed."""
+    from coordinator_svc.ports import JournalUnavailable
+
+    async def scenario(journal: SqlJournal, proxy: TcpCutProxy, direct: SqlJournal) -> None:
+        one, two = new_operation(1), new_operation(2)
+        stored_one, _ = await journal.submit(one, first_event(one))
+        stored_two, _ = await journal.submit(two, first_event(two))
+        stale = dispatch(stored_two)
+        await journal.commit(stale)
+        proxy.lose_next_reply(b"FROM operations WHERE operation_id = $1")
+        results = await asyncio.gather(
+            journal.commit(dispatch(stored_one)), journal.commit(stale), return_exceptions=True
+        )
+        assert proxy.replies_lost == 1
+        assert not isinstance(results[0], BaseException) and results[0].state is OpState.DISPATCHING
+        assert isinstance(results[1], JournalUnavailable), results
+        assert await direct.get(one.operation_id) == results[0]
+
+    through_proxy(postgres_url, scenario)
