@@ -66,11 +66,14 @@ T = TypeVar("T")
 class OneStatement(Generic[T]):
     """One journal write as one statement, and what its row count means.
 
-    Called with a cursor it runs alone (its own transaction). ``pipelined``
-    runs several in one round trip and one transaction instead. ``finish``
-    turns the count the statement returned into the write's value (and
-    whether it wrote), reading more if it has to; ``rerun`` says the
-    statement ran before, so a write it finds may be its own.
+    Called with a cursor it runs alone (its own transaction);
+    ``sent_together`` runs several in one round trip and one transaction.
+    ``finish`` turns the count the statement returned into the write's value
+    (and whether it wrote), reading more if it has to. Its last argument,
+    ``may_have_landed``, says an earlier send of this statement got no answer
+    (the connection died with it sent), so a row it finds may be its own. A
+    send that was answered, a count or a refusal, wrote what it said and
+    nothing else: a later send is a first run again.
     """
 
     def __init__(
@@ -82,14 +85,22 @@ class OneStatement(Generic[T]):
         self.statement = statement
         self.parameters = parameters
         self._finish = finish
-        self.runs = 0
+        self._unanswered = False  # sent, and no answer came back yet
+        self._may_have_landed = False
 
     def send(self, cursor: Cursor) -> None:
-        self.runs += 1
+        if self._unanswered:
+            self._may_have_landed = True  # the send before this one got no answer
+        self._unanswered = True
         cursor.execute(self.statement, self.parameters)
 
+    def refused(self) -> None:
+        """The server refused the transaction it was sent in: it wrote nothing."""
+        self._unanswered = False
+
     def finish(self, cursor: Cursor, count: int) -> tuple[T, bool]:
-        return self._finish(cursor, count, self.runs > 1)
+        self._unanswered = False
+        return self._finish(cursor, count, self._may_have_landed)
 
     def __call__(self, cursor: Cursor) -> tuple[T, bool]:
         self.send(cursor)
@@ -190,7 +201,7 @@ class SingleStatements:
         }
 
         def finish(
-            cursor: Cursor, count: int, rerun: bool
+            cursor: Cursor, count: int, may_have_landed: bool
         ) -> tuple[tuple[OperationRecord, bool], bool]:
             if count == 1:
                 return (stored, False), True
@@ -199,9 +210,9 @@ class SingleStatements:
             if row is None:
                 raise InvalidWrite(f"operation id {stored.operation_id} already exists")
             existing = sql.operation.decode(row)
-            if rerun and existing.operation_id == stored.operation_id:
-                # The run before this one landed and its answer was lost (ids
-                # are fresh per submit: never a client's replay).
+            if may_have_landed and existing.operation_id == stored.operation_id:
+                # An earlier send landed and its answer was lost (ids are fresh
+                # per submit: never a client's replay).
                 return (stored, False), True
             if existing.request_digest != stored.request_digest:
                 raise IdempotencyKeyReused(existing.operation_id)
@@ -233,27 +244,29 @@ class SingleStatements:
             parameters[prefix + "outcome"] = update.outcome.value
             parameters[prefix + "detail"] = update.detail
 
-        def finish(cursor: Cursor, count: int, rerun: bool) -> tuple[OperationRecord, bool]:
+        def finish(
+            cursor: Cursor, count: int, may_have_landed: bool
+        ) -> tuple[OperationRecord, bool]:
             if count != 1:
-                self._conflict(cursor, change, stored, rerun=rerun)
+                self._conflict(cursor, change, stored, may_have_landed=may_have_landed)
             return stored, True
 
         return OneStatement(statement, parameters, finish)
 
     def _conflict(
-        self, cursor: Cursor, change: Change, stored: OperationRecord, *, rerun: bool
+        self, cursor: Cursor, change: Change, stored: OperationRecord, *, may_have_landed: bool
     ) -> None:
-        """Why a commit wrote nothing. On a rerun it returns if the row is already
-        what it meant to write: the run before landed and its answer was lost.
-        Never on a first run: a stale ``before`` can compute the very row another
-        write already made, and that is a conflict (no double dispatch, §5)."""
+        """Why a commit wrote nothing. When an earlier send got no answer it returns
+        if the row is already what it meant to write: that send landed. Never
+        otherwise: a stale ``before`` can compute the very row another write
+        already made, and that is a conflict (no double dispatch, §5)."""
         before = change.before
         cursor.execute(self._sql.get, {"operation_id": before.operation_id})
         row = cursor.fetchone()
         if row is None:
             raise InvalidWrite(f"operation {before.operation_id} does not exist")
         current = self._sql.operation.decode(row)
-        if rerun and current == stored:
+        if may_have_landed and current == stored:
             return
         if current.fencing_token != before.fencing_token:
             raise LeaseLost(f"{before.operation_id}: fencing token is now {current.fencing_token}")

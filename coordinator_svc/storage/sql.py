@@ -256,7 +256,7 @@ class SqlJournal:
         except Exception as error:
             if server_refused(error):
                 for work in statements:
-                    work.runs -= 1  # rolled back: this run does not count
+                    work.refused()  # rolled back: nothing of theirs landed
             return [self._alone(work) for work in works]
 
     def _alone(self, work: Work) -> Outcome:

@@ -209,7 +209,7 @@ def test_a_pipeline_whose_reply_was_lost_lands_each_write_once(postgres_url: str
 
 
 def test_a_read_after_a_pipeline_that_fails_is_journal_unavailable(postgres_url: str) -> None:
-    """Fail closed: a pipeline committed; one of its writes lost its compare-and-set and the
+    """C4, fail closed: a pipeline committed; one of its writes lost its compare-and-set and the
     read that names why dies with the connection. That write's caller gets
     JournalUnavailable (typed, never a driver error); the other write landed."""
     from coordinator_svc.ports import JournalUnavailable
@@ -228,5 +228,28 @@ def test_a_read_after_a_pipeline_that_fails_is_journal_unavailable(postgres_url:
         assert not isinstance(results[0], BaseException) and results[0].state is OpState.DISPATCHING
         assert isinstance(results[1], JournalUnavailable), results
         assert await direct.get(one.operation_id) == results[0]
+
+    through_proxy(postgres_url, scenario)
+
+
+def test_a_lost_compare_and_set_stays_lost_when_the_read_after_it_dies(
+    postgres_url: str,
+) -> None:
+    """§5 (no double dispatch): a change committed before is sent again alone; its
+    compare-and-set answers "no row" (a definite answer: it wrote nothing), then the
+    connection dies during the read that names why. The write runs again on a fresh
+    connection, but its first run was answered, so the row it finds is not taken for
+    its own: StaleVersion, as without the fault."""
+
+    async def scenario(journal: SqlJournal, proxy: TcpCutProxy, direct: SqlJournal) -> None:
+        operation = new_operation(1)
+        stored, _ = await journal.submit(operation, first_event(operation))
+        change = dispatch(stored)
+        await journal.commit(change)
+        proxy.lose_next_reply(b"FROM operations WHERE operation_id = $1")
+        with pytest.raises(StaleVersion):
+            await journal.commit(change)
+        assert proxy.replies_lost == 1
+        assert len(await direct.attempts(stored.operation_id)) == 1
 
     through_proxy(postgres_url, scenario)
