@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ for _path in (str(REPO_ROOT), str(BENCH_DIR)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+from ab_rounds import Figures, alternating, cluster_missing, medians, throwaway_cluster  # noqa: E402
 from e2e_processes import tree_cpu_seconds  # noqa: E402
 
 from coordinator_svc.core.model import AttemptOutcome, AttemptUpdate, OpState  # noqa: E402
@@ -42,11 +42,9 @@ from tests.coordinator.storage.records import (  # noqa: E402
     new_operation,
     transition,
 )
-from tests.support.postgres import PostgresCluster, missing_binary  # noqa: E402
 
 WRITES_PER_TURN = 3
 MODES = ("one statement", "BEGIN ... COMMIT")
-IN_FLIGHT = (1, 16)
 
 
 async def one_round(
@@ -80,24 +78,15 @@ async def one_round(
     return [wall * 1000 / writes, cpu * 1000 / writes, server * 1000 / writes]
 
 
-async def measure(
-    url: str, postmaster: int, turns: int, rounds: int
-) -> dict[tuple[int, str], list[list[float]]]:
-    figures: dict[tuple[int, str], list[list[float]]] = {}
+async def measure(url: str, postmaster: int, turns: int, rounds: int) -> Figures:
     first = 1
-    for in_flight in IN_FLIGHT:
-        for round_number in range(rounds):
-            order = MODES if round_number % 2 == 0 else tuple(reversed(MODES))
-            for mode in order:
-                done = await one_round(url, postmaster, mode, first, turns, in_flight)
-                figures.setdefault((in_flight, mode), []).append(done)
-                first += turns
-                progress(f"x{in_flight} round {round_number + 1}/{rounds}: {mode}")
-    return figures
 
+    async def round_of(mode: str, in_flight: int) -> list[float]:
+        nonlocal first
+        start, first = first, first + turns  # fresh operations every round
+        return await one_round(url, postmaster, mode, start, turns, in_flight)
 
-def progress(line: str) -> None:
-    print(f"[journal-writes] {line}", file=sys.stderr, flush=True)
+    return await alternating(MODES, rounds, round_of, "journal-writes")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,26 +96,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.turns < 1 or args.rounds < 1:
         parser.error("--turns and --rounds must be >= 1")
-    missing = missing_binary()
-    if missing is not None:
-        print(f"journal_writes: needs a PostgreSQL cluster: {missing} not found", file=sys.stderr)
+    if cluster_missing("journal_writes"):
         return 2
-    cluster = PostgresCluster()
-    try:
-        cluster.start()
-        url = cluster.url(cluster.create_database())
+    with throwaway_cluster() as (cluster, database):
+        url = cluster.url(database)
         migrate(url)
         postmaster = cluster.postmaster_pid()
         assert postmaster is not None
         figures = asyncio.run(measure(url, postmaster, args.turns, args.rounds))
-    finally:
-        cluster.stop()
     print(
         f"PostgreSQL journal writes, {args.turns} turns x {WRITES_PER_TURN} writes per round, "
         f"median of {args.rounds} rounds, per write:"
     )
     for (in_flight, mode), runs in figures.items():
-        wall, cpu, server = (statistics.median(column) for column in zip(*runs, strict=True))
+        wall, cpu, server = medians(runs)
         print(
             f"  x{in_flight:<3} {mode:<17} {wall:6.3f} ms wall   {cpu:6.3f} ms coordinator CPU   "
             f"{server:6.3f} ms server CPU"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -30,11 +29,13 @@ from typing import Any
 
 import psycopg
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+BENCH_DIR = Path(__file__).resolve().parent
+for _path in (str(BENCH_DIR.parent), str(BENCH_DIR)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
-from tests.support.postgres import PostgresCluster, missing_binary  # noqa: E402
+from ab_rounds import Figures, alternating, cluster_missing, medians, throwaway_cluster  # noqa: E402
+
 from turnwire import event_loop  # noqa: E402
 
 ROWS = 500
@@ -44,7 +45,6 @@ WRITE = (
     " FROM changed) SELECT count(*) FROM changed"
 )
 WAYS = ("worker thread", "on the loop")
-IN_FLIGHT = (1, 16)
 
 
 async def through_a_thread(dsn: str) -> tuple[Callable[[int], Awaitable[None]], Callable[[], Any]]:
@@ -101,23 +101,21 @@ async def one_round(dsn: str, way: str, in_flight: int, first: int, writes: int)
     return [wall * 1000 / writes, cpu * 1000 / writes]
 
 
-async def measure(dsn: str, writes: int, rounds: int) -> dict[tuple[int, str], list[list[float]]]:
+async def measure(dsn: str, writes: int, rounds: int) -> Figures:
     setup = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     async with setup:
         await setup.execute("CREATE TABLE rows (id text PRIMARY KEY, version bigint NOT NULL)")
         await setup.execute("CREATE TABLE events (id text NOT NULL, n bigint PRIMARY KEY)")
         for n in range(ROWS):
             await setup.execute("INSERT INTO rows VALUES (%s, 0)", (f"row-{n}",))
-    figures: dict[tuple[int, str], list[list[float]]] = {}
     first = 0
-    for in_flight in IN_FLIGHT:
-        for round_number in range(rounds):
-            for way in WAYS if round_number % 2 == 0 else tuple(reversed(WAYS)):
-                done = await one_round(dsn, way, in_flight, first, writes)
-                figures.setdefault((in_flight, way), []).append(done)
-                first += writes + 50
-                print(f"[handoff] x{in_flight} round {round_number + 1}: {way}", file=sys.stderr)
-    return figures
+
+    async def round_of(way: str, in_flight: int) -> list[float]:
+        nonlocal first
+        start, first = first, first + writes + 50  # event keys unique across rounds
+        return await one_round(dsn, way, in_flight, start, writes)
+
+    return await alternating(WAYS, rounds, round_of, "handoff")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,20 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.writes < 1 or args.rounds < 1:
         parser.error("--writes and --rounds must be >= 1")
-    missing = missing_binary()
-    if missing is not None:
-        print(f"postgres_handoff: needs a PostgreSQL cluster: {missing} not found", file=sys.stderr)
+    if cluster_missing("postgres_handoff"):
         return 2
-    cluster = PostgresCluster()
-    try:
-        cluster.start()
-        dsn = cluster.dsn(cluster.create_database())
-        figures = event_loop.run(measure(dsn, args.writes, args.rounds))
-    finally:
-        cluster.stop()
+    with throwaway_cluster() as (cluster, database):
+        figures = event_loop.run(measure(cluster.dsn(database), args.writes, args.rounds))
     print(f"one-statement PostgreSQL write, median of {args.rounds} rounds, per write:")
     for (in_flight, way), runs in figures.items():
-        wall, cpu = (statistics.median(column) for column in zip(*runs, strict=True))
+        wall, cpu = medians(runs)
         print(f"  x{in_flight:<3} {way:<14} {wall:6.3f} ms wall   {cpu:6.3f} ms CPU (this process)")
     return 0
 

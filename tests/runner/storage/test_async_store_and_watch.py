@@ -168,8 +168,9 @@ def test_a_watch_gets_pushed_changes_without_reading_the_store(tmp_path: Path) -
 
 
 def test_rows_a_watch_skips_neither_fill_nor_wake_its_feed(tmp_path: Path) -> None:
-    """Issue 10: a held Dispatch's rows and released rows are never sent by a watch, so
-    they are not kept in its feed and do not wake it; the next row it sends does."""
+    """C9/C10 (issue 10): a held Dispatch's rows and released rows are never sent by a
+    watch, so they are not kept in its feed and do not wake it; the next row it sends
+    does."""
     path = tmp_path / "r.db"
 
     async def main() -> None:
