@@ -89,6 +89,8 @@ class Snapshots:
                 "pid": os.getpid(),
                 "event_loop": type(asyncio.get_running_loop()).__module__.split(".")[0],
                 "journal_commits": self.counting.commits,
+                # The SQL journal's COMMITs: writes that shared one count once.
+                "journal_transactions": getattr(self.counting.inner, "write_transactions", None),
                 "journal_calls": dict(self.counting.calls),
                 "dispatcher": dispatcher_counters(self.running),
                 "due_pending": bool(pending),

@@ -170,6 +170,8 @@ class Counters:
     rpc_calls: Mapping[str, int]
     journal_calls: Mapping[str, int]
     dispatcher_events: Mapping[str, int]  # the dispatcher's other integer metrics
+    # The SQL journal's COMMITs (writes sharing one count once); 0 if not told.
+    journal_transactions: int = 0
 
     @classmethod
     def from_snapshot(cls, snapshot: Mapping[str, Any]) -> Counters:
@@ -182,6 +184,7 @@ class Counters:
             dispatcher_events={
                 k: v for k, v in dispatcher.items() if isinstance(v, int) and k != "commits"
             },
+            journal_transactions=int(snapshot.get("journal_transactions") or 0),
         )
 
     def minus(self, earlier: Counters) -> Counters:
@@ -191,6 +194,7 @@ class Counters:
             _difference(self.rpc_calls, earlier.rpc_calls),
             _difference(self.journal_calls, earlier.journal_calls),
             _difference(self.dispatcher_events, earlier.dispatcher_events),
+            self.journal_transactions - earlier.journal_transactions,
         )
 
     def counts(self) -> tuple[int, int, Mapping[str, int]]:
@@ -292,6 +296,7 @@ def system_result(
         figures=figures,
         journal_commits_per_op=delta.journal_commits / ops,
         dispatcher_commits_per_op=delta.dispatcher_commits / ops,
+        journal_transactions_per_op=delta.journal_transactions / ops,
         rpcs_per_op=by_method,
         journal_calls_per_op={m: n / ops for m, n in delta.journal_calls.items() if n},
         states=dict(states),

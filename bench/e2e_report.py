@@ -69,6 +69,8 @@ class SystemResult:
     figures: Figures
     journal_commits_per_op: float
     dispatcher_commits_per_op: float
+    # Durable transactions (COMMITs) they took: fewer when writes share one.
+    journal_transactions_per_op: float
     rpcs_per_op: Mapping[str, float]
     journal_calls_per_op: Mapping[str, float]  # reads and writes, by Journal method
     states: Mapping[str, int]
@@ -140,6 +142,7 @@ class SystemResult:
             "p50_vs_baseline": _rounded(p50_ratio, 2),
             "journal_commits_per_op": round(self.journal_commits_per_op, 3),
             "dispatcher_commits_per_op": round(self.dispatcher_commits_per_op, 3),
+            "journal_transactions_per_op": round(self.journal_transactions_per_op, 3),
             "runner_rpcs_per_op": round(self.total_rpcs_per_op, 3),
             "preflight_rpcs_per_op": round(self.preflight_rpcs_per_op, 3),
             "runner_rpcs_per_op_by_method": {
@@ -344,7 +347,8 @@ def system_lines(system: SystemResult, base: BaselineResult | None) -> list[str]
         _latency_line(system.label, system.figures),
         f"    {_ratio_text(system, base)}",
         f"    journal commits/op {system.journal_commits_per_op:.2f} "
-        f"(by the dispatcher {system.dispatcher_commits_per_op:.2f}; the rest are submits)",
+        f"(by the dispatcher {system.dispatcher_commits_per_op:.2f}; the rest are submits), "
+        f"in {system.journal_transactions_per_op:.2f} durable transactions/op",
         f"    journal reads/op {system.journal_reads_per_op:.2f}; calls/op by method: "
         + ", ".join(f"{m} {v:.2f}" for m, v in sorted(system.journal_calls_per_op.items())),
         f"    {_rpc_text(system)}",

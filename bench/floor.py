@@ -4,9 +4,10 @@
 
 A turn crosses two gRPC hops (client -> coordinator, a server-streaming
 SubmitAndWatch; coordinator -> runner, a unary Dispatch) and, when run one at
-a time, waits for six durable commits in a row (the coordinator's accept,
-write-ahead and terminal commits; the runner's admission, launch-intent and
-settlement transactions). This script measures, in one run and on this
+a time, waits for five durable commits in a row (the coordinator's
+acceptance, which carries the first attempt written ahead (PROTOCOL C1a), and
+its terminal commit; the runner's admission, launch-intent and settlement
+transactions). This script measures, in one run and on this
 machine, each sequentially and with 16 in flight:
 
 1. grpc echo: the client -> one server, unary, the denominator e2e.py uses
@@ -16,10 +17,13 @@ machine, each sequentially and with 16 in flight:
    backend server, each server its own process (``baseline.py --serve
    --relay-to``);
 3. one durable commit at its cheapest: a raw sqlite3 transaction inserting one
-   row (WAL, synchronous=FULL) in a temp dir on the disk the benches use.
+   row (WAL, synchronous=FULL) in a temp dir on the disk the benches use; and
+   the CPU of that transaction awaited from an event loop and run on a worker
+   thread, as the services make theirs.
 
-It prints the relay as x echo, and the sequential floor: the relay's mean
-latency plus six commits, as ops/s and x echo. No Turnwire code runs here, so
+It prints the relay as x echo, the sequential floor (the relay's mean
+latency plus five commits, as ops/s and x echo) and the sequential CPU floor
+(the relay's stack CPU plus five commits' CPU). No Turnwire code runs here, so
 no Turnwire figure can beat these; they say how much of a target is left for
 the work itself (validation, scheduling, the state machines, the SQL).
 
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import sqlite3
 import sys
@@ -56,12 +61,14 @@ PAYLOAD = b"x" * 256  # e2e.py's echo payload
 RPC_TIMEOUT = 10.0
 LOOP_TIMEOUT = 120.0
 # The durable commits a turn waits for in a row when turns run one at a time:
-# the coordinator's accept, write-ahead and terminal commits, and the runner's
-# admission, launch-intent and settlement transactions.
-COMMITS_ON_THE_PATH = 6
+# the coordinator's acceptance (with the attempt written ahead, C1a) and its
+# terminal commit, and the runner's admission, launch-intent and settlement
+# transactions.
+COMMITS_ON_THE_PATH = 5
 # Issue 10's targets, as x echo of the same run.
 TARGET_SEQUENTIAL = 0.20
 TARGET_CONCURRENT = 0.10
+TARGET_CPU_MS = 4.0  # stack CPU per turn
 DEFAULT_OPS = 1000
 QUICK_OPS = 100
 
@@ -86,6 +93,9 @@ class Floor:
 
     loops: tuple[Loop, ...]
     commit_ms: float
+    # CPU of one such commit made as the services make theirs: awaited from the
+    # event loop, run on a worker thread (the hand-off both ways included).
+    commit_cpu_ms: float = 0.0
 
     def loop(self, name: str, in_flight: int) -> Loop:
         return next(x for x in self.loops if x.name == name and x.in_flight == in_flight)
@@ -98,6 +108,11 @@ class Floor:
     def sequential_floor_ms(self) -> float:
         """A turn at one in flight: the relay's mean latency plus the commits in a row."""
         return self.loop("relay", 1).figures.mean_ms + COMMITS_ON_THE_PATH * self.commit_ms
+
+    @property
+    def sequential_cpu_floor_ms(self) -> float:
+        """CPU of a turn at one in flight: the relay's stack CPU plus the commits'."""
+        return self.loop("relay", 1).cpu_ms_per_op + COMMITS_ON_THE_PATH * self.commit_cpu_ms
 
     @property
     def sequential_floor_ops(self) -> float:
@@ -123,6 +138,8 @@ class Floor:
                 for x in self.loops
             ],
             "commit_ms": round(self.commit_ms, 3),
+            "commit_cpu_ms_through_a_thread": round(self.commit_cpu_ms, 3),
+            "sequential_cpu_floor_ms": round(self.sequential_cpu_floor_ms, 3),
             "commits_on_the_path": COMMITS_ON_THE_PATH,
             "sequential_floor_ms": round(self.sequential_floor_ms, 3),
             "sequential_floor_ops_per_second": round(self.sequential_floor_ops, 1),
@@ -150,6 +167,11 @@ class Floor:
             f"{_ms_per_op(TARGET_SEQUENTIAL * echo_1):.2f} ms: "
             f"{_ms_per_op(TARGET_SEQUENTIAL * echo_1) - self.sequential_floor_ms:.2f} ms "
             "left for all of Turnwire's own work",
+            f"  its CPU awaited from an event loop, run on a worker thread: "
+            f"{self.commit_cpu_ms:.3f} ms",
+            f"sequential CPU floor: relay stack CPU + {COMMITS_ON_THE_PATH} such commits = "
+            f"{self.sequential_cpu_floor_ms:.2f} ms a turn; issue 10's {TARGET_CPU_MS:.0f} ms "
+            f"target leaves {TARGET_CPU_MS - self.sequential_cpu_floor_ms:.2f} ms",
             f"issue 10's 16-in-flight target {TARGET_CONCURRENT:.2f}x echo = "
             f"{TARGET_CONCURRENT * echo_16:.1f} ops/s; the relay alone runs "
             f"{self.x_echo('relay', 16):.3f}x",
@@ -175,6 +197,37 @@ def commit_ms(directory: Path, count: int) -> float:
             connection.execute("COMMIT")
         return (time.perf_counter() - started) * 1000 / count
     finally:
+        connection.close()
+
+
+async def commit_cpu_ms(directory: Path, count: int) -> float:
+    """Mean CPU (this process) of the same transaction awaited from the running
+    event loop and run on a one-thread pool, as the journal and the runner
+    store make theirs without blocking their loop: the commit's own CPU plus
+    waking the worker and waking the loop again."""
+    connection = sqlite3.connect(
+        directory / "floor-thread.db", isolation_level=None, check_same_thread=False
+    )
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    loop = asyncio.get_running_loop()
+
+    def one(index: int) -> None:
+        connection.execute("BEGIN IMMEDIATE")
+        connection.execute("INSERT INTO turns VALUES (?, ?)", (index, PAYLOAD))
+        connection.execute("COMMIT")
+
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=FULL")
+        connection.execute("CREATE TABLE turns (id INTEGER PRIMARY KEY, body BLOB)")
+        for index in range(10):  # the worker thread started, the file warm
+            await loop.run_in_executor(pool, one, -1 - index)
+        started = time.process_time()
+        for index in range(count):
+            await loop.run_in_executor(pool, one, index)
+        return (time.process_time() - started) * 1000 / count
+    finally:
+        pool.shutdown(wait=True)
         connection.close()
 
 
@@ -234,7 +287,9 @@ async def run(ops: int, keep: bool) -> Floor:
             process.terminate(STOP_GRACE)
         commit = commit_ms(area.root, max(50, ops // 2))
         progress(f"one durable commit: {commit:.3f} ms")
-    return Floor(tuple(loops), commit)
+        commit_cpu = await commit_cpu_ms(area.root, max(50, ops // 2))
+        progress(f"its CPU through a worker thread: {commit_cpu:.3f} ms")
+    return Floor(tuple(loops), commit, commit_cpu)
 
 
 def progress(line: str) -> None:

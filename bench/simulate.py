@@ -11,6 +11,8 @@ list found. ``--duplicate-requests`` lets the network deliver a request twice
 (the protocol assumes it never does: see test_regressions), ``--stale-status-guard``
 applies the proposed shell fix for the stale status answer, ``--broken NAME``
 runs a deliberately broken policy from tests/simulation/broken_policies.
+``--queue-before-first-attempt`` stores every turn QUEUED alone before its first
+attempt (the engine's default writes a turn granted at once with its attempt).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def _config(args: argparse.Namespace, trace: bool) -> SimConfig:
         trace=trace,
         duplicate_requests=args.duplicate_requests,
         stale_status_guard=args.stale_status_guard,
+        attempt_with_acceptance=not args.queue_before_first_attempt,
     )
 
 
@@ -113,6 +116,12 @@ def main() -> int:
     parser.add_argument("--show", type=int, default=20, help="violations to list")
     parser.add_argument("--duplicate-requests", action="store_true")
     parser.add_argument("--stale-status-guard", action="store_true")
+    parser.add_argument(
+        "--queue-before-first-attempt",
+        action="store_true",
+        help="store every turn QUEUED alone first, as the coordinator's flag of that name "
+        "does (default: a turn granted at once is stored with its first attempt, issue 10)",
+    )
     parser.add_argument("--broken", choices=sorted(BROKEN))
     args = parser.parse_args()
     if args.seed is not None:

@@ -176,6 +176,15 @@ def _serve_behaviour_flags(serve: argparse.ArgumentParser) -> None:
         "per turn (env TURNWIRE_PREFLIGHT_FIRST_ATTEMPTS=1)",
     )
     serve.add_argument(
+        "--queue-before-first-attempt",
+        action="store_true",
+        default=_env("TURNWIRE_QUEUE_BEFORE_FIRST_ATTEMPT") in ("1", "true", "yes"),
+        help="store every accepted turn QUEUED in a commit of its own and write its first "
+        "attempt in the next, instead of writing the attempt with the acceptance when the "
+        "turn can be sent at once (PROTOCOL C1): one more durable commit per turn "
+        "(env TURNWIRE_QUEUE_BEFORE_FIRST_ATTEMPT=1)",
+    )
+    serve.add_argument(
         "--default-max-attempts",
         type=_attempts,
         default=_env("TURNWIRE_DEFAULT_MAX_ATTEMPTS", "5"),
@@ -303,6 +312,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         principal_quotas=tuple(principal_quotas),
         queue_timeout=args.queue_timeout,
         preflight_first_attempts=args.preflight_first_attempts,
+        queue_before_first_attempt=args.queue_before_first_attempt,
         listen=args.listen,
         journal_url=args.journal_url,
         runners=tuple(runners),

@@ -133,6 +133,7 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
         quotas=Quotas(config.quota, dict(config.principal_quotas)),
         queue_timeout=config.queue_timeout,
         preflight_first_attempts=config.preflight_first_attempts,
+        queue_before_first_attempt=config.queue_before_first_attempt,
     )
     await dispatcher.start()
     servicer = TurnServicer(

@@ -88,3 +88,6 @@ class CoordinatorConfig:
     # C2a off: a status read before every first attempt as well (one more
     # round trip per turn; the preflight path's own tests use it).
     preflight_first_attempts: bool = False
+    # Issue 10 off: every turn is stored QUEUED alone and its first attempt
+    # written by a commit of its own (one more durable commit per turn).
+    queue_before_first_attempt: bool = False

@@ -25,7 +25,7 @@ caller that retries JournalError never retries them); both change nothing::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -267,3 +267,8 @@ class RunnerGateway(Protocol):
     def watch(self, after_sequence: int) -> WatchCall: ...
 
     async def close(self) -> None: ...
+
+
+# A journal's submit (``Journal.submit``), handed to the dispatcher so it can
+# queue a turn's first attempt with it (issue 10): returns (stored, replayed).
+Submit = Callable[[OperationRecord, EventRecord], Awaitable[tuple[OperationRecord, bool]]]

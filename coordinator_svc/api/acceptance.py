@@ -301,11 +301,13 @@ async def accept(
     refusal = dispatch.quota_check(principal)
     if refusal is not None:
         return await _over_quota(journal, record, refusal)
-    stored, replayed = await journal.submit(record, event)
+    # The dispatcher may write the turn's first attempt with it (issue 10).
+    stored, replayed = await dispatch.store_accepted(record, event, journal.submit)
     if replayed:
         dispatch.quota_refund(principal)
         return Accepted(stored, True)
-    dispatch.accepted(stored)
+    if stored.state is OpState.QUEUED:
+        dispatch.accepted(stored)
     feed.publish(stored.operation_id)
     return Accepted(stored, False, event)
 

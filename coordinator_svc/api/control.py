@@ -9,13 +9,23 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from coordinator_svc.core.model import OperationRecord, TurnKind
+from coordinator_svc.core.model import EventRecord, OperationRecord, TurnKind
 from coordinator_svc.core.quotas import QuotaRefusal
+from coordinator_svc.ports import Submit
 
 
 class DispatchControl(Protocol):
+    async def store_accepted(
+        self, record: OperationRecord, event: EventRecord, submit: Submit
+    ) -> tuple[OperationRecord, bool]:
+        """C1's write of a new turn: ``submit(record, event)`` (journal.submit),
+        returning what it returns. The dispatcher may write the turn's first
+        attempt in the same transaction and send it (issue 10): the record
+        returned is then DISPATCHING, and is being driven already."""
+        ...
+
     def accepted(self, record: OperationRecord) -> None:
-        """A turn was just accepted (stored QUEUED): schedule it."""
+        """A turn was just accepted and stored QUEUED: schedule it."""
         ...
 
     def quota_check(self, principal: str) -> QuotaRefusal | None:

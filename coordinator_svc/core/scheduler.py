@@ -209,6 +209,31 @@ class Scheduler:
                 granted.append(Grant(operation_id, runner))
         return granted
 
+    def grant_at_once(
+        self, operation_id: str, principal: str, pool: str, kind: TurnKind
+    ) -> str | None:
+        """A turn not yet stored (issue 10: its acceptance may carry its first
+        attempt): the runner it gets if held now it would be granted at once,
+        its slot reserved as by ``grants``; None, with nothing changed, if it
+        would wait (a turn of its class waits already, or no runner is free).
+        It goes through the fair queue like any grant, so its principal's
+        share is counted exactly as if it had been held and granted."""
+        slot_class = (pool, kind)
+        queue = self._queues.get(slot_class)
+        if queue is not None and len(queue):
+            return None  # the ones waiting go first
+        if operation_id in self._class_of or operation_id in self._bound:
+            return None
+        runner = self._route(pool, kind)
+        if runner is None:
+            return None
+        self.hold(operation_id, principal, pool, kind)
+        popped = self._queues[slot_class].pop()
+        assert popped == operation_id, "the class queue was empty before this turn"
+        del self._class_of[operation_id]
+        self.bind(operation_id, runner, kind)
+        return runner
+
     def _route(self, pool: str, kind: TurnKind) -> str | None:
         load = self.load()
         free: dict[str, int | None] = {

@@ -9,14 +9,15 @@ LeaseLost it sends nothing more for that operation (§5). Only after the
 commit are the decision's commands performed (persist before you send); their
 replies come back as events and the loop goes on (:meth:`_drive`).
 
-Work arrives from five places: ``accepted()`` (a new operation), the
+Work arrives from five places: ``store_accepted()`` / ``accepted()`` (a new
+operation: one that can be sent at once has its first attempt written with
+its acceptance, ``first_attempt``, PROTOCOL C1a), the
 scheduler's grants (``core.scheduler`` via ``waiting_room``: a QUEUED turn
 is routed only by a grant, fairest first, where a slot is free; a waiting
 turn costs nothing until then), timers (backoff, ScheduleAt, time limits),
 one watch stream per runner (``watching``; its reports drive in a lane of
 their own, so results are recorded first), and ``request_cancel()`` from the
-API. The due scan (``Journal.due`` every ``idle_poll`` seconds, QUEUED left
-out) is the fallback for timers lost to a race.
+API. The due scan (``due_scan``) is the fallback for timers lost to a race.
 
 One coordinator per journal until issue 12 wires §5 leases: the engine
 writes no lease fields and never claims (``ports.LeasingJournal`` is the
@@ -26,7 +27,8 @@ compare-and-set on ``version`` still guards every commit.
 Commits per operation on the happy path: submit, DISPATCHING (write-ahead),
 terminal = 3 when the turn settles within ``settle_grace`` of the Dispatch
 reply (the watch's settled row ends DISPATCHING directly); a longer turn adds
-the RUNNING commit = 4. Runner calls per operation: one (batched) status
+the RUNNING commit = 4. The first two share one transaction when the turn is
+sent at once (C1a) and the journal batches writes. Runner calls per operation: one (batched) status
 call, Dispatch, Release; the watch stream and GetRunnerInfo are per runner.
 """
 
@@ -34,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
@@ -54,13 +55,27 @@ from coordinator_svc.core.events import (
     RunnerIdentity,
     Tick,
 )
-from coordinator_svc.core.model import AttemptRecord, OperationRecord, OpState, TurnKind
+from coordinator_svc.core.model import (
+    AttemptRecord,
+    EventRecord,
+    OperationRecord,
+    OpState,
+    TurnKind,
+)
 from coordinator_svc.core.quotas import QuotaRefusal, Quotas
 from coordinator_svc.core.routing import serves
 from coordinator_svc.core.runner_view import RunnerOp
 from coordinator_svc.core.scheduler import Grant
 from coordinator_svc.dispatcher.calls import RunnerCalls
 from coordinator_svc.dispatcher.deadlines import TurnDeadlines
+from coordinator_svc.dispatcher.due_scan import DueScan
+from coordinator_svc.dispatcher.first_attempt import (
+    Written,
+    acceptance_outcome,
+    first_attempt_now,
+    report_unwritten,
+    write_together,
+)
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.performing import CommandPerformer
 from coordinator_svc.dispatcher.recovery import bound_to, recover
@@ -68,7 +83,14 @@ from coordinator_svc.dispatcher.visibility import describe_wait, log_transition
 from coordinator_svc.dispatcher.waiting_room import WaitingRoom
 from coordinator_svc.dispatcher.watching import RunnerWatch
 from coordinator_svc.feed import ChangeFeed
-from coordinator_svc.ports import Journal, JournalError, LeaseLost, RunnerGateway, StaleVersion
+from coordinator_svc.ports import (
+    Journal,
+    JournalError,
+    LeaseLost,
+    RunnerGateway,
+    StaleVersion,
+    Submit,
+)
 from turnwire.crashpoints import crash_point
 from turnwire.limits import MessageLimits
 
@@ -82,7 +104,6 @@ LOCK_STRIPES = 1024
 # answers again (one lost call is not an outage).
 UNREACHABLE_AFTER = 3
 # Every how many due scans QUEUED turns not held in memory are looked for.
-DISCOVERY_EVERY = 20
 
 
 def utc_now() -> datetime:
@@ -124,6 +145,7 @@ class Dispatcher:
         queue_timeout: float | None = None,
         gateways: Mapping[str, RunnerGateway] | None = None,
         preflight_first_attempts: bool = False,
+        queue_before_first_attempt: bool = False,
     ) -> None:
         self._journal = journal
         self._runners = tuple(runners)
@@ -151,6 +173,7 @@ class Dispatcher:
         self._agenda = Agenda(timings.backoff_initial, timings.backoff_max)
         self._deadlines = TurnDeadlines(queue_timeout)
         self._preflight_first_attempts = preflight_first_attempts
+        self._attempt_with_acceptance = not (preflight_first_attempts or queue_before_first_attempt)
         quotas = quotas or Quotas()
         self.room = WaitingRoom(self._runners, quotas, self._deadlines, clock, self.wake)
         # Operations a grant is routing right now (their slot is reserved).
@@ -160,8 +183,9 @@ class Dispatcher:
         # Results first: runner reports get their own lane, never queued
         # behind dispatch work (issue 9).
         self._report_limit = asyncio.Semaphore(max_concurrency)
-        self._scans = 0
-        self._poke = asyncio.Event()
+        self._due_scan = DueScan(
+            journal, clock, timings.idle_poll, skip=self._looked_after, tick=self._due
+        )
         self._running = False
 
     # --- the API the service uses (coordinator_svc.api.control.DispatchControl) ---
@@ -171,7 +195,7 @@ class Dispatcher:
         await self._recover()
         self._running = True
         self._pump()
-        self._spawn(self._scan_loop())
+        self._spawn(self._due_scan.run(lambda: self._running))
         for watch in self._watches:
             self._spawn(watch.run())
 
@@ -197,6 +221,54 @@ class Dispatcher:
             return  # start() holds every QUEUED turn it finds
         self.room.hold(record)
         self._pump()
+
+    async def store_accepted(
+        self, record: OperationRecord, event: EventRecord, submit: Submit
+    ) -> tuple[OperationRecord, bool]:
+        """C1's write; a turn that can be sent at once has its first attempt
+        written ahead with it (issue 10, ``first_attempt``) and is driven from
+        here. Returns what ``submit`` returns, the record as now stored."""
+        first = None
+        if self._running and self._attempt_with_acceptance:
+            self._avoid_unreachable()
+            context = self._context((), record)
+            first = first_attempt_now(record, self.room.scheduler, self._identity_of, context)
+        if first is None or first.change is None:
+            return await submit(record, event)
+        # Its own task: a caller that gives up (deadline, reset) must not cut the
+        # bookkeeping short once the writes are out (the slot, the drive).
+        task = asyncio.get_running_loop().create_task(
+            self._store_with_first_attempt(record, event, submit, first)
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return await asyncio.shield(task)
+
+    async def _store_with_first_attempt(
+        self, record: OperationRecord, event: EventRecord, submit: Submit, first: Decision
+    ) -> tuple[OperationRecord, bool]:
+        assert first.change is not None
+        op_id = record.operation_id
+        self._routing.add(op_id)
+        written: Written = asyncio.CancelledError()
+        try:
+            async with self._locks[hash(op_id) % LOCK_STRIPES]:
+                submitted, written = await write_together(
+                    record, event, submit, self._journal.commit, first.change
+                )
+        finally:
+            if not isinstance(written, OperationRecord):
+                self._routing.discard(op_id)
+                if self.room.scheduler.unbind(op_id):
+                    self._pump()
+        if isinstance(written, OperationRecord):
+            # The attempt is durable (C4): send it, whatever the submit said.
+            self.metrics.first_attempts_with_acceptance += 1
+            self._committed(record, written, first)
+            self._spawn(self._drive_routed(op_id, None, Step(written, first)))
+        else:
+            report_unwritten(op_id, submitted, written)
+        return acceptance_outcome(submitted, written)
 
     def quota_check(self, principal: str) -> QuotaRefusal | None:
         return self.room.quota_check(principal)
@@ -317,22 +389,31 @@ class Dispatcher:
         """Route every waiting turn that fits a free slot now, fairest first."""
         if not self._running:
             return  # stopping: a drive cut short must not start new ones
-        trouble = self._calls.trouble
-        self.room.scheduler.avoid({r for r, n in trouble.items() if n >= UNREACHABLE_AFTER})
+        self._avoid_unreachable()
         for grant in self.room.grants():
             self._routing.add(grant.operation_id)
             self._spawn(self._drive_grant(grant))
 
+    def _avoid_unreachable(self) -> None:
+        trouble = self._calls.trouble
+        self.room.scheduler.avoid({r for r, n in trouble.items() if n >= UNREACHABLE_AFTER})
+
     async def _drive_grant(self, grant: Grant) -> None:
-        op_id = grant.operation_id
+        tick = Tick(
+            route=grant.runner,
+            route_identity=self._identity_of(grant.runner),
+            retry_streak=self._agenda.streak(grant.operation_id),
+        )
+        await self._drive_routed(grant.operation_id, tick)
+
+    async def _drive_routed(
+        self, op_id: str, event: Event | None, first: Step | None = None
+    ) -> None:
+        """Drive a turn whose slot the scheduler reserved (a grant, or a first
+        attempt written with its acceptance) and end the reservation after."""
         last: OperationRecord | None = None
         try:
-            tick = Tick(
-                route=grant.runner,
-                route_identity=self._identity_of(grant.runner),
-                retry_streak=self._agenda.streak(op_id),
-            )
-            last = await self._drive(op_id, tick)
+            last = await self._drive(op_id, event, first=first)
         finally:
             self._routing.discard(op_id)
             # The grant ends here: bound for real (a commit counted it), or
@@ -490,35 +571,19 @@ class Dispatcher:
         """C12 (dispatcher/recovery.py)."""
         await recover(self._journal, self._step, self.room)
 
-    async def _scan_loop(self) -> None:
-        while self._running:
-            try:
-                await self._scan_due()
-            except JournalError as error:
-                log.warning("due scan failed: %s", error)
-            self._poke.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._timings.idle_poll):  # never swallows a cancel
-                    await self._poke.wait()
+    def _looked_after(self, op_id: str, now: datetime) -> bool:
+        """Not the due scan's to tick: a timer waits, its Dispatch reply is on the
+        way, or the scheduler holds it or routes it now."""
+        return (
+            self._agenda.waiting(op_id, now)
+            or self._calls.dispatching(op_id)
+            or self.room.scheduler.holding(op_id)
+            or op_id in self._routing
+        )
 
-    async def _scan_due(self) -> None:
-        """The fallback for timers lost to a restart or a race. QUEUED turns wait
-        in memory (held, or ticked at their backoff); a backlog of them must not
-        crowd out the rest, so they are looked for only every DISCOVERY_EVERY
-        scans (turns another replica accepted, anything missed)."""
-        now = self._clock()
-        self._scans += 1
-        discover = self._scans % DISCOVERY_EVERY == 0
-        for record in await self._journal.due(now, 512, queued=discover):
-            op_id = record.operation_id
-            if self._agenda.waiting(op_id, now):
-                continue
-            if self._calls.dispatching(op_id):
-                continue  # its Dispatch reply is on the way
-            if self.room.scheduler.holding(op_id) or op_id in self._routing:
-                continue
-            self._agenda.now_due(op_id)
-            self._schedule_tick(op_id)
+    def _due(self, op_id: str) -> None:
+        self._agenda.now_due(op_id)
+        self._schedule_tick(op_id)
 
     async def bound_to(self, runner: str, states: Sequence[OpState]) -> list[OperationRecord]:
         """Non-terminal operations bound to ``runner`` (for the watch's C9 checks)."""

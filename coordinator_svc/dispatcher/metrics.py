@@ -11,6 +11,9 @@ Names:
     alarms                     protocol alarms (C10 conflicts, contract violations)
     stale_versions             commits retried after StaleVersion
     leases_lost                operations abandoned after LeaseLost
+    releases_carried           Releases that rode on a Dispatch
+    first_attempts_with_acceptance
+                               first attempts written ahead with the acceptance
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ class DispatcherMetrics:
     leases_lost: int = 0
     # Releases that rode on a Dispatch instead of a Release call (issue 10).
     releases_carried: int = 0
+    # First attempts written ahead together with their turn's acceptance (issue 10).
+    first_attempts_with_acceptance: int = 0
 
     def count_tags(self, tags: frozenset[str]) -> None:
         self.replays += "replay" in tags

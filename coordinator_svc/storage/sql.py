@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -103,6 +104,10 @@ class SqlJournal:
             max_workers=backend.worker_threads, thread_name_prefix=f"journal-{backend.name}"
         )
         self._commits = 0
+        # Durable write transactions (COMMITs) made: fewer than the writes when
+        # writes share one (group commit, pipelines; bench/e2e.py prints both).
+        self._write_transactions = 0
+        self._tally = threading.Lock()  # worker threads count it
         self._closed = False
         # Writes that queue together share a transaction (group_commit.py). On
         # SQLite's one writer thread, each in its own savepoint. On PostgreSQL a
@@ -122,6 +127,10 @@ class SqlJournal:
     @property
     def commits(self) -> int:
         return self._commits
+
+    @property
+    def write_transactions(self) -> int:
+        return self._write_transactions
 
     @property
     def backend_name(self) -> str:
@@ -207,6 +216,9 @@ class SqlJournal:
                 value = work(cursor)
                 if began:
                     backend.commit(cursor)
+                if write and (began or single_statement):
+                    with self._tally:
+                        self._write_transactions += 1
                 return value
             except BaseException:
                 if began:

@@ -60,6 +60,7 @@ def system(journal: str, in_flight: int, ops_per_second: float) -> SystemResult:
         figures=figures(ops_per_second),
         journal_commits_per_op=3.0,
         dispatcher_commits_per_op=2.0,
+        journal_transactions_per_op=2.0,
         rpcs_per_op={"GetOperationStatus": 1.0, "Dispatch": 1.0, "Release": 1.0},
         journal_calls_per_op={"submit": 1.0, "commit": 2.0},
         states={"SUCCEEDED": 10},

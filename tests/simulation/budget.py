@@ -37,6 +37,8 @@ HARD_CASES = {
     "§6.1 a Dispatch below the admission floor refused": "refused:DISPATCH_STALE",
     "issue 9: schedules routed by the real scheduler": "scheduled",
     "issue 9: grants while another principal waited": "fair:contended",
+    "issue 10: first attempts written with their acceptance": "first_attempt_with_acceptance",
+    "issue 10: coordinator crash right after one": "crash_after_first_attempt_with_acceptance",
 }
 
 

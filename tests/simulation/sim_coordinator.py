@@ -42,6 +42,7 @@ from coordinator_svc.core.model import (
     ReplayPolicy,
     TurnKind,
 )
+from coordinator_svc.dispatcher.first_attempt import first_attempt_now
 from coordinator_svc.ports import LeaseLost, StaleVersion
 from coordinator_svc.storage import rules
 from tests.simulation.sim_journal import SimJournal
@@ -142,6 +143,10 @@ class SimCoordinator:
     # keeps it across runner restarts it has not heard of, so a first attempt
     # is often bound to a stale incarnation (the runner must refuse it, C5).
     known: dict[str, RunnerIdentity] = field(default_factory=dict)
+    # Issue 10, as the engine does it (dispatcher/first_attempt.py): a turn its
+    # scheduler grants at once, on a runner it knows, is stored with its first
+    # attempt written ahead in the acceptance's own transaction.
+    attempt_with_acceptance: bool = True
 
     # --- client calls -------------------------------------------------------------
 
@@ -173,7 +178,38 @@ class SimCoordinator:
             next_action_at=when,
         )
         first = EventRecord(operation_id, 1, None, OpState.QUEUED, Execution.NOT_STARTED, when)
+        if not self._submit_with_first_attempt(record, first):
+            self.journal.submit(record, first)
+
+    def _submit_with_first_attempt(self, record: OperationRecord, first: EventRecord) -> bool:
+        """The acceptance and the first attempt's write-ahead as one journal step
+        (nothing can happen between them, as in one transaction), then the send.
+        False (nothing done) where the engine would store the turn QUEUED alone."""
+        if self.scheduling is None or not self.attempt_with_acceptance or self.replica_id:
+            return False
+        ctx = Context(now=at(self.now), attempts=(), replica_id="", lease_ttl=LEASE_TTL)
+        scheduler = self.scheduling.scheduler
+        decision = first_attempt_now(record, scheduler, self.known.get, ctx, self.policy)
+        if decision is None or decision.change is None:
+            return False
+        op = record.operation_id
+        change = decision.change
+        runner = change.after.runner or ""
+        self.observer.granted((record.pool, record.kind), record.principal, set())
+        self.log.append(f"    granted {op} -> {runner} with its acceptance")
         self.journal.submit(record, first)
+        stored = self.journal.commit(change)
+        self.counters["first_attempt_with_acceptance"] += 1
+        self.agenda.committed(stored, at(self.now))
+        self.tags.update(decision.tags)
+        self.observer.committed(change, stored, Tick(route=runner))
+        if self.crash_after_commit is not None and self.crash_after_commit():
+            self.counters["crash_after_first_attempt_with_acceptance"] += 1
+            raise CoordinatorCrashed(self.name, f"{op}: crashed after the commit")
+        for command in decision.commands:
+            self.perform(stored, command)
+        self._settle(op)
+        return True
 
     def record(self, operation_id: str) -> OperationRecord:
         return self.journal.operations[operation_id]

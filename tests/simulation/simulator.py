@@ -106,6 +106,9 @@ class SimConfig:
     scheduled_operations: int = 7
     # Builds the scheduler (a broken one, to show the checks' teeth).
     scheduler_factory: SchedulerFactory = Scheduler
+    # Issue 10: in scheduled schedules a turn granted at once is stored with its
+    # first attempt (the engine's default); False stores every turn QUEUED first.
+    attempt_with_acceptance: bool = True
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,7 @@ class Simulator:
                 name=f"c{n}",
                 replica_id=f"c{n}" if self.setup.replicas > 1 else "",
                 stale_status_guard=config.stale_status_guard,
+                attempt_with_acceptance=config.attempt_with_acceptance,
             )
             for n in range(1, self.setup.replicas + 1)
         }

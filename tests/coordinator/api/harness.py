@@ -33,7 +33,7 @@ from coordinator_svc.core.model import (
 )
 from coordinator_svc.core.quotas import Occupancy, QuotaRefusal, Quotas
 from coordinator_svc.feed import ChangeFeed
-from coordinator_svc.ports import Journal
+from coordinator_svc.ports import Journal, Submit
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from turnwire.errors import TypedError, error_info
@@ -90,6 +90,11 @@ class FakeDispatch:
     quotas: Quotas = field(default_factory=Quotas)
     occupancy: Occupancy = field(default_factory=Occupancy)
     clock: Callable[[], float] = time.monotonic
+
+    async def store_accepted(
+        self, record: OperationRecord, event: EventRecord, submit: Submit
+    ) -> tuple[OperationRecord, bool]:
+        return await submit(record, event)
 
     def accepted(self, record: OperationRecord) -> None:
         self.woken.append(record.operation_id)

@@ -240,3 +240,21 @@ def test_preflight_first_attempts_flag_and_environment_turn_c2a_off(
     assert parsed("--preflight-first-attempts") is True
     monkeypatch.setenv("TURNWIRE_PREFLIGHT_FIRST_ATTEMPTS", "1")
     assert parsed() is True
+
+
+def test_queue_before_first_attempt_flag_and_environment_turn_c1a_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """C1a is on by default; --queue-before-first-attempt or
+    TURNWIRE_QUEUE_BEFORE_FIRST_ATTEMPT=1 turns it off (every turn stored QUEUED alone)."""
+    from coordinator_svc.__main__ import build_parser, config_from_args
+
+    def parsed(*flags: str) -> bool:
+        args = build_parser().parse_args(["serve", *flags])
+        return config_from_args(args).queue_before_first_attempt
+
+    monkeypatch.delenv("TURNWIRE_QUEUE_BEFORE_FIRST_ATTEMPT", raising=False)
+    assert parsed() is False
+    assert parsed("--queue-before-first-attempt") is True
+    monkeypatch.setenv("TURNWIRE_QUEUE_BEFORE_FIRST_ATTEMPT", "1")
+    assert parsed() is True

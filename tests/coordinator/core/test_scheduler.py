@@ -249,3 +249,54 @@ def test_a_turns_place_is_the_number_served_before_it(script: list[tuple[str, in
     while (op := queue.pop()) is not None:
         served.append(op)
     assert places == {op: served.index(op) for op in places}
+
+
+def test_a_turn_granted_at_once_only_when_nothing_of_its_class_waits() -> None:
+    """C1a: a new turn is routed at acceptance only where holding it would grant it
+    at once: a slot is free and no turn of its (pool, kind) waits ahead of it.
+    Otherwise nothing changes and it is held like any other."""
+    scheduler = Scheduler(RUNNERS)
+    scheduler.learned("r1", {W: 1, R: 1})
+    scheduler.learned("r2", {W: 0, R: 0})
+    assert scheduler.grant_at_once("a", "alice", "default", W) == "r1"
+    assert scheduler.free("r1", W) == 0 and scheduler.bound_to("a") == "r1"
+    assert scheduler.grant_at_once("b", "bob", "default", W) is None  # no free slot
+    assert scheduler.waiting() == 0 and scheduler.bound_to("b") is None
+    scheduler.hold("b", "bob", "default", W)
+    assert scheduler.unbind("a")  # a slot frees, but b waits for it first
+    assert scheduler.grant_at_once("c", "carol", "default", W) is None
+    assert scheduler.grant_at_once("r", "carol", "default", R) == "r1"  # another class
+    assert [(g.operation_id, g.runner) for g in scheduler.grants()] == [("b", "r1")]
+    assert scheduler.grant_at_once("a", "alice", "default", W) is None  # b holds it now
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["alice", "bob", "carol"]), st.booleans()), max_size=30))
+def test_a_grant_at_once_counts_as_hold_then_grant(script: list[tuple[str, bool]]) -> None:
+    """C1a keeps C6a's fairness: a scheduler that grants new turns at once (when it
+    can) and one that holds them and grants serve the same turns in the same order,
+    whatever arrives and whenever slots free (True: a slot frees first)."""
+    at_once, held = Scheduler(RUNNERS[:1]), Scheduler(RUNNERS[:1])
+    served: dict[int, list[str]] = {id(at_once): [], id(held): []}
+    bound: dict[int, list[str]] = {id(at_once): [], id(held): []}
+
+    def granted(scheduler: Scheduler, ops: list[str]) -> None:
+        served[id(scheduler)].extend(ops)
+        bound[id(scheduler)].extend(ops)
+
+    for scheduler in (at_once, held):
+        scheduler.learned("r1", {W: 2})
+    for n, (principal, frees) in enumerate(script):
+        for scheduler in (at_once, held):
+            if frees and bound[id(scheduler)]:
+                scheduler.unbind(bound[id(scheduler)].pop(0))
+                granted(scheduler, [g.operation_id for g in scheduler.grants()])
+        op = f"t{n}"
+        if at_once.grant_at_once(op, principal, "default", W) is not None:
+            granted(at_once, [op])
+        else:
+            at_once.hold(op, principal, "default", W)
+        held.hold(op, principal, "default", W)
+        granted(held, [g.operation_id for g in held.grants()])
+    assert served[id(at_once)] == served[id(held)]
+    assert at_once.waiting() == held.waiting()

@@ -205,6 +205,18 @@ class Rig:
             self.dispatcher.wake(record.operation_id)
         return record.operation_id
 
+    async def accept(
+        self, record: OperationRecord, event: EventRecord
+    ) -> tuple[OperationRecord, bool]:
+        """Store a new turn as the API does (coordinator_svc.api.acceptance): through
+        the dispatcher, which may write its first attempt with it (C1a), then
+        schedule it if it was stored QUEUED. Returns (stored, replayed)."""
+        assert self.dispatcher is not None
+        stored, replayed = await self.dispatcher.store_accepted(record, event, self.journal.submit)
+        if not replayed and stored.state is OpState.QUEUED:
+            self.dispatcher.accepted(stored)
+        return stored, replayed
+
     async def wait_for(
         self,
         operation_id: str,
