@@ -28,8 +28,9 @@ Commits per operation on the happy path: submit, DISPATCHING (write-ahead),
 terminal = 3 when the turn settles within ``settle_grace`` of the Dispatch
 reply (the watch's settled row ends DISPATCHING directly); a longer turn adds
 the RUNNING commit = 4. The first two share one transaction when the turn is
-sent at once (C1a) and the journal batches writes. Runner calls per operation: one (batched) status
-call, Dispatch, Release; the watch stream and GetRunnerInfo are per runner.
+sent at once (C1a) and the journal batches writes. Runner calls per
+operation: one (batched) status call, Dispatch, Release; the watch stream
+and GetRunnerInfo are per runner.
 """
 
 from __future__ import annotations
@@ -103,7 +104,6 @@ LOCK_STRIPES = 1024
 # Consecutive unanswered calls after which a runner gets no grants until it
 # answers again (one lost call is not an outage).
 UNREACHABLE_AFTER = 3
-# Every how many due scans QUEUED turns not held in memory are looked for.
 
 
 def utc_now() -> datetime:

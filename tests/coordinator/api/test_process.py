@@ -223,38 +223,38 @@ def test_runners_and_listen_come_from_environment_variables(tmp_path: Path) -> N
         _end(proc)
 
 
-def test_preflight_first_attempts_flag_and_environment_turn_c2a_off(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("flag", "env", "field"),
+    [
+        # C2a: a status read before every first attempt too (the scenario cells
+        # that fault the first preflight run the coordinator that way).
+        (
+            "--preflight-first-attempts",
+            "TURNWIRE_PREFLIGHT_FIRST_ATTEMPTS",
+            "preflight_first_attempts",
+        ),
+        # C1a: every turn stored QUEUED alone before its first attempt.
+        (
+            "--queue-before-first-attempt",
+            "TURNWIRE_QUEUE_BEFORE_FIRST_ATTEMPT",
+            "queue_before_first_attempt",
+        ),
+    ],
+)
+def test_a_protocol_shortcut_is_on_by_default_and_a_flag_or_variable_turns_it_off(
+    monkeypatch: pytest.MonkeyPatch, flag: str, env: str, field: str
 ) -> None:
-    """C2a is on by default; --preflight-first-attempts or
-    TURNWIRE_PREFLIGHT_FIRST_ATTEMPTS=1 turns it off (the scenario cells that fault
-    the first preflight run the coordinator that way)."""
+    """C2a and C1a are on by default; each one's flag, or its environment variable
+    set to 1, turns it off."""
     from coordinator_svc.__main__ import build_parser, config_from_args
 
     def parsed(*flags: str) -> bool:
         args = build_parser().parse_args(["serve", *flags])
-        return config_from_args(args).preflight_first_attempts
+        value: bool = getattr(config_from_args(args), field)
+        return value
 
-    monkeypatch.delenv("TURNWIRE_PREFLIGHT_FIRST_ATTEMPTS", raising=False)
+    monkeypatch.delenv(env, raising=False)
     assert parsed() is False
-    assert parsed("--preflight-first-attempts") is True
-    monkeypatch.setenv("TURNWIRE_PREFLIGHT_FIRST_ATTEMPTS", "1")
-    assert parsed() is True
-
-
-def test_queue_before_first_attempt_flag_and_environment_turn_c1a_off(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """C1a is on by default; --queue-before-first-attempt or
-    TURNWIRE_QUEUE_BEFORE_FIRST_ATTEMPT=1 turns it off (every turn stored QUEUED alone)."""
-    from coordinator_svc.__main__ import build_parser, config_from_args
-
-    def parsed(*flags: str) -> bool:
-        args = build_parser().parse_args(["serve", *flags])
-        return config_from_args(args).queue_before_first_attempt
-
-    monkeypatch.delenv("TURNWIRE_QUEUE_BEFORE_FIRST_ATTEMPT", raising=False)
-    assert parsed() is False
-    assert parsed("--queue-before-first-attempt") is True
-    monkeypatch.setenv("TURNWIRE_QUEUE_BEFORE_FIRST_ATTEMPT", "1")
+    assert parsed(flag) is True
+    monkeypatch.setenv(env, "1")
     assert parsed() is True
