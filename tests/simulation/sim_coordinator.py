@@ -189,13 +189,16 @@ class SimCoordinator:
             return False
         ctx = Context(now=at(self.now), attempts=(), replica_id="", lease_ttl=LEASE_TTL)
         scheduler = self.scheduling.scheduler
+        # Who waits in its class before it is granted (the fairness checker's
+        # input: empty unless the scheduler let it jump the queue).
+        waiting = self.scheduling.waiting_principals(record.pool, record.kind)
         decision = first_attempt_now(record, scheduler, self.known.get, ctx, self.policy)
         if decision is None or decision.change is None:
             return False
         op = record.operation_id
         change = decision.change
         runner = change.after.runner or ""
-        self.observer.granted((record.pool, record.kind), record.principal, set())
+        self.observer.granted((record.pool, record.kind), record.principal, waiting)
         self.log.append(f"    granted {op} -> {runner} with its acceptance")
         self.journal.submit(record, first)
         stored = self.journal.commit(change)
