@@ -1,7 +1,7 @@
 """Group commit on the SQLite journal (issue 10): writes that queue together share
-one transaction, and each keeps its own outcome. PostgreSQL runs each write in its
-own transaction, side by side (one statement each, no BEGIN or COMMIT:
-single_statement.py); the same outcomes hold there.
+one transaction, and each keeps its own outcome. On PostgreSQL each write is one
+statement with no BEGIN or COMMIT (single_statement.py), and those queued together
+go in one pipeline, one transaction; the same outcomes hold there.
 
 A real SQLite journal file and a real PostgreSQL database. The transactions are
 counted by the real backend with its COMMIT counted on the way (a subclass that
@@ -11,14 +11,16 @@ only counts, then commits).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from coordinator_svc.core.model import OpState
-from coordinator_svc.ports import IdempotencyKeyReused, StaleVersion
+from coordinator_svc.core.model import OperationRecord, OpState
+from coordinator_svc.dispatcher.first_attempt import write_together
+from coordinator_svc.ports import IdempotencyKeyReused, InvalidWrite, StaleVersion
 from coordinator_svc.storage import migrate, open_journal
 from coordinator_svc.storage.backends import PostgresBackend, SqliteBackend
 from coordinator_svc.storage.sql import SqlJournal
@@ -248,5 +250,67 @@ def test_writes_queued_when_the_journal_closes_finish(tmp_path: Path) -> None:
                 assert await reopened.get(op.operation_id) is not None
         finally:
             await reopened.close()
+
+    asyncio.run(main())
+
+
+def postgres_row_xmins(url: str, operation_id: str) -> list[int]:
+    """The transaction ids of the operation's row, its events and its attempts."""
+    import psycopg
+
+    dsn = sa.make_url(url).set(drivername="postgresql").render_as_string(False)
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT xmin::text FROM operations WHERE operation_id = %(id)s"
+            " UNION ALL SELECT xmin::text FROM events WHERE operation_id = %(id)s"
+            " UNION ALL SELECT xmin::text FROM attempts WHERE operation_id = %(id)s",
+            {"id": operation_id},
+        ).fetchall()
+    return [int(row[0]) for row in rows]
+
+
+def test_an_acceptance_and_its_first_attempt_queued_together_are_one_transaction(
+    journal_url: str,
+) -> None:
+    """C1a: the submit and the write-ahead of the turn's first attempt, queued as the
+    dispatcher queues them (first_attempt.write_together), land in one transaction:
+    on SQLite one COMMIT, on PostgreSQL one pipeline (the operation's row, its two
+    events and its attempt carry one transaction id). A replayed key stores nothing
+    of the new turn: its attempt finds no row (InvalidWrite), the stored turn is
+    untouched."""
+
+    async def main() -> None:
+        journal, counting = counted_journal(journal_url)
+        try:
+            op = dataclasses.replace(new_operation(1), last_event_sequence=1)
+            before = counting.commits
+            submitted, written = await write_together(
+                op, first_event(op), journal.submit, journal.commit, dispatch(op)
+            )
+            assert not isinstance(submitted, BaseException) and submitted[1] is False
+            assert isinstance(written, OperationRecord)
+            assert written.state is OpState.DISPATCHING and written.attempt_count == 1
+            events = await journal.events(op.operation_id, 0, 10)
+            assert [e.to_state for e in events] == [OpState.QUEUED, OpState.DISPATCHING]
+            assert len(await journal.attempts(op.operation_id)) == 1
+            if journal.backend_name == "sqlite":
+                assert counting.commits - before == 1
+            else:
+                xmins = postgres_row_xmins(journal_url, op.operation_id)
+                assert len(xmins) == 4 and len(set(xmins)) == 1, xmins
+
+            again = new_operation(2, key="key-1", request="request-1")
+            again = dataclasses.replace(again, last_event_sequence=1)
+            replay, refused = await write_together(
+                again, first_event(again), journal.submit, journal.commit, dispatch(again)
+            )
+            assert not isinstance(replay, BaseException) and replay[1] is True
+            assert replay[0].operation_id == op.operation_id
+            assert isinstance(refused, InvalidWrite)
+            assert await journal.get(again.operation_id) is None
+            assert await journal.get(op.operation_id) == written
+            assert len(await journal.attempts(op.operation_id)) == 1
+        finally:
+            await journal.close()
 
     asyncio.run(main())
