@@ -20,7 +20,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -223,9 +223,14 @@ class CoordinatorProcess:
 
 
 def start_coordinator(
-    area: Scratch, prefix: str, journal_url: str, runners: list[ManagedProcess]
+    area: Scratch,
+    prefix: str,
+    journal_url: str,
+    runners: list[ManagedProcess],
+    extra: Sequence[str] = (),
 ) -> CoordinatorProcess:
-    """The real coordinator (with counters) in its own process, as ``serve`` runs it."""
+    """The real coordinator (with counters) in its own process, as ``serve`` runs it;
+    ``extra`` are more ``serve`` flags (bench/coordinator_ab.py)."""
     tokens_file, token = write_tokens(area, prefix)
     counters_file = area.root / f"{prefix}-coordinator-counters.json"
     argv = [
@@ -237,6 +242,7 @@ def start_coordinator(
         "--tokens-file", tokens_file,
         "--migrate",
         "--log-level", "WARNING",
+        *extra,
     ]  # fmt: skip
     for index, runner in enumerate(runners, 1):
         argv += ["--runner", f"runner-{index}={runner.address}"]

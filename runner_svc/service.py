@@ -415,16 +415,23 @@ class RunnerService:
                     rows = feed.take()
                 sent = False
                 for row in rows:
-                    if not self._watch_sends(row):
-                        continue
                     # A pushed row at or below the cursor was in a read already.
-                    if row.sequence > cursor:
-                        cursor = row.sequence
+                    if row.sequence <= cursor:
+                        continue
+                    # The cursor moves past rows the watch does not send too: a
+                    # replay whose whole batch is such rows must read on, not
+                    # read that batch again forever.
+                    cursor = row.sequence
+                    if self._watch_sends(row):
                         sent = True
                         yield self._view(row)
                 if opening and not sent:
                     yield None  # a stream with nothing to replay opens with a heartbeat
                 opening = False
+                if replaying and not sent:
+                    # A long run of rows it does not send, read from memory, would
+                    # otherwise hold the loop for every batch of it.
+                    await asyncio.sleep(0)
                 if replaying or feed.behind or sent:
                     continue
                 try:

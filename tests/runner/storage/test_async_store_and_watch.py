@@ -14,8 +14,18 @@ import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from runner_svc.core.model import OperationRow, RowState, SlotKind, StopReason
-from runner_svc.core.transitions import Admit, LaunchIntent, RecordStopReason, RowEvent
+import pytest
+
+from runner_svc import service as service_module
+from runner_svc.core.model import Execution, OperationRow, RowState, SlotKind, StopReason
+from runner_svc.core.transitions import (
+    Admit,
+    LaunchIntent,
+    RecordStopReason,
+    Release,
+    RowEvent,
+    Settle,
+)
 from runner_svc.executors import load_executor
 from runner_svc.service import OperationView, RunnerService, ServiceSettings
 from runner_svc.storage.async_store import AsyncRunnerStore
@@ -248,5 +258,35 @@ def test_a_write_whose_waiter_was_cancelled_before_it_ran_leaves_memory_reads_on
                 assert await asyncio.wait_for(store.changes_after(0), SOON) == [written]
                 assert await asyncio.wait_for(store.get("op_1"), SOON) == written
             await blocked
+
+    asyncio.run(main())
+
+
+def test_a_replay_past_a_whole_batch_of_rows_it_does_not_send_moves_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """C9/C10: a watch that replays from its cursor and reads a whole batch of rows it
+    does not send (released ones) moves its cursor past them and reads on, to the
+    rows it sends and then to live changes. Regression: it read the same batch again
+    forever, and from memory that never yields, so the runner's loop stopped serving
+    anything (seen under bench/coordinator_ab.py: 16 Dispatches that never arrived,
+    after a round in which every change was held or released)."""
+    monkeypatch.setattr(service_module, "_WATCH_BATCH", 3)  # a batch is three rows here
+    path = tmp_path / "r.db"
+
+    async def main() -> None:
+        async with opened(path, changes_kept=1) as store:  # replays read SQL (awaits)
+            for n in range(1, 5):  # four released rows: more than a batch
+                op = f"op_{n}"
+                await store.write(op, admit(op))
+                await store.write(op, Settle(A, RowState.CANCELLED, Execution.NOT_STARTED, 1.0))
+                await store.write(op, Release())
+            await store.write("op_5", admit("op_5"))
+            service = service_on(store)
+            watch = service.watch(0)
+            assert await next_rows(watch, until=13) == [("op_5", 13, RowState.ACCEPTED)]
+            await store.write("op_6", admit("op_6"))
+            assert await next_rows(watch, until=14) == [("op_6", 14, RowState.ACCEPTED)]
+            service.end_watches()
 
     asyncio.run(main())
