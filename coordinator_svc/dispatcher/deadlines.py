@@ -45,6 +45,10 @@ class TurnDeadlines:
     def forget(self, operation_id: str) -> None:
         self._known.pop(operation_id, None)
 
+    def __contains__(self, operation_id: object) -> bool:
+        """Whether this operation's limits are held (tests: memory stays bounded)."""
+        return operation_id in self._known
+
     def _read(self, record: OperationRecord) -> tuple[datetime | None, datetime | None]:
         parsed = runner_pb2.TurnEnvelope()
         try:

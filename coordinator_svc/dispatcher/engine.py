@@ -171,11 +171,11 @@ class Dispatcher:
         self._locks = [asyncio.Lock() for _ in range(LOCK_STRIPES)]
         self._active: set[str] = set()
         self._agenda = Agenda(timings.backoff_initial, timings.backoff_max)
-        self._deadlines = TurnDeadlines(queue_timeout)
+        self.deadlines = TurnDeadlines(queue_timeout)
         self._preflight_first_attempts = preflight_first_attempts
         self._attempt_with_acceptance = not (preflight_first_attempts or queue_before_first_attempt)
         quotas = quotas or Quotas()
-        self.room = WaitingRoom(self._runners, quotas, self._deadlines, clock, self.wake)
+        self.room = WaitingRoom(self._runners, quotas, self.deadlines, clock, self.wake)
         # Operations a grant is routing right now (their slot is reserved).
         self._routing: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -231,18 +231,26 @@ class Dispatcher:
         first = None
         if self._running and self._attempt_with_acceptance:
             self._avoid_unreachable()
-            context = self._context((), record)
+            context = self._context((), record)  # reads the turn's limits (kept per turn)
             first = first_attempt_now(record, self.room.scheduler, self._identity_of, context)
-        if first is None or first.change is None:
-            return await submit(record, event)
-        # Its own task: a caller that gives up (deadline, reset) must not cut the
-        # bookkeeping short once the writes are out (the slot, the drive).
-        task = asyncio.get_running_loop().create_task(
-            self._store_with_first_attempt(record, event, submit, first)
-        )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return await asyncio.shield(task)
+        try:
+            if first is None or first.change is None:
+                stored = await submit(record, event)
+            else:
+                # Its own task: a caller that gives up (deadline, reset) must not cut
+                # the bookkeeping short once the writes are out (the slot, the drive).
+                task = asyncio.get_running_loop().create_task(
+                    self._store_with_first_attempt(record, event, submit, first)
+                )
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                stored = await asyncio.shield(task)
+        except BaseException:
+            self.deadlines.forget(record.operation_id)  # read again if it was stored after all
+            raise
+        if stored[1]:
+            self.deadlines.forget(record.operation_id)  # a replay: this id is never stored
+        return stored
 
     async def _store_with_first_attempt(
         self, record: OperationRecord, event: EventRecord, submit: Submit, first: Decision
@@ -454,7 +462,7 @@ class Dispatcher:
     ) -> Context:
         t = self._timings
         deadline, queue_deadline = (
-            self._deadlines.limits(record) if record is not None else (None, None)
+            self.deadlines.limits(record) if record is not None else (None, None)
         )
         return Context(
             turn_deadline=deadline,
@@ -523,7 +531,7 @@ class Dispatcher:
         self._agenda.committed(after, self._clock())
         self.room.committed(after)
         if after.state.terminal:
-            self._deadlines.forget(op_id)
+            self.deadlines.forget(op_id)
         if self.room.scheduler.follow(after, routing=op_id in self._routing):
             self._pump()
         if d.change is not None and d.change.event is not None:

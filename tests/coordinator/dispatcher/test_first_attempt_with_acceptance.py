@@ -23,9 +23,9 @@ def transactions(journal: Journal) -> int:
 def test_a_turn_sent_at_once_is_stored_with_its_first_attempt_in_one_transaction(
     tmp_path: Path,
 ) -> None:
-    """The acceptance's one COMMIT holds the turn DISPATCHING with attempt 1 bound to
-    the incarnation the watch knows (no preflight, C2a); events QUEUED then
-    DISPATCHING; the turn runs once."""
+    """C1a, C4: the acceptance's one COMMIT holds the turn DISPATCHING with attempt 1
+    bound to the incarnation the watch knows (no preflight, C2a); events QUEUED then
+    DISPATCHING (C13); the turn runs once."""
 
     async def scenario() -> None:
         rig = Rig(tmp_path, sqlite_journal(tmp_path / "journal.db"))
@@ -59,7 +59,8 @@ def test_a_turn_sent_at_once_is_stored_with_its_first_attempt_in_one_transaction
 def test_with_queue_before_first_attempt_the_turn_is_stored_queued_alone(
     tmp_path: Path,
 ) -> None:
-    """The operator's switch: acceptance and write-ahead are two commits again."""
+    """C1a off (the operator's switch): acceptance (C1) and write-ahead (C4) are two
+    commits again."""
 
     async def scenario() -> None:
         rig = Rig(tmp_path, sqlite_journal(tmp_path / "journal.db"))
@@ -84,7 +85,7 @@ def test_with_queue_before_first_attempt_the_turn_is_stored_queued_alone(
 def test_a_turn_with_no_free_slot_is_stored_queued_and_runs_when_one_frees(
     tmp_path: Path,
 ) -> None:
-    """One slot, taken: the next turn is not routed at acceptance (C6a); it waits
+    """C1a, C6a: one slot, taken: the next turn is not routed at acceptance; it waits
     QUEUED with no attempt and runs after the first settles, once."""
 
     async def scenario() -> None:
@@ -92,7 +93,8 @@ def test_a_turn_with_no_free_slot_is_stored_queued_and_runs_when_one_frees(
         try:
             dispatcher = await rig.sized_dispatcher(slots=1)
             await rig.watching("r1")
-            slow, slow_event = new_operation({"sleep_ms": "400"})
+            # Long enough that the slot is still taken at the next acceptance on a busy box.
+            slow, slow_event = new_operation({"sleep_ms": "1500"})
             first, _ = await rig.accept(slow, slow_event)
             assert first.state is OpState.DISPATCHING
             record, event = new_operation({"output": "next"})
@@ -110,9 +112,10 @@ def test_a_turn_with_no_free_slot_is_stored_queued_and_runs_when_one_frees(
 
 
 def test_a_replayed_key_sends_nothing_new_and_gives_the_slot_back(tmp_path: Path) -> None:
-    """A submit whose key is known stores nothing of the new turn: its attempt's
-    compare-and-set finds no row, no Dispatch is sent for it, and the slot it was
-    given at acceptance is free again."""
+    """C1a, C1 (idempotency): a submit whose key is known stores nothing of the new
+    turn: its attempt's compare-and-set finds no row, no Dispatch is sent for it, the
+    slot it was given at acceptance is free again, and nothing of it stays in memory
+    (a flood of replays must not grow the coordinator)."""
 
     async def scenario() -> None:
         rig = Rig(tmp_path, sqlite_journal(tmp_path / "journal.db"))
@@ -133,6 +136,7 @@ def test_a_replayed_key_sends_nothing_new_and_gives_the_slot_back(tmp_path: Path
             assert replayed
             assert stored.operation_id == record.operation_id
             assert await rig.journal.get(again.operation_id) is None
+            assert again.operation_id not in dispatcher.deadlines  # nothing kept for it
             assert dispatcher.metrics.rpc_calls["Dispatch"] == dispatches
             assert dispatcher.room.scheduler.in_use("r1", TurnKind.WRITABLE) == 0
             assert dispatcher.metrics.first_attempts_with_acceptance == 1
@@ -161,8 +165,9 @@ class FirstAttemptWriteFails:
 
 
 def test_a_failed_attempt_write_leaves_the_turn_queued_and_it_runs_once(tmp_path: Path) -> None:
-    """The acceptance commits; the attempt written with it does not: the turn is
-    stored QUEUED, its slot given back, and a grant dispatches it as usual."""
+    """C1a, C4 (fail closed): the acceptance commits; the attempt written with it does
+    not: the turn is stored QUEUED, its slot given back, and a grant dispatches it as
+    usual."""
 
     async def scenario() -> None:
         failing = FirstAttemptWriteFails(sqlite_journal(tmp_path / "journal.db"))
