@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -40,7 +41,6 @@ from ab_rounds import IN_FLIGHT, Figures, alternating, medians  # noqa: E402
 from baseline import measure  # noqa: E402
 from e2e import RPC_TIMEOUT, Counters, Stack, one_turn, settle  # noqa: E402
 from e2e_processes import (  # noqa: E402
-    STOP_GRACE,
     Plan,
     Scratch,
     scratch,
@@ -66,18 +66,20 @@ def progress(line: str) -> None:
 
 
 async def start_way(
-    area: Scratch, way: str, extra: Sequence[str], client_stack: list[Stack]
-) -> None:
-    """One system: a runner, a coordinator with ``extra`` flags, and a client here."""
+    area: Scratch, way: str, extra: Sequence[str], clients: contextlib.AsyncExitStack
+) -> Stack:
+    """One system: a runner, a coordinator with ``extra`` flags, and a client here
+    (closed with ``clients``; the processes end with ``area``, by PID)."""
     plan = Plan(sequential=0, concurrent=0, runners=1, slots=SLOTS)
     runners = start_runners(area, way, plan)
     url = f"sqlite:///{area.root / f'{way}-journal.db'}"
     coordinator = start_coordinator(area, way, url, runners, extra)
-    client = AsyncTurnwireClient(coordinator.address, coordinator.token, timeout=RPC_TIMEOUT)
-    await client.__aenter__()
-    client_stack.append(Stack(way, runners, coordinator, client))
+    client = await clients.enter_async_context(
+        AsyncTurnwireClient(coordinator.address, coordinator.token, timeout=RPC_TIMEOUT)
+    )
     flags = " ".join(extra) or "(defaults)"
     progress(f"{way}: coordinator pid {coordinator.pid}, runner pid {runners[0].pid}: {flags}")
+    return Stack(way, runners, coordinator, client)
 
 
 async def one_round(stack: Stack, in_flight: int, turns: int) -> list[float]:
@@ -136,22 +138,16 @@ def lines(result: dict[str, dict[str, dict[str, float]]], rounds: int) -> list[s
 async def run(a_args: Sequence[str], b_args: Sequence[str], turns: int, rounds: int) -> Figures:
     with scratch(keep=False) as area:
         await wait_quiet(progress)
-        stacks: list[Stack] = []
-        try:
-            await start_way(area, "A", a_args, stacks)
-            await start_way(area, "B", b_args, stacks)
-            by_way = {stack.journal: stack for stack in stacks}
+        async with contextlib.AsyncExitStack() as clients:
+            by_way = {
+                "A": await start_way(area, "A", a_args, clients),
+                "B": await start_way(area, "B", b_args, clients),
+            }
 
             async def round_of(way: str, in_flight: int) -> list[float]:
                 return await one_round(by_way[way], in_flight, turns)
 
             return await alternating(WAYS, rounds, round_of, "ab")
-        finally:
-            for stack in stacks:
-                await stack.client.__aexit__(None, None, None)
-                stack.coordinator.process.terminate(STOP_GRACE)
-                for runner in stack.runners:
-                    runner.terminate(STOP_GRACE)
 
 
 def main(argv: list[str] | None = None) -> int:
