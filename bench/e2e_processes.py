@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from turnwire.launcher import ManagedProcess, python_module
+from turnwire.secure_channels import runner_sync_channel
+from turnwire.transport_security import RunnerCredentials, read_secret_file, write_secret_file
 
 BENCH_DIR = Path(__file__).resolve().parent
 START_TIMEOUT = 60.0  # one process start, or one PostgreSQL cluster start
@@ -114,14 +116,34 @@ class Scratch:
     root: Path
     processes: list[ManagedProcess]
 
-    def start(self, name: str, argv: list[str], *, healthy: bool) -> ManagedProcess:
+    @property
+    def runner_secret_file(self) -> Path:
+        """The secret this run's runners demand of its coordinators (issue 11: plaintext
+        on loopback with a shared secret), made on first use, mode 600."""
+        path = self.root / "runner-secret"
+        if not path.exists():
+            write_secret_file(path)
+        return path
+
+    def open_runner_channel(self, address: str) -> Any:
+        credentials = RunnerCredentials(secret=read_secret_file(self.runner_secret_file))
+        return runner_sync_channel(credentials, address)
+
+    def start(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        healthy: bool,
+        open_channel: Callable[[str], Any] | None = None,
+    ) -> ManagedProcess:
         process = ManagedProcess(
             name, argv, self.root / "logs" / f"{name}.log", self.root / f"{name}.addr"
         )
         self.processes.append(process)
         process.start(START_TIMEOUT)
         if healthy:
-            process.wait_healthy(START_TIMEOUT)
+            process.wait_healthy(START_TIMEOUT, open_channel)
         return process
 
     def stop_all(self) -> None:
@@ -163,9 +185,10 @@ def start_runners(area: Scratch, prefix: str, plan: Plan) -> list[ManagedProcess
             "--executor", "echo",
             "--writable-slots", str(plan.slots),
             "--read-only-slots", str(plan.slots),
+            "--plaintext", "--coordinator-secret-file", str(area.runner_secret_file),
             "--log-level", "WARNING",
         )  # fmt: skip
-        runners.append(area.start(name, argv, healthy=True))
+        runners.append(area.start(name, argv, healthy=True, open_channel=area.open_runner_channel))
     return runners
 
 
@@ -241,6 +264,7 @@ def start_coordinator(
         "--journal-url", journal_url,
         "--tokens-file", tokens_file,
         "--migrate",
+        "--plaintext", "--runner-secret-file", str(area.runner_secret_file),
         "--log-level", "WARNING",
         *extra,
     ]  # fmt: skip

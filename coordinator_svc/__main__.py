@@ -1,6 +1,8 @@
 """``python -m coordinator_svc``: serve, migrate, manage tokens.
 
     python -m coordinator_svc serve   [--listen HOST:PORT] [--journal-url URL] [--runner SPEC]...
+                                      (--tls-cert F --tls-key F --tls-ca F
+                                       | --plaintext [--runner-secret-file F])
                                       [--tokens-file F] [--migrate] [timing flags] ...
     python -m coordinator_svc migrate [--journal-url URL]
     python -m coordinator_svc tokens add --file F --principal P
@@ -34,6 +36,7 @@ from coordinator_svc.config import (
     parse_runner_spec,
 )
 from coordinator_svc.core.quotas import PrincipalLimits, parse_limits
+from coordinator_svc.security_flags import add_security_flags, security_from_args
 from turnwire import event_loop
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, MessageLimits, parse_byte_count
 
@@ -123,6 +126,7 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
         "is taken; exit 2 for bad flags.",
     )
     _serve_wiring_flags(serve)
+    add_security_flags(serve)
     _serve_behaviour_flags(serve)
     _scheduling_flags(serve)
     _timing_flags(serve)
@@ -307,7 +311,10 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         for line in (_env("TURNWIRE_PRINCIPAL_QUOTAS", "") or "").splitlines()
         if line.strip()
     ]
+    tls, runner_credentials = security_from_args(args, has_runners=bool(runners))
     return CoordinatorConfig(
+        tls=tls,
+        runner_credentials=runner_credentials,
         quota=args.quota or PrincipalLimits(),
         principal_quotas=tuple(principal_quotas),
         queue_timeout=args.queue_timeout,
@@ -367,6 +374,7 @@ async def _serve_until_signalled(config: CoordinatorConfig, grace: float) -> int
 
 def _serve(args: argparse.Namespace) -> int:
     from coordinator_svc.api.auth import Authenticator, TokensFileError
+    from coordinator_svc.app import check_transport_security
     from coordinator_svc.ports import JournalError
     from coordinator_svc.storage import migrate
     from turnwire.serving import AddressInUseError
@@ -378,6 +386,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
     try:
         config = config_from_args(args)
+        check_transport_security(config)
         Authenticator.from_file(config.tokens_file)  # a bad file fails before anything changes
         _sqlite_dir(config.journal_url)
     except (ValueError, TokensFileError) as exc:

@@ -33,7 +33,9 @@ from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import Journal
 from coordinator_svc.storage import open_journal
 from coordinator_svc.storage.cached import CachedJournal
+from turnwire.secure_channels import server_credentials
 from turnwire.serving import RunningServer, ensure_port_free, start_server
+from turnwire.transport_security import SecurityConfigError, require_loopback_for_plaintext
 
 log = logging.getLogger("coordinator_svc")
 
@@ -96,6 +98,7 @@ async def start_coordinator(
     authenticator = Authenticator.from_file(config.tokens_file)
     if not authenticator.principals:
         log.warning("no tokens configured: every TurnService call will be refused")
+    check_transport_security(config)
     ensure_port_free(config.listen)
     wiring = _Wiring(config, authenticator, tuple(interceptors), tuple(server_interceptors), clock)
     owned = journal is None
@@ -134,6 +137,7 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
         queue_timeout=config.queue_timeout,
         preflight_first_attempts=config.preflight_first_attempts,
         queue_before_first_attempt=config.queue_before_first_attempt,
+        runner_credentials=config.runner_credentials,
     )
     await dispatcher.start()
     servicer = TurnServicer(
@@ -157,11 +161,31 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
             options=(
                 ("grpc.max_receive_message_length", config.limits.coordinator_max_receive_bytes),
             ),
+            # Issue 11: TLS for the public API when given; callers prove who they
+            # are with bearer tokens, so no client certificate is asked for.
+            credentials=(
+                server_credentials(config.tls, require_client_cert=False)
+                if config.tls is not None
+                else None
+            ),
         )
     except BaseException:
         await dispatcher.stop()
         raise
     return RunningCoordinator(server.address, journal, dispatcher, feed, servicer, server, config)
+
+
+def check_transport_security(config: CoordinatorConfig) -> None:
+    """Issue 11, before anything opens: plaintext only on loopback, and runners
+    only with the credentials they demand (ValueError says which is missing)."""
+    if config.tls is None:
+        require_loopback_for_plaintext(config.listen, "plaintext listen address")
+    if config.runners and config.runner_credentials is None:
+        raise SecurityConfigError(
+            "runners are configured but the coordinator has no runner credentials: give "
+            "--tls-cert/--tls-key/--tls-ca (mutual TLS), or --plaintext with "
+            "--runner-secret-file (loopback only)"
+        )
 
 
 def _redacted(url: str) -> str:

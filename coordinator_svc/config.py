@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from coordinator_svc.core.model import TurnKind
 from coordinator_svc.core.quotas import PrincipalLimits
 from turnwire.limits import MessageLimits
+from turnwire.transport_security import RunnerCredentials, TlsMaterial
 
 
 @dataclass(frozen=True)
@@ -91,3 +92,9 @@ class CoordinatorConfig:
     # Issue 10 off: every turn is stored QUEUED alone and its first attempt
     # written by a commit of its own (one more durable commit per turn).
     queue_before_first_attempt: bool = False
+    # Issue 11. The public API's TLS certificate (None: plaintext, loopback
+    # only); the same material is this coordinator's client certificate toward
+    # runners when they are reached over mutual TLS.
+    tls: TlsMaterial | None = None
+    # What runners demand of this coordinator: required when runners are set.
+    runner_credentials: RunnerCredentials | None = None

@@ -2,6 +2,10 @@
 
 Flags fall back to environment variables (TURNWIRE_RUNNER_*), then defaults.
 SIGTERM or SIGINT drains (R8) and exits 0.
+
+A runner serves only its coordinator (issue 11): start it with mutual TLS
+(``--tls-cert/--tls-key/--tls-ca``, certificates from ``turnwire certs``) or,
+on a loopback address, ``--plaintext --coordinator-secret-file F``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,13 @@ from runner_svc.storage.sqlite_store import StoreError
 from turnwire import event_loop
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, parse_byte_count
 from turnwire.serving import AddressInUseError, announce
+from turnwire.transport_security import (
+    DEFAULT_COORDINATOR_IDENTITIES,
+    RunnerAccess,
+    SecurityConfigError,
+    read_secret_file,
+    tls_from_flags,
+)
 
 log = logging.getLogger("runner_svc")
 _ENV = "TURNWIRE_RUNNER_"
@@ -110,15 +121,85 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         "After a SIGKILL, turns sent within this window of the crash end UNKNOWN rather than "
         "being proven absent (PROTOCOL.md §6.1) [TURNWIRE_RUNNER_ADMISSION_WINDOW]",
     )
+    _add_access_arguments(serve)
     serve.add_argument(
         "--address-file", default=None, help="write the bound HOST:PORT to this file once listening"
     )
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
 
 
+def _add_access_arguments(serve: argparse.ArgumentParser) -> None:
+    access = serve.add_argument_group(
+        "who may call this runner (one of the two is required)",
+        "mutual TLS: the caller's certificate must chain to --tls-ca and name a "
+        "--coordinator-identity as its CN; or, on a loopback --listen only, --plaintext "
+        "with --coordinator-secret-file (every call must carry that secret)",
+    )
+    access.add_argument(
+        "--tls-cert",
+        default=_env("TLS_CERT", None),
+        help="this runner's certificate chain, PEM [TURNWIRE_RUNNER_TLS_CERT]",
+    )
+    access.add_argument(
+        "--tls-key",
+        default=_env("TLS_KEY", None),
+        help="its private key, PEM, mode 600 [TURNWIRE_RUNNER_TLS_KEY]",
+    )
+    access.add_argument(
+        "--tls-ca",
+        default=_env("TLS_CA", None),
+        help="the CA coordinators' certificates chain to [TURNWIRE_RUNNER_TLS_CA]",
+    )
+    access.add_argument(
+        "--coordinator-identity",
+        action="append",
+        default=None,
+        metavar="CN",
+        help="a certificate CN allowed to call this runner (repeatable; default: "
+        + ", ".join(sorted(DEFAULT_COORDINATOR_IDENTITIES))
+        + ")",
+    )
+    access.add_argument(
+        "--plaintext",
+        action="store_true",
+        default=_env("PLAINTEXT", "") in ("1", "true"),
+        help="no TLS: loopback --listen only, with --coordinator-secret-file "
+        "[TURNWIRE_RUNNER_PLAINTEXT=1]",
+    )
+    access.add_argument(
+        "--coordinator-secret-file", default=_env("COORDINATOR_SECRET_FILE", None),
+        help="with --plaintext: a file (mode 600) holding the secret every call must carry; "
+        "the coordinator is given the same file [TURNWIRE_RUNNER_COORDINATOR_SECRET_FILE]",
+    )  # fmt: skip
+
+
+def access_from_args(args: argparse.Namespace) -> RunnerAccess:
+    """The runner's RunnerAccess from its flags; SecurityConfigError says what is missing."""
+    tls = tls_from_flags(args.tls_cert, args.tls_key, args.tls_ca)
+    if tls is not None:
+        if args.plaintext or args.coordinator_secret_file:
+            raise SecurityConfigError(
+                "--tls-* and --plaintext/--coordinator-secret-file exclude each other"
+            )
+        identities = frozenset(args.coordinator_identity or DEFAULT_COORDINATOR_IDENTITIES)
+        return RunnerAccess(tls=tls, coordinator_identities=identities)
+    if not args.plaintext:
+        raise SecurityConfigError(
+            "a runner serves only its coordinator: give --tls-cert, --tls-key and --tls-ca "
+            "(mutual TLS; `turnwire certs` makes them), or --plaintext with "
+            "--coordinator-secret-file on a loopback --listen"
+        )
+    if not args.coordinator_secret_file:
+        raise SecurityConfigError("--plaintext needs --coordinator-secret-file")
+    if args.coordinator_identity:
+        raise SecurityConfigError("--coordinator-identity applies to mutual TLS only")
+    return RunnerAccess(secret=read_secret_file(Path(args.coordinator_secret_file)))
+
+
 async def _serve(args: argparse.Namespace) -> int:
     config = RunnerConfig(
         store_path=Path(args.store),
+        access=access_from_args(args),
         listen=args.listen,
         writable_slots=args.writable_slots,
         read_only_slots=args.read_only_slots,

@@ -15,10 +15,13 @@ from runner_svc.service import RunnerService, ServiceSettings
 from runner_svc.storage.async_store import AsyncRunnerStore
 from runner_svc.storage.sqlite_store import SqliteRunnerStore
 from runner_svc.transport import edge
+from runner_svc.transport.access import RunnerGate
 from runner_svc.transport.servicer import SERVICE_NAME, RunnerServicer
 from turnwire.ids import new_incarnation_id
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, MessageLimits
+from turnwire.secure_channels import server_credentials
 from turnwire.serving import RunningServer, start_server
+from turnwire.transport_security import RunnerAccess, require_loopback_for_plaintext
 
 log = logging.getLogger("runner_svc.app")
 
@@ -26,6 +29,9 @@ log = logging.getLogger("runner_svc.app")
 @dataclass(frozen=True)
 class RunnerConfig:
     store_path: Path
+    # Who may call this runner (issue 11): mutual TLS or, on loopback, a shared
+    # secret. None starts nothing: a runner never obeys anyone who can reach it.
+    access: RunnerAccess | None = None
     listen: str = "127.0.0.1:0"
     writable_slots: int = 4
     read_only_slots: int = 4
@@ -48,6 +54,7 @@ class RunningRunner:
     service: RunnerService
     server: RunningServer
     drain_seconds: float
+    gate: RunnerGate
     _stopped: bool = False
 
     async def stop(self, drain: bool = True) -> None:
@@ -81,6 +88,13 @@ async def start_runner(
 
     ``executor`` and ``settings`` override what the config would build (tests).
     """
+    if config.access is None:
+        raise ValueError(
+            "a runner serves only its coordinator: give it TLS material (mutual TLS) "
+            "or a shared secret (plaintext, loopback only)"
+        )
+    if config.access.tls is None:  # before the store is opened: nothing to undo
+        require_loopback_for_plaintext(config.listen, "plaintext listen address")
     if config.writable_slots < 0 or config.read_only_slots < 0:
         raise ValueError("slot counts cannot be negative")
     MessageLimits(config.max_receive_bytes)  # raises ValueError if too small to be useful
@@ -103,12 +117,19 @@ async def start_runner(
     def register(server: grpc.aio.Server) -> None:
         edge.add_to_server(servicer, server)
 
+    gate = RunnerGate(config.access)
     try:
         server = await start_server(
             config.listen,
             register,
             [SERVICE_NAME],
+            interceptors=(gate,),
             options=(("grpc.max_receive_message_length", config.max_receive_bytes),),
+            credentials=(
+                server_credentials(config.access.tls, require_client_cert=True)
+                if config.access.tls is not None
+                else None
+            ),
         )
     except BaseException:
         await service.close()
@@ -117,9 +138,10 @@ async def start_runner(
     if config.address_file is not None:
         _write_address(Path(config.address_file), server.address)
     log.info(
-        "runner incarnation %s serving on %s (store %s, store_id %s, executor %s, slots %d/%d)",
+        "runner incarnation %s serving on %s (%s; store %s, store_id %s, executor %s, slots %d/%d)",
         incarnation_id,
         server.address,
+        "mutual TLS" if config.access.tls is not None else "plaintext, shared secret",
         config.store_path,
         store.store_id,
         chosen.name,
@@ -127,5 +149,5 @@ async def start_runner(
         settings.read_only_slots,
     )
     return RunningRunner(
-        server.address, incarnation_id, store.store_id, service, server, config.drain_seconds
+        server.address, incarnation_id, store.store_id, service, server, config.drain_seconds, gate
     )

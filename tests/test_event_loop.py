@@ -47,6 +47,7 @@ def test_an_unknown_choice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
             "--journal-url",
             "sqlite:///{tmp}/journal.db",
             "--migrate",
+            "--plaintext",
         ],
     ],
     ids=["runner", "coordinator"],

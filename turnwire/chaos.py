@@ -183,7 +183,11 @@ class _Load:
         semaphore = asyncio.Semaphore(self.plan.concurrency)
         tasks: set[asyncio.Task[None]] = set()
         index = 0
-        async with AsyncTurnwireClient(self.deployment.address, self.deployment.token) as client:
+        async with AsyncTurnwireClient(
+            self.deployment.address,
+            self.deployment.token,
+            credentials=self.deployment.client_credentials(),
+        ) as client:
             self.client = client
             while not self.stop.is_set():
                 task = asyncio.create_task(self._one(index, semaphore))
@@ -225,7 +229,9 @@ async def _quiesce(
 ) -> None:  # fmt: skip
     deadline = time.monotonic() + within
     open_ids = list(tally.submitted)
-    async with AsyncTurnwireClient(deployment.address, deployment.token) as client:
+    async with AsyncTurnwireClient(
+        deployment.address, deployment.token, credentials=deployment.client_credentials()
+    ) as client:
         while open_ids and time.monotonic() < deadline:
             still = []
             for op_id in open_ids:

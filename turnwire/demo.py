@@ -129,7 +129,9 @@ async def run_demo(deployment: LocalDeployment, plan: DemoPlan) -> DemoReport:
         f"injecting: Dispatch responses dropped p={plan.drop_response_p}, "
         f"Dispatch requests dropped p={plan.drop_request_p}, on both runners"
     )
-    async with AsyncTurnwireClient(deployment.address, deployment.token) as client:
+    async with AsyncTurnwireClient(
+        deployment.address, deployment.token, credentials=deployment.client_credentials()
+    ) as client:
         halfway = asyncio.Event()
         submitting = asyncio.create_task(_submit_all(client, plan, report, halfway))
         await asyncio.wait(

@@ -6,10 +6,19 @@ Everything lives under one data directory (printed by ``turnwire up``)::
     DATA/runner-1/store.db     each runner's dedupe store
     DATA/ledger.jsonl          the metered executor's execution ledger
     DATA/tokens.json           token digests -> principals
+    DATA/runner-secret         plaintext mode: the secret runners demand of the coordinator
+    DATA/certs/                TLS mode: the deployment CA and every process's certificate
+                               (``turnwire certs``; keys mode 600)
     DATA/logs/*.log            every process's output
 
 With ``with_proxies`` a fault proxy (``python -m turnwire.faults proxy``) sits
 on each coordinator -> runner path, so transport loss can be injected there.
+
+With ``tls`` (issue 11; what ``turnwire up`` and the demo run) the public API is
+served over TLS and every coordinator -> runner hop is mutual TLS: each runner
+serves only the certificate named ``coordinator`` (and ``fault-proxy``, the
+proxies' own, when they sit in between). Without it everything is plaintext
+on loopback and runners demand the shared secret in ``DATA/runner-secret``.
 A runner restarts on its remembered port, so the coordinator (and its proxy)
 keep reaching it at the same address with a new incarnation.
 """
@@ -21,8 +30,22 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import grpc
+
+from turnwire.certs import CA_CERT, issue_deployment
 from turnwire.launcher import LaunchError, ManagedProcess, python_module
+from turnwire.secure_channels import channel_credentials, runner_sync_channel
+from turnwire.transport_security import (
+    RunnerCredentials,
+    TlsMaterial,
+    read_secret_file,
+    write_secret_file,
+)
+
+# The certificate the fault proxies present to runners (TLS mode with proxies).
+PROXY_IDENTITY = "fault-proxy"
 
 
 @dataclass
@@ -66,6 +89,7 @@ class LocalDeployment:
     coordinator: ManagedProcess | None = None
     coordinator_port: int = 0
     proxy_seed: int = 0
+    tls: bool = False
     token: str = ""
     # Extra environment for every coordinator / runner process this deployment
     # starts (e.g. TURNWIRE_CRASH_AT, turnwire.crashpoints); a restart may add more.
@@ -82,6 +106,71 @@ class LocalDeployment:
     @property
     def tokens_file(self) -> Path:
         return self.data_dir / "tokens.json"
+
+    @property
+    def runner_secret_file(self) -> Path:
+        return self.data_dir / "runner-secret"
+
+    @property
+    def certs_dir(self) -> Path:
+        return self.data_dir / "certs"
+
+    @property
+    def ca_file(self) -> Path | None:
+        """The CA a client must trust to reach the coordinator (None: plaintext)."""
+        return self.certs_dir / CA_CERT if self.tls else None
+
+    def _tls_flags(self, name: str) -> list[str]:
+        return [
+            "--tls-cert", str(self.certs_dir / f"{name}.pem"),
+            "--tls-key", str(self.certs_dir / f"{name}.key"),
+            "--tls-ca", str(self.certs_dir / CA_CERT),
+        ]  # fmt: skip
+
+    def _tls(self, name: str) -> TlsMaterial:
+        return TlsMaterial.from_files(
+            self.certs_dir / f"{name}.pem", self.certs_dir / f"{name}.key", self.certs_dir / CA_CERT
+        )
+
+    def _open_runner_channel(self, address: str) -> Any:
+        return runner_sync_channel(self.runner_credentials, address)
+
+    def _open_coordinator_channel(self, address: str) -> Any:
+        if not self.tls:
+            return grpc.insecure_channel(address)
+        return grpc.secure_channel(address, self.client_credentials())
+
+    def client_credentials(self) -> Any:
+        """gRPC channel credentials for a client of the coordinator (None: plaintext)."""
+        if not self.tls:
+            return None
+        return channel_credentials(self._tls("coordinator"), present_certificate=False)
+
+    @property
+    def runner_credentials(self) -> RunnerCredentials:
+        """What this deployment's runners demand (tests and tools that call a runner)."""
+        if self.tls:
+            return RunnerCredentials(tls=self._tls("coordinator"))
+        return RunnerCredentials(secret=read_secret_file(self.runner_secret_file))
+
+    def _make_credentials(self) -> None:
+        if not self.tls:
+            if not self.runner_secret_file.exists():
+                write_secret_file(self.runner_secret_file)
+            return
+        if (self.certs_dir / CA_CERT).exists():
+            return  # a restarted deployment keeps its CA and certificates
+        runners = tuple(f"runner-{index}" for index in range(1, self.runner_count + 1))
+        coordinators = ("coordinator", PROXY_IDENTITY) if self.with_proxies else ("coordinator",)
+        issue_deployment(self.certs_dir, coordinators=coordinators, runners=runners)
+
+    def _runner_security_flags(self, name: str) -> list[str]:
+        if not self.tls:
+            return ["--plaintext", "--coordinator-secret-file", str(self.runner_secret_file)]
+        identities = ["--coordinator-identity", "coordinator"]
+        if self.with_proxies:
+            identities += ["--coordinator-identity", PROXY_IDENTITY]
+        return [*self._tls_flags(name), *identities]
 
     @property
     def journal(self) -> str:
@@ -107,6 +196,7 @@ class LocalDeployment:
             "--ledger", str(self.ledger),
             "--writable-slots", str(self.writable_slots),
             "--read-only-slots", str(self.read_only_slots),
+            *self._runner_security_flags(name),
         )  # fmt: skip
         return ManagedProcess(
             name,
@@ -126,6 +216,7 @@ class LocalDeployment:
             "--control", "127.0.0.1:0",
             "--control-address-file", str(control_file),
             "--seed", str(self.proxy_seed),
+            *(self._tls_flags(PROXY_IDENTITY) if self.tls else ()),
         )  # fmt: skip
         return ManagedProcess(name, argv, self._log(name), self.data_dir / f"{name}.addr")
 
@@ -145,6 +236,7 @@ class LocalDeployment:
     def start(self, timeout: float = 60.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.token = self.issue_token("demo")
+        self._make_credentials()
         for index in range(1, self.runner_count + 1):
             name = f"runner-{index}"
             store_dir = self.data_dir / name
@@ -155,14 +247,14 @@ class LocalDeployment:
             self.runners.append(slot)
             address = process.start(timeout)
             slot.port = int(address.rsplit(":", 1)[1])
-            process.wait_healthy(timeout)
+            process.wait_healthy(timeout, self._open_runner_channel)
             if self.with_proxies:
                 slot.proxy = self._proxy_process(f"proxy-{index}", address, slot.control_file)
                 slot.proxy.start(timeout)
         self.coordinator = self._coordinator_process("127.0.0.1:0")
         address = self.coordinator.start(timeout)
         self.coordinator_port = int(address.rsplit(":", 1)[1])
-        self.coordinator.wait_healthy(timeout)
+        self.coordinator.wait_healthy(timeout, self._open_coordinator_channel)
 
     def _coordinator_process(
         self, listen: str, env: Mapping[str, str] | None = None
@@ -177,6 +269,11 @@ class LocalDeployment:
             "--listen", listen,
             "--journal-url", self.journal,
             "--tokens-file", str(self.tokens_file),
+            *(
+                self._tls_flags("coordinator")
+                if self.tls
+                else ["--plaintext", "--runner-secret-file", str(self.runner_secret_file)]
+            ),
             "--migrate",
             *runner_flags,
             *self.coordinator_args,
@@ -204,7 +301,7 @@ class LocalDeployment:
             self.coordinator.terminate()
         self.coordinator = self._coordinator_process(f"127.0.0.1:{self.coordinator_port}", env)
         self.coordinator.start(timeout)
-        self.coordinator.wait_healthy(timeout)
+        self.coordinator.wait_healthy(timeout, self._open_coordinator_channel)
 
     def restart_runner(
         self,
@@ -235,7 +332,7 @@ class LocalDeployment:
             slot.store = replace_store(slot.store)
         slot.process = self._runner_process(name, slot.store, f"127.0.0.1:{slot.port}", env)
         slot.process.start(timeout)
-        slot.process.wait_healthy(timeout)
+        slot.process.wait_healthy(timeout, self._open_runner_channel)
 
     def processes(self) -> list[ManagedProcess]:
         found: list[ManagedProcess] = []

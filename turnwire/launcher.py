@@ -13,9 +13,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -72,10 +73,14 @@ class ManagedProcess:
         self.kill()
         raise LaunchError(f"{self.name} did not announce an address within {timeout:.0f}s")
 
-    def wait_healthy(self, timeout: float = 30.0) -> None:
-        """Poll grpc health (bounded) until the server says SERVING."""
+    def wait_healthy(
+        self, timeout: float = 30.0, open_channel: Callable[[str], Any] | None = None
+    ) -> None:
+        """Poll grpc health (bounded) until the server says SERVING. ``open_channel``
+        makes the channel (a runner's health answers only its coordinator's
+        credentials: turnwire.transport_security.RunnerCredentials.sync_channel)."""
         deadline = time.monotonic() + timeout
-        with grpc.insecure_channel(self.address) as channel:
+        with (open_channel or grpc.insecure_channel)(self.address) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             while time.monotonic() < deadline:
                 try:

@@ -5,6 +5,8 @@
   would split traffic between two dedupe tables.
 - Registers grpc health (SERVING / NOT_SERVING per service and overall) and
   server reflection.
+- Serves TLS when given server credentials; without them (plaintext) it
+  listens on loopback only (turnwire.transport_security, issue 11).
 - Reports the bound address (``127.0.0.1:0`` -> the real port) so launchers
   and tests can read it from stdout or a file.
 """
@@ -19,6 +21,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+
+from turnwire.transport_security import require_loopback_for_plaintext
 
 NO_PORT_REUSE = (("grpc.so_reuseport", 0),)
 
@@ -78,8 +82,12 @@ async def start_server(
     *,
     interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
     options: Iterable[tuple[str, object]] = (),
+    credentials: grpc.ServerCredentials | None = None,
 ) -> RunningServer:
-    """Start a grpc.aio server on ``listen`` with health and reflection."""
+    """Start a grpc.aio server on ``listen`` with health and reflection: TLS with
+    ``credentials``, else plaintext, which only a loopback address may serve."""
+    if credentials is None:
+        require_loopback_for_plaintext(listen, "plaintext listen address")
     ensure_port_free(listen)
     server = grpc.aio.server(
         interceptors=tuple(interceptors), options=(*NO_PORT_REUSE, *tuple(options))
@@ -97,7 +105,11 @@ async def start_server(
         server,
     )
     try:
-        port = server.add_insecure_port(listen)
+        port = (
+            server.add_insecure_port(listen)
+            if credentials is None
+            else server.add_secure_port(listen, credentials)
+        )
     except RuntimeError as exc:
         raise AddressInUseError(f"cannot listen on {listen}: {exc}") from exc
     if port == 0:

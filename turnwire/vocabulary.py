@@ -63,6 +63,7 @@ class ErrorReason(enum.StrEnum):
     SHUTDOWN = "SHUTDOWN"
     DISPATCH_REJECTED = "DISPATCH_REJECTED"
     QUEUE_TIMEOUT = "QUEUE_TIMEOUT"
+    CALLER_NOT_ALLOWED = "CALLER_NOT_ALLOWED"
 
 
 class Execution(enum.StrEnum):

@@ -39,6 +39,7 @@ from coordinator_svc.ports import RunnerGateway
 from turnwire.backoff import backoff_seconds
 from turnwire.crashpoints import crash_point
 from turnwire.limits import MessageLimits
+from turnwire.transport_security import RunnerCredentials
 
 log = logging.getLogger("coordinator_svc.dispatcher")
 
@@ -55,16 +56,25 @@ class RunnerCalls:
         *,
         settle_grace: float,
         limits: MessageLimits,
+        credentials: RunnerCredentials | None = None,
         gateways: Mapping[str, RunnerGateway] | None = None,
     ) -> None:
         self._timings = timings
         self._settle_grace = settle_grace
         # gRPC clients unless the caller brings its own gateways (tests: in process).
-        self.clients: dict[str, RunnerGateway] = (
-            dict(gateways)
-            if gateways is not None
-            else {r.name: RunnerClient(r, timings, metrics, interceptors, limits) for r in runners}
-        )
+        if gateways is not None:
+            self.clients: dict[str, RunnerGateway] = dict(gateways)
+        elif runners and credentials is None:
+            raise ValueError(
+                "runners are configured but no runner credentials: a runner serves only "
+                "its coordinator (mutual TLS, or a shared secret on loopback)"
+            )
+        else:
+            self.clients = {
+                r.name: RunnerClient(r, timings, metrics, credentials, interceptors, limits)
+                for r in runners
+                if credentials is not None
+            }
         self._batchers = {n: StatusBatcher(c.statuses) for n, c in self.clients.items()}
         self.releases = ReleaseCarrier(self._release_alone, metrics)
         self._release_tasks: set[asyncio.Task[bool]] = set()

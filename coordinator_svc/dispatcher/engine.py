@@ -94,6 +94,7 @@ from coordinator_svc.ports import (
 )
 from turnwire.crashpoints import crash_point
 from turnwire.limits import MessageLimits
+from turnwire.transport_security import RunnerCredentials
 
 log = logging.getLogger("coordinator_svc.dispatcher")
 
@@ -120,6 +121,8 @@ class Dispatcher:
     """Hands operations to runners and records what happened (C2-C14).
 
     ``interceptors`` wrap every runner channel (fault injection in tests).
+    ``runner_credentials`` are what the runners demand (issue 11): needed
+    whenever runners are configured and no ``gateways`` stand in for them.
     ``status_poll``: seconds between fallback status polls of a RUNNING or
     CANCELLING operation (default 20 x ``timings.idle_poll``); the watch
     stream normally reports first. ``settle_grace``: how long an accepted,
@@ -146,6 +149,7 @@ class Dispatcher:
         gateways: Mapping[str, RunnerGateway] | None = None,
         preflight_first_attempts: bool = False,
         queue_before_first_attempt: bool = False,
+        runner_credentials: RunnerCredentials | None = None,
     ) -> None:
         self._journal = journal
         self._runners = tuple(runners)
@@ -162,6 +166,7 @@ class Dispatcher:
             interceptors,
             settle_grace=settle_grace if settle_grace is not None else timings.settle_grace,
             limits=limits or MessageLimits(),
+            credentials=runner_credentials,
             gateways=gateways,
         )
         self._watches = [RunnerWatch(c, self, timings) for c in self._calls.clients.values()]

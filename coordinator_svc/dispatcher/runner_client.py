@@ -44,6 +44,8 @@ from coordinator_svc.ports import RunnerInfo, WatchCall
 from turnwire.errors import error_info
 from turnwire.limits import MessageLimits
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
+from turnwire.secure_channels import runner_aio_channel
+from turnwire.transport_security import RunnerCredentials
 
 log = logging.getLogger("coordinator_svc.dispatcher")
 
@@ -92,6 +94,7 @@ class RunnerClient:
         endpoint: RunnerEndpoint,
         timings: DispatchTimings,
         metrics: DispatcherMetrics,
+        credentials: RunnerCredentials,
         interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
         limits: MessageLimits | None = None,
     ) -> None:
@@ -99,9 +102,15 @@ class RunnerClient:
         self._timings = timings
         self._metrics = metrics
         self._limits = limits or MessageLimits()
-        self._channel = grpc.aio.insecure_channel(
+        # Issue 11: the runner serves only its coordinator. With mutual TLS the
+        # channel carries who we are; in plaintext each call carries the secret
+        # (passed per call, not by an interceptor: no extra hop on the hot path).
+        self._metadata = credentials.call_metadata or None
+        self._channel = runner_aio_channel(
+            credentials,
             endpoint.address,
-            interceptors=list(interceptors) or None,
+            interceptors=interceptors,
+            attach_secret=False,
             options=(
                 # C6 needs every Dispatch delivered at most once: no retries of any
                 # kind on this channel (PROTOCOL.md, "Transport assumption").
@@ -140,6 +149,7 @@ class RunnerClient:
         reply = await self._stub.GetOperationStatus(
             runner_pb2.GetOperationStatusRequest(operation_id=operation_id),
             timeout=self._timings.preflight_timeout,
+            metadata=self._metadata,
         )
         op = runner_op(reply.operation) if reply.present else None
         return PreflightAnswer(
@@ -160,6 +170,7 @@ class RunnerClient:
         reply = await self._stub.BatchGetOperationStatus(
             runner_pb2.BatchGetOperationStatusRequest(operation_ids=[op for op, _ in asked]),
             timeout=self._timings.preflight_timeout,
+            metadata=self._metadata,
         )
         entries = {entry.operation_id: entry for entry in reply.entries}
         chain = store_opens(reply.store_opens)
@@ -211,7 +222,9 @@ class RunnerClient:
             return DispatchRefused(command.attempt, MESSAGE_TOO_LARGE, "", why)
         self._metrics.rpc_calls["Dispatch"] += 1
         try:
-            reply = await self._stub.Dispatch(request, timeout=self._timings.dispatch_timeout)
+            reply = await self._stub.Dispatch(
+                request, timeout=self._timings.dispatch_timeout, metadata=self._metadata
+            )
             return DispatchAccepted(
                 command.attempt,
                 reply.incarnation_id,
@@ -239,7 +252,9 @@ class RunnerClient:
             fencing_token=command.fencing_token,
         )
         try:
-            reply = await self._stub.Cancel(request, timeout=self._timings.cancel_timeout)
+            reply = await self._stub.Cancel(
+                request, timeout=self._timings.cancel_timeout, metadata=self._metadata
+            )
             op = runner_op(reply.operation) if reply.HasField("operation") else None
             return CancelAnswered(self.name, reply.incarnation_id, op, reply.tombstoned)
         except grpc.aio.AioRpcError as error:
@@ -255,7 +270,9 @@ class RunnerClient:
         self._metrics.rpc_calls["Release"] += 1
         request = _release_request(operation_id, command)
         try:
-            await self._stub.Release(request, timeout=self._timings.release_timeout)
+            await self._stub.Release(
+                request, timeout=self._timings.release_timeout, metadata=self._metadata
+            )
         except grpc.aio.AioRpcError:
             return False
         return True
@@ -268,7 +285,9 @@ class RunnerClient:
         """The runner's incarnation and slot pool sizes (GetRunnerInfo); raises AioRpcError."""
         self._metrics.rpc_calls["GetRunnerInfo"] += 1
         reply = await self._stub.GetRunnerInfo(
-            runner_pb2.GetRunnerInfoRequest(), timeout=self._timings.preflight_timeout
+            runner_pb2.GetRunnerInfoRequest(),
+            timeout=self._timings.preflight_timeout,
+            metadata=self._metadata,
         )
         receives = reply.max_receive_message_bytes
         if 0 < receives < self._limits.runner_max_receive_bytes:
@@ -289,6 +308,7 @@ class RunnerClient:
         call: WatchCall = self._stub.WatchOperations(
             runner_pb2.WatchOperationsRequest(after_sequence=after_sequence),
             timeout=WATCH_WINDOW_SECONDS,
+            metadata=self._metadata,
         )
         return call
 

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("coordinator_svc.dispatcher.watch")
 
 _WATCHED_STATES = (OpState.RUNNING, OpState.CANCELLING, OpState.DISPATCH_UNKNOWN)
+# The runner's gate turned us away (R11): a configuration to fix, not a network blip.
+_REFUSED_BY_THE_GATE = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
 class RunnerWatch:
@@ -109,7 +111,7 @@ class RunnerWatch:
                 self._failures = 0 if window_over else self._failures + 1
                 if not window_over:
                     self.identity = None
-                    log.info("%s: watch interrupted: %s", self._client.name, describe(error))
+                    self._log_interruption(error)
                     self._down(describe(error))
                     await asyncio.sleep(self._delay())
             except Exception:  # e.g. the journal is unavailable: never end the watch
@@ -119,6 +121,19 @@ class RunnerWatch:
                 fresh = True
                 self._failures += 1
                 await asyncio.sleep(self._delay())
+
+    def _log_interruption(self, error: grpc.aio.AioRpcError) -> None:
+        if error.code() not in _REFUSED_BY_THE_GATE:
+            log.info("%s: watch interrupted: %s", self._client.name, describe(error))
+            return
+        if self._failures == 1:  # once per streak: it repeats until someone fixes it
+            log.error(
+                "%s refuses this coordinator (%s): give it the runner's secret "
+                "(--runner-secret-file) or a certificate whose CN the runner serves "
+                "(its --coordinator-identity); nothing is sent to it until then",
+                self._client.name,
+                describe(error),
+            )
 
     def _delay(self) -> float:
         t = self._timings

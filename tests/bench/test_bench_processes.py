@@ -135,6 +135,7 @@ def test_counting_coordinator_writes_its_counters_on_sigusr1(tmp_path: Path) -> 
         "--journal-url", f"sqlite:///{tmp_path / 'journal.db'}",
         "--tokens-file", str(tokens),
         "--migrate",
+        "--plaintext",
         "--log-level", "WARNING",
     ]  # fmt: skip
     process = ManagedProcess("coordinator", argv, tmp_path / "log", tmp_path / "addr")

@@ -37,6 +37,9 @@ def test_short_chaos_on_sqlite_holds_every_invariant(tmp_path: Path) -> None:
     """§8 1-6: a seeded chaos run (faults in cycles, restarts, load) ends PASS, not vacuous."""
     verdict = _run_chaos(tmp_path, 11)
     assert verdict["status"] == "PASS"
+    # Chaos runs as a deployment does (issue 11): mutual TLS on every runner hop.
+    runner_log = (tmp_path / "run" / "logs" / "runner-1.log").read_text()
+    assert "mutual TLS" in runner_log
     figures = verdict["figures"]
     assert isinstance(figures, dict)
     assert figures["duplicates"] == 0 and figures["lost"] == 0

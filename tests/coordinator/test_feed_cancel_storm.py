@@ -23,6 +23,7 @@ import grpc
 
 from coordinator_svc.feed import ChangeFeed
 from tests.coordinator.api.harness import bearer, submit_request
+from tests.support import runner_access
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 POLL = 0.02  # the in-process poll timeout (seconds)
@@ -264,7 +265,7 @@ def test_cancel_storm_against_a_real_coordinator_then_sigterm_exits(tmp_path: Pa
              "--tokens-file", str(tmp_path / "tokens"),
              "--runner", f"r1=127.0.0.1:{_closed_port()};pool=default",
              "--address-file", str(address_file), "--log-level", "WARNING",
-             "--shutdown-grace", str(SHUTDOWN_GRACE)],
+             "--shutdown-grace", str(SHUTDOWN_GRACE), *runner_access.coordinator_flags()],
             stdout=out, stderr=err, env=_env(), cwd=tmp_path,
         )  # fmt: skip
     try:

@@ -15,6 +15,7 @@ from coordinator_svc.app import start_coordinator
 from coordinator_svc.config import CoordinatorConfig, DispatchTimings, RunnerEndpoint
 from coordinator_svc.storage import migrate
 from runner_svc.app import RunnerConfig, start_runner
+from tests.support import runner_access
 from tests.support.fault_interceptor import DROP_REQUEST, DROP_RESPONSE, Fault, FaultInterceptor
 from turnwire.client import AsyncTurnwireClient, OperationState
 from turnwire.harness import Status, check_run
@@ -37,7 +38,13 @@ async def _run(tmp_path: Path, journal_url: str, store: Path, ledger: Path) -> N
     tokens.write_text(f"alice {hashlib.sha256(TOKEN.encode()).hexdigest()}\n")
     tokens.chmod(0o600)  # the coordinator refuses a tokens file others may read
     runner = await start_runner(
-        RunnerConfig(store_path=store, executor="metered", ledger_path=ledger, drain_seconds=1.0)
+        RunnerConfig(
+            store_path=store,
+            access=runner_access.ACCESS,
+            executor="metered",
+            ledger_path=ledger,
+            drain_seconds=1.0,
+        )
     )
     # Dispatch #1 (first turn): the runner accepts, the reply is lost -> reconcile.
     # Dispatch #2 (second turn): the request is lost -> preflight absent -> one replay.
@@ -49,6 +56,7 @@ async def _run(tmp_path: Path, journal_url: str, store: Path, ledger: Path) -> N
         runners=(RunnerEndpoint("r1", runner.address),),
         tokens_file=str(tokens),
         timings=TIMINGS,
+        runner_credentials=runner_access.CREDENTIALS,
     )
     try:
         coordinator = await start_coordinator(config, interceptors=[faults])

@@ -19,6 +19,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from runner_svc.app import RunnerConfig, RunningRunner, start_runner
 from runner_svc.executors import Executor
 from runner_svc.service import ServiceSettings
+from tests.support import runner_access
 from turnwire.common.v1 import turn_pb2
 from turnwire.ids import new_operation_id, sha256_hex, stamp_now
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
@@ -142,13 +143,13 @@ async def live_runner(
     **config: object,
 ) -> AsyncIterator[Live]:
     """A started runner with a channel to it; always stopped afterwards."""
-    base = RunnerConfig(store_path=store_path, drain_seconds=5.0)
+    base = RunnerConfig(store_path=store_path, access=runner_access.ACCESS, drain_seconds=5.0)
     runner = await start_runner(
         replace(base, **config),  # type: ignore[arg-type]
         settings=settings,
         executor=executor_override,
     )
-    channel = grpc.aio.insecure_channel(runner.address)
+    channel = runner_access.aio_channel(runner.address)
     try:
         yield Live(runner, channel, runner_pb2_grpc.RunnerServiceStub(channel), store_path)
     finally:

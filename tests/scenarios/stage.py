@@ -25,6 +25,7 @@ from turnwire.faults import FaultControlClient, RuleStatus, parse_rule
 from turnwire.launcher import ManagedProcess
 from turnwire.ledger import count_starts
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
+from turnwire.secure_channels import runner_aio_channel
 
 # Short timings so every scenario ends in seconds: the chaos set, a due scan
 # every 50 ms, a fallback status poll every second (a lost Cancel is retried
@@ -190,7 +191,8 @@ class Stage:
         return next(s for s in self.deployment.runners if s.name == name)
 
     async def runner_row(self, op_id: str, name: str = TARGET) -> runner_pb2.RunnerOperation | None:
-        async with grpc.aio.insecure_channel(self.slot(name).process.address) as channel:
+        address = self.slot(name).process.address
+        async with runner_aio_channel(self.deployment.runner_credentials, address) as channel:
             stub = runner_pb2_grpc.RunnerServiceStub(channel)
             reply = await stub.GetOperationStatus(
                 runner_pb2.GetOperationStatusRequest(operation_id=op_id), timeout=2.0

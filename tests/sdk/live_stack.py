@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import runner_access
 from turnwire.client import RetryPolicy, TurnwireClient
 
 TOKEN = "tok-alice-e2e"
@@ -68,7 +69,11 @@ class LiveStack:
         from runner_svc.app import RunnerConfig, start_runner
 
         self._runner = await start_runner(
-            RunnerConfig(store_path=self._directory / "runner.db", executor="echo")
+            RunnerConfig(
+                store_path=self._directory / "runner.db",
+                access=runner_access.ACCESS,
+                executor="echo",
+            )
         )
         tokens = self._directory / "tokens"
         tokens.write_text(
@@ -85,6 +90,7 @@ class LiveStack:
             journal_url=journal_url,
             runners=(RunnerEndpoint(name="r1", address=self._runner.address),),
             tokens_file=str(tokens),
+            runner_credentials=runner_access.CREDENTIALS,
         )
         self._config = config
         self._coordinator = await self._app.start_coordinator(config)

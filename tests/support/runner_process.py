@@ -1,7 +1,7 @@
 """Start a real runner process (``python -m runner_svc serve``) and end it by PID.
 
     with RunnerProcess.start(store_path, tmp_dir) as runner:
-        channel = grpc.insecure_channel(runner.address)
+        channel = runner_access.sync_channel(runner.address)
         ...
         runner.terminate()            # SIGTERM: drain (R8), expect exit 0
         assert runner.wait(10) == 0
@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+
+from tests.support import runner_access
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,6 +74,7 @@ class RunnerProcess:
             str(address_file),
             "--executor",
             executor,
+            *runner_access.runner_flags(),
             *extra_args,
         ]
         if ledger_path is not None:

@@ -39,6 +39,7 @@ EXTENSIONS: tuple[tuple[str, str], ...] = (
     ("demo", "turnwire.cli.demo"),
     ("chaos", "turnwire.cli.chaos"),
     ("check", "turnwire.harness.oracle_cli"),
+    ("certs", "turnwire.cli.certs"),
 )
 
 _DESCRIPTION = """\

@@ -56,6 +56,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="how long quiescence may take after the heal (default 120)",
     )
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    parser.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="no TLS (loopback; runners demand a shared secret). Default: mutual TLS on every "
+        "hop, as a deployment runs",
+    )
 
 
 def _progress(message: str) -> None:
@@ -109,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         journal_url=args.journal_url,
         coordinator_args=CHAOS_COORDINATOR_ARGS,
         proxy_seed=plan.seed,
+        tls=not args.plaintext,
     )
     try:
         deployment.start()

@@ -10,12 +10,16 @@ import argparse
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+import grpc
 
 from turnwire.client import RetryPolicy, TurnwireClient
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 ADDRESS_ENV = "TURNWIRE_ADDRESS"
 TOKEN_ENV = "TURNWIRE_TOKEN"
+CA_FILE_ENV = "TURNWIRE_CA_FILE"
 
 
 class UsageError(Exception):
@@ -35,6 +39,14 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
         "a flag is visible to other users in `ps`",
     )
     group.add_argument("--token-file", type=Path, metavar="PATH", help="read the token from PATH")
+    group.add_argument(
+        "--ca-file",
+        type=Path,
+        metavar="PATH",
+        help=f"TLS: trust the coordinator's certificate if it chains to this CA (PEM), e.g. "
+        f"the ca.pem of `turnwire certs` or `turnwire up` (default: ${CA_FILE_ENV}; "
+        "without one the connection is plaintext)",
+    )
     group.add_argument(
         "--rpc-timeout",
         type=positive_float,
@@ -73,6 +85,17 @@ def resolve_token(args: argparse.Namespace, environ: Mapping[str, str]) -> str |
     return environ.get(TOKEN_ENV) or None
 
 
+def resolve_credentials(args: argparse.Namespace, environ: Mapping[str, str]) -> Any:
+    """TLS channel credentials trusting --ca-file (or $TURNWIRE_CA_FILE), or None."""
+    path = args.ca_file or (Path(environ[CA_FILE_ENV]) if environ.get(CA_FILE_ENV) else None)
+    if path is None:
+        return None
+    try:
+        return grpc.ssl_channel_credentials(root_certificates=path.read_bytes())
+    except OSError as error:
+        raise UsageError(f"cannot read --ca-file {path}: {error.strerror}") from None
+
+
 def open_client(
     args: argparse.Namespace, environ: Mapping[str, str] | None = None
 ) -> TurnwireClient:
@@ -82,6 +105,7 @@ def open_client(
         resolve_token(args, environ),
         timeout=args.rpc_timeout,
         retries=RetryPolicy(attempts=1 + args.retries),
+        credentials=resolve_credentials(args, environ),
     )
 
 

@@ -19,7 +19,8 @@ SUMMARY = (
     "until Ctrl-C; --demo runs the demo of the promise"
 )
 EXAMPLES = """examples:
-  turnwire up                      # coordinator + 2 runners until Ctrl-C
+  turnwire up                      # coordinator + 2 runners until Ctrl-C (mutual TLS)
+  turnwire up --plaintext          # the same without TLS, on loopback
   turnwire up --demo               # the demo: turns under transport loss, then a table
   turnwire up --demo --turns 200 --seed 3 --data-dir ./demo-data"""
 EPILOG = """exit status: 0 ok (demo: the promise held), 1 the demo found a duplicate, a lost
@@ -64,6 +65,12 @@ def configure(parser: argparse.ArgumentParser, *, demo_flag: bool = True) -> Non
         action="store_true",
         help="demo: leave the services running until Ctrl-C afterwards",
     )
+    parser.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="no TLS (loopback only; runners then demand a shared secret). Default: TLS for "
+        "the public API and mutual TLS to every runner, certificates in DATA/certs",
+    )
 
 
 def _wait_for_ctrl_c(deployment: LocalDeployment) -> None:
@@ -98,16 +105,23 @@ def run(args: argparse.Namespace) -> int:
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="turnwire-"))
     print(f"data directory: {data_dir}", flush=True)
     deployment = LocalDeployment(
-        data_dir, runner_count=args.runners, executor=args.executor, with_proxies=args.demo
+        data_dir,
+        runner_count=args.runners,
+        executor=args.executor,
+        with_proxies=args.demo,
+        tls=not args.plaintext,
     )
     try:
         deployment.start()
         for process in deployment.processes():
             print(f"  {process.name:<12} pid {process.pid:<7} {process.address}", flush=True)
         print(f"token for principal 'demo': {deployment.token}", flush=True)
+        if deployment.ca_file is not None:
+            print(f"TLS: the public API and every runner hop; CA {deployment.ca_file}", flush=True)
+        ca = f"TURNWIRE_CA_FILE={deployment.ca_file} " if deployment.ca_file else ""
         print(
             f"try: TURNWIRE_ADDRESS={deployment.address} TURNWIRE_TOKEN={deployment.token} "
-            "turnwire submit --input hello --wait",
+            f"{ca}turnwire submit --input hello --wait",
             flush=True,
         )
         if not args.demo:

@@ -39,6 +39,7 @@ from turnwire.faults.rules import (
     rule_from_json,
 )
 from turnwire.serving import AddressInUseError, announce
+from turnwire.transport_security import SecurityConfigError, tls_from_flags
 
 RULE_HELP = (
     "ACTION [key=value ...]; actions: drop-request, drop-response, delay-request, "
@@ -92,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--seed", type=int, default=0, help="seed for probabilistic rules")
     proxy.add_argument("--address-file", help="write the bound proxy address here")
     proxy.add_argument("--control-address-file", help="write the bound control address here")
+    proxy.add_argument("--tls-cert", help="mutual TLS on both hops: this proxy's certificate")
+    proxy.add_argument("--tls-key", help="its private key (mode 600)")
+    proxy.add_argument("--tls-ca", help="the CA both the callers' and the upstream's chain to")
 
     rules = commands.add_parser("rules", help="list or change a running proxy's rules")
     actions = rules.add_subparsers(dest="rules_command", required=True, metavar="ACTION")
@@ -117,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "proxy":
             return asyncio.run(_run_proxy(args))
         return asyncio.run(_run_control(args))
-    except (RuleError, NonLoopbackAddressError, AddressInUseError) as exc:
+    except (RuleError, NonLoopbackAddressError, AddressInUseError, SecurityConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except grpc.aio.AioRpcError as exc:
@@ -134,8 +138,9 @@ async def _run_proxy(args: argparse.Namespace) -> int:
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
     )
     rules = [parse_rule(text) for text in args.rule]  # refuse a bad rule before listening
+    tls = tls_from_flags(args.tls_cert, args.tls_key, args.tls_ca)
     proxy = await start_proxy(
-        args.upstream, listen=args.listen, seed=args.seed, control_listen=args.control
+        args.upstream, listen=args.listen, seed=args.seed, control_listen=args.control, tls=tls
     )
     try:
         for rule in rules:

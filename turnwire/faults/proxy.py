@@ -43,7 +43,9 @@ from turnwire.faults.loopback import require_loopback
 from turnwire.faults.outcomes import FAULT_CODE, fault_details, log_fault
 from turnwire.faults.rules import Action, Decision, FaultStats, Rule, RuleSet, parse_rule
 from turnwire.runner.v1 import runner_pb2 as _runner_pb2  # noqa: F401
+from turnwire.secure_channels import channel_credentials, server_credentials
 from turnwire.serving import NO_PORT_REUSE, AddressInUseError, RunningServer, split_host_port
+from turnwire.transport_security import TlsMaterial
 
 Metadata = tuple[tuple[str, str | bytes], ...]
 
@@ -353,13 +355,17 @@ class FaultProxy:
 
 
 async def _start_forwarding_server(
-    listen: str, handler: _ForwardingHandler
+    listen: str, handler: _ForwardingHandler, tls: TlsMaterial | None = None
 ) -> tuple[grpc.aio.Server, str]:
     """A server whose only handler forwards; refuses a port in use like turnwire.serving."""
     server = grpc.aio.server(options=(*NO_PORT_REUSE, *_SERVER_OPTIONS))
     server.add_generic_rpc_handlers((handler,))
     try:
-        port = server.add_insecure_port(listen)
+        port = (
+            server.add_insecure_port(listen)
+            if tls is None
+            else server.add_secure_port(listen, server_credentials(tls, require_client_cert=True))
+        )
     except RuntimeError as exc:
         raise AddressInUseError(f"cannot listen on {listen}: {exc}") from exc
     if port == 0:
@@ -376,21 +382,29 @@ async def start_proxy(
     rules: RuleSet | None = None,
     seed: int = 0,
     control_listen: str | None = None,
+    tls: TlsMaterial | None = None,
 ) -> FaultProxy:
     """Start a fault proxy to ``upstream`` (and its control service if asked).
 
     Both addresses must be loopback (:class:`NonLoopbackAddressError`); a
-    listen port in use is refused (turnwire.serving.AddressInUseError).
+    listen port in use is refused (turnwire.serving.AddressInUseError). With
+    ``tls`` (issue 11) both hops are mutual TLS with that one certificate: callers
+    must present one of its CA, and the upstream (a runner) sees the proxy's
+    certificate, so the runner must list its CN among its coordinator identities.
     """
     require_loopback(listen, "listen")
     require_loopback(upstream, "upstream")
     if control_listen is not None:
         require_loopback(control_listen, "control")
     rule_set = rules if rules is not None else RuleSet(seed=seed)
-    channel = grpc.aio.insecure_channel(upstream, options=_CHANNEL_OPTIONS)
+    channel = (
+        grpc.aio.insecure_channel(upstream, options=_CHANNEL_OPTIONS)
+        if tls is None
+        else grpc.aio.secure_channel(upstream, channel_credentials(tls), options=_CHANNEL_OPTIONS)
+    )
     forwarder = _Forwarder(channel, rule_set)
     try:
-        server, address = await _start_forwarding_server(listen, _ForwardingHandler(forwarder))
+        server, address = await _start_forwarding_server(listen, _ForwardingHandler(forwarder), tls)
     except BaseException:
         await channel.close()
         raise

@@ -18,6 +18,7 @@ from coordinator_svc.core.model import Execution, OpState, StopReason
 from coordinator_svc.ports import Journal
 from tests.coordinator.api.conftest import Store
 from tests.coordinator.api.harness import bearer, submit_request, typed_error
+from tests.support import runner_access
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from turnwire.serving import AddressInUseError
@@ -41,6 +42,7 @@ def _config(tmp_path: Path, **fields: Any) -> tuple[CoordinatorConfig, str]:
         "runners": (parse_runner_spec(f"r1=127.0.0.1:{_closed_port()};pool=default"),),
         "tokens_file": str(tokens),
         "timings": DispatchTimings(preflight_timeout=0.5, backoff_initial=0.2, idle_poll=0.2),
+        "runner_credentials": runner_access.CREDENTIALS,
     }
     values.update(fields)
     return CoordinatorConfig(**values), token

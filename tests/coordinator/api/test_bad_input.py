@@ -294,6 +294,7 @@ def test_serve_refuses_an_open_tokens_file_before_starting(
             f"sqlite:///{journal_dir / 'journal.db'}",
             "--tokens-file",
             str(path),
+            "--plaintext",
         ]
     )
     err = capsys.readouterr().err.strip()

@@ -18,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from coordinator_svc.api.auth import Authenticator, load_tokens
 from coordinator_svc.storage import head_revision
 from tests.coordinator.api.harness import bearer, submit_request
+from tests.support import runner_access
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 REPO = Path(__file__).resolve().parents[3]
@@ -26,6 +27,10 @@ EXIT_TIMEOUT = 20.0
 
 
 def _command(*args: str) -> list[str]:
+    """``python -m coordinator_svc ARGS``; a ``serve`` runs plaintext on loopback with the
+    tests' runner secret (issue 11: one of TLS or --plaintext is required)."""
+    if args[:1] == ("serve",) and "--help" not in args:
+        args = ("serve", *runner_access.coordinator_flags(), *args[1:])
     return [sys.executable, "-m", "coordinator_svc", *args]
 
 
@@ -249,7 +254,7 @@ def test_a_protocol_shortcut_is_on_by_default_and_a_flag_or_variable_turns_it_of
     from coordinator_svc.__main__ import build_parser, config_from_args
 
     def parsed(*flags: str) -> bool:
-        args = build_parser().parse_args(["serve", *flags])
+        args = build_parser().parse_args(["serve", "--plaintext", *flags])
         value: bool = getattr(config_from_args(args), field)
         return value
 

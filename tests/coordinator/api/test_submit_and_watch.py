@@ -30,6 +30,7 @@ from tests.coordinator.api.harness import (
     submit_request,
     typed_error,
 )
+from tests.support import runner_access
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from turnwire.errors import TypedError, error_info
@@ -479,7 +480,9 @@ def test_a_turn_runs_to_succeeded_through_a_real_runner(tmp_path: Path) -> None:
     from runner_svc.app import RunnerConfig, start_runner
 
     async def scenario() -> None:
-        runner = await start_runner(RunnerConfig(store_path=tmp_path / "runner.db"))
+        runner = await start_runner(
+            RunnerConfig(store_path=tmp_path / "runner.db", access=runner_access.ACCESS)
+        )
         try:
             journal_url = f"sqlite:///{tmp_path / 'journal.db'}"
             migrate(journal_url)
@@ -489,6 +492,7 @@ def test_a_turn_runs_to_succeeded_through_a_real_runner(tmp_path: Path) -> None:
                 journal_url=journal_url,
                 runners=(RunnerEndpoint(name="r1", address=runner.address),),
                 tokens_file=str(tokens),
+                runner_credentials=runner_access.CREDENTIALS,
             )
             token = add_token(tokens, "alice")
             coordinator = await start_coordinator(config)

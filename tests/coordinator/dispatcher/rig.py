@@ -33,6 +33,7 @@ from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import Journal
 from coordinator_svc.storage import migrate, open_journal
 from runner_svc.app import RunnerConfig, RunningRunner, start_runner
+from tests.support import runner_access
 from turnwire.common.v1 import turn_pb2
 from turnwire.ids import new_operation_id, sha256_hex
 from turnwire.ledger import count_starts, read_ledger
@@ -146,6 +147,7 @@ class Rig:
     ) -> RunningRunner:
         config = RunnerConfig(
             store_path=self.tmp / f"{store or name}.db",
+            access=runner_access.ACCESS,
             listen=listen,
             writable_slots=slots,
             executor="metered",
@@ -194,7 +196,7 @@ class Rig:
             self.feed,
             interceptors=self.interceptors,
             status_poll=status_poll,
-            **options,
+            **{"runner_credentials": runner_access.CREDENTIALS, **options},
         )
         return self.dispatcher
 
@@ -248,7 +250,7 @@ class Rig:
     async def runner_row(
         self, name: str, operation_id: str
     ) -> runner_pb2.GetOperationStatusResponse:
-        async with grpc.aio.insecure_channel(self.runners[name].address) as channel:
+        async with runner_access.aio_channel(self.runners[name].address) as channel:
             stub = runner_pb2_grpc.RunnerServiceStub(channel)
             reply: runner_pb2.GetOperationStatusResponse = await stub.GetOperationStatus(
                 runner_pb2.GetOperationStatusRequest(operation_id=operation_id), timeout=2.0

@@ -28,6 +28,7 @@ from coordinator_svc.ports import RunnerGateway
 from coordinator_svc.storage import FakeJournal
 from tests.coordinator.dispatcher.in_process_runner import InProcessRunner
 from tests.coordinator.dispatcher.rig import TIMINGS, Rig, new_operation
+from tests.support import runner_access
 from turnwire.ids import dispatch_stamp
 
 Scenario = Callable[[RunnerGateway, str], Awaitable[None]]
@@ -38,7 +39,12 @@ def _run(tmp_path: Path, adapter: str, scenario: Scenario) -> None:
         rig = Rig(tmp_path, FakeJournal())
         running = await rig.start_runner("r1", slots=2)
         gateway: RunnerGateway = (
-            RunnerClient(RunnerEndpoint("r1", running.address), TIMINGS, DispatcherMetrics())
+            RunnerClient(
+                RunnerEndpoint("r1", running.address),
+                TIMINGS,
+                DispatcherMetrics(),
+                runner_access.CREDENTIALS,
+            )
             if adapter == "grpc"
             else InProcessRunner("r1", running.service)
         )

@@ -7,7 +7,6 @@ import asyncio
 import dataclasses
 from pathlib import Path
 
-import grpc
 import pytest
 
 from coordinator_svc.core.decide import decide
@@ -25,6 +24,7 @@ from coordinator_svc.ports import Journal, JournalUnavailable
 from coordinator_svc.storage import FakeJournal
 from runner_svc.app import RunningRunner
 from tests.coordinator.dispatcher.rig import Rig, new_operation, sqlite_journal
+from tests.support import runner_access
 from tests.support.fault_interceptor import DROP_REQUEST, DROP_RESPONSE, Fault, FaultInterceptor
 from turnwire.common.v1 import turn_pb2
 from turnwire.ids import sha256_hex, stamp_now
@@ -45,7 +45,7 @@ async def write_ahead_only(journal: Journal, runner: RunningRunner) -> Operation
 
 async def send_dispatch(runner: RunningRunner, record: OperationRecord) -> None:
     """The first coordinator's Dispatch that left just before it died."""
-    async with grpc.aio.insecure_channel(runner.address) as channel:
+    async with runner_access.aio_channel(runner.address) as channel:
         await runner_pb2_grpc.RunnerServiceStub(channel).Dispatch(
             runner_pb2.DispatchRequest(
                 operation_id=record.operation_id,

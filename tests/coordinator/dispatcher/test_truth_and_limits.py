@@ -12,6 +12,7 @@ from coordinator_svc.core.model import AttemptOutcome, Execution, OpState
 from coordinator_svc.storage import FakeJournal
 from runner_svc.app import RunnerConfig, start_runner
 from tests.coordinator.dispatcher.rig import TIMINGS, Rig, new_operation, sqlite_journal
+from tests.support import runner_access
 from tests.support.fault_interceptor import DROP_REQUEST, Fault, FaultInterceptor
 from turnwire.common.v1 import turn_pb2
 from turnwire.ids import sha256_hex
@@ -99,6 +100,7 @@ def test_runner_receive_limit_below_the_coordinator_assumption_is_a_definite_ref
         try:
             config = RunnerConfig(
                 store_path=tmp_path / "r1.db",
+                access=runner_access.ACCESS,
                 executor="metered",
                 ledger_path=rig.ledger,
                 drain_seconds=1.0,

@@ -21,6 +21,7 @@ from coordinator_svc.dispatcher import Dispatcher, utc_now
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.storage import FakeJournal
 from tests.coordinator.dispatcher.rig import TIMINGS, Rig, new_operation
+from tests.support import runner_access
 from tests.support.fault_interceptor import FaultInterceptor
 from turnwire.ids import sha256_hex
 from turnwire.runner.v1 import runner_pb2
@@ -161,7 +162,13 @@ def test_a_slot_another_coordinator_holds_is_waited_for_not_dispatched_to(
             dispatcher = await rig.sized_dispatcher(1)
             their_journal = FakeJournal()
             endpoint = RunnerEndpoint("r1", rig.runners["r1"].address)
-            other = Dispatcher(their_journal, [endpoint], TIMINGS, ChangeFeed())
+            other = Dispatcher(
+                their_journal,
+                [endpoint],
+                TIMINGS,
+                ChangeFeed(),
+                runner_credentials=runner_access.CREDENTIALS,
+            )
             await other.start()
             record, event = new_operation({"sleep_ms": "3000"})
             await their_journal.submit(record, event)

@@ -17,9 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
-
 from tests.runner.live import dispatch_request, envelope
+from tests.support import runner_access
 from tests.support.runner_process import RunnerProcess
 from turnwire.common.v1 import turn_pb2
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
@@ -101,7 +100,7 @@ class Turn:
 
 def dispatch_turn(runner: RunnerProcess, work: Path, operation_id: str) -> tuple[Turn, str]:
     """Dispatch one turn, wait until the runner confirmed its start; (turn, incarnation)."""
-    channel = grpc.insecure_channel(runner.address)
+    channel = runner_access.sync_channel(runner.address)
     stub = runner_pb2_grpc.RunnerServiceStub(channel)
     try:
         probe = stub.GetOperationStatus(R.GetOperationStatusRequest(operation_id=operation_id))
@@ -213,7 +212,7 @@ def test_restart_ends_a_surviving_executor_before_admitting_anything(tmp_path: P
             assert wait_for(work / "op_new.effect") == "done\n"
             time.sleep(0.3)
             assert not (work / "op_old.effect").exists()
-            channel = grpc.insecure_channel(second.address)
+            channel = runner_access.sync_channel(second.address)
             try:
                 seen = runner_pb2_grpc.RunnerServiceStub(channel).GetOperationStatus(
                     R.GetOperationStatusRequest(operation_id="op_old")

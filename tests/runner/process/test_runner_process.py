@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from tests.runner.live import dispatch_request, envelope
+from tests.support import runner_access
 from tests.support.runner_process import RunnerProcess, RunnerProcessError, run_cli
 from turnwire.common.v1 import turn_pb2
 from turnwire.ledger import count_starts
@@ -19,7 +20,7 @@ R = runner_pb2
 
 
 def stub_for(address: str) -> tuple[grpc.Channel, runner_pb2_grpc.RunnerServiceStub]:
-    channel = grpc.insecure_channel(address)
+    channel = runner_access.sync_channel(address)
     return channel, runner_pb2_grpc.RunnerServiceStub(channel)
 
 
@@ -70,7 +71,14 @@ def test_serve_refuses_a_port_in_use(tmp_path: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         done = run_cli(
-            ["serve", "--store", str(tmp_path / "r.db"), "--listen", f"127.0.0.1:{port}"]
+            [
+                "serve",
+                "--store",
+                str(tmp_path / "r.db"),
+                "--listen",
+                f"127.0.0.1:{port}",
+                *runner_access.runner_flags(),
+            ]
         )
     assert done.returncode != 0
     assert "cannot listen" in done.stderr
@@ -109,7 +117,16 @@ def test_flags_fall_back_to_environment_variables() -> None:
 
 def test_bad_executor_spec_is_refused_clearly(tmp_path: Path) -> None:
     """A bad --executor exits non-zero naming the valid specs, before touching the store."""
-    done = run_cli(["serve", "--store", str(tmp_path / "r.db"), "--executor", "nonsense"])
+    done = run_cli(
+        [
+            "serve",
+            "--store",
+            str(tmp_path / "r.db"),
+            "--executor",
+            "nonsense",
+            *runner_access.runner_flags(),
+        ]
+    )
     assert done.returncode == 2
     assert "invalid executor spec" in done.stderr
     assert not (tmp_path / "r.db").exists()

@@ -59,9 +59,13 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ERROR_REASON_IDEMPOTENCY_KEY_INVALID: _ErrorReason.ValueType  # 21
     """The idempotency key is missing, empty, too long or not printable."""
     ERROR_REASON_CREDENTIALS_MISSING: _ErrorReason.ValueType  # 22
-    """No bearer token was sent."""
+    """No credentials were sent: no bearer token to the coordinator, no runner
+    secret (plaintext) or client certificate (TLS) to a runner.
+    """
     ERROR_REASON_CREDENTIALS_UNKNOWN: _ErrorReason.ValueType  # 23
-    """The bearer token maps to no principal."""
+    """The bearer token maps to no principal, or the runner secret is not the
+    one the runner was started with.
+    """
     ERROR_REASON_OPERATION_NOT_FOUND: _ErrorReason.ValueType  # 24
     """No such operation for this principal (also for another principal's id)."""
     ERROR_REASON_TURN_INVALID: _ErrorReason.ValueType  # 25
@@ -117,6 +121,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The turn waited QUEUED past its queue timeout (Limits.queue_timeout or
     the coordinator's default) and never started.
     """
+    ERROR_REASON_CALLER_NOT_ALLOWED: _ErrorReason.ValueType  # 54
+    """--- Transport security (issue 11). ---
+    The caller proved who it is (its TLS certificate), but that identity may
+    not call this service: a runner serves only its coordinator identities.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call was refused, or why an operation ended the way it did."""
@@ -156,9 +165,13 @@ The idempotency key was used by this principal with a different request.
 ERROR_REASON_IDEMPOTENCY_KEY_INVALID: ErrorReason.ValueType  # 21
 """The idempotency key is missing, empty, too long or not printable."""
 ERROR_REASON_CREDENTIALS_MISSING: ErrorReason.ValueType  # 22
-"""No bearer token was sent."""
+"""No credentials were sent: no bearer token to the coordinator, no runner
+secret (plaintext) or client certificate (TLS) to a runner.
+"""
 ERROR_REASON_CREDENTIALS_UNKNOWN: ErrorReason.ValueType  # 23
-"""The bearer token maps to no principal."""
+"""The bearer token maps to no principal, or the runner secret is not the
+one the runner was started with.
+"""
 ERROR_REASON_OPERATION_NOT_FOUND: ErrorReason.ValueType  # 24
 """No such operation for this principal (also for another principal's id)."""
 ERROR_REASON_TURN_INVALID: ErrorReason.ValueType  # 25
@@ -213,6 +226,11 @@ ERROR_REASON_DISPATCH_REJECTED: ErrorReason.ValueType  # 52
 ERROR_REASON_QUEUE_TIMEOUT: ErrorReason.ValueType  # 53
 """The turn waited QUEUED past its queue timeout (Limits.queue_timeout or
 the coordinator's default) and never started.
+"""
+ERROR_REASON_CALLER_NOT_ALLOWED: ErrorReason.ValueType  # 54
+"""--- Transport security (issue 11). ---
+The caller proved who it is (its TLS certificate), but that identity may
+not call this service: a runner serves only its coordinator identities.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
