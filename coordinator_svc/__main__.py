@@ -5,7 +5,7 @@
                                        | --plaintext [--runner-secret-file F])
                                       [--tokens-file F] [--migrate] [timing flags] ...
     python -m coordinator_svc migrate [--journal-url URL]
-    python -m coordinator_svc tokens add --file F --principal P
+    python -m coordinator_svc tokens add --file F --principal P [--scope S]... [--expires-in 30d]
 
 Every ``serve``/``migrate`` flag also reads an environment variable (shown in
 ``--help``); a flag on the command line wins. Exit codes: 0 clean stop, 1 the
@@ -26,7 +26,6 @@ import re
 import signal
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import NoReturn
 
 from coordinator_svc.config import (
@@ -37,6 +36,7 @@ from coordinator_svc.config import (
 )
 from coordinator_svc.core.quotas import PrincipalLimits, parse_limits
 from coordinator_svc.security_flags import add_security_flags, security_from_args
+from coordinator_svc.tokens_cli import add_tokens_parser, run_tokens_add
 from turnwire import event_loop
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, MessageLimits, parse_byte_count
 
@@ -66,6 +66,16 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
     return value
 
 
@@ -159,8 +169,16 @@ def _serve_wiring_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--tokens-file",
         default=_env("TURNWIRE_TOKENS_FILE"),
-        help="lines '<principal> <sha256 hex of token>' (see `tokens add`); "
-        "without one every call is refused (env TURNWIRE_TOKENS_FILE)",
+        help="lines '<principal> <sha256 hex of token> [scopes=...] [expires=...]' (see "
+        "`tokens add`), re-read when it changes or on SIGHUP; without one every call is "
+        "refused (env TURNWIRE_TOKENS_FILE)",
+    )
+    serve.add_argument(
+        "--tokens-reload-seconds",
+        type=_non_negative_float,
+        default=_env("TURNWIRE_TOKENS_RELOAD_SECONDS", "2"),
+        help="how often to look for a changed tokens file and reload it (0: only on SIGHUP; "
+        "env TURNWIRE_TOKENS_RELOAD_SECONDS; default 2)",
     )
 
 
@@ -277,13 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
         "if empty) and print 'journal schema: FROM -> TO'.",
     )
     _journal_flag(migrate)
-    tokens = commands.add_parser("tokens", help="manage API tokens")
-    tokens_commands = tokens.add_subparsers(dest="tokens_command", required=True)
-    add = tokens_commands.add_parser(
-        "add", help="make a token for a principal; print it once, store only its digest"
-    )
-    add.add_argument("--file", required=True, help="the tokens file (created if missing)")
-    add.add_argument("--principal", required=True, help="1..128 of A-Z a-z 0-9 . _ - @ :")
+    add_tokens_parser(commands)
     return parser
 
 
@@ -324,6 +336,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         journal_url=args.journal_url,
         runners=tuple(runners),
         tokens_file=args.tokens_file,
+        tokens_reload_seconds=args.tokens_reload_seconds,
         default_max_attempts=args.default_max_attempts,
         limits=MessageLimits(args.runner_max_receive_bytes),
         timings=timings,
@@ -363,6 +376,8 @@ async def _serve_until_signalled(config: CoordinatorConfig, grace: float) -> int
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    # SIGHUP: read the tokens file now (it is also re-read whenever it changes).
+    loop.add_signal_handler(signal.SIGHUP, running.reload_tokens)
     try:
         announce(running.address, config.address_file)
         await stop.wait()
@@ -445,31 +460,13 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tokens_add(args: argparse.Namespace) -> int:
-    from coordinator_svc.api.auth import TokensFileError, add_token
-
-    try:
-        token = add_token(args.file, args.principal)
-    except TokensFileError as exc:
-        return _fail(EXIT_USAGE, str(exc))
-    except OSError as exc:
-        return _fail(EXIT_FAILED, f"cannot write {args.file}: {exc.strerror}")
-    print(token, flush=True)
-    print(
-        f"stored the digest for principal {args.principal!r} in {Path(args.file)}; "
-        "the token above is shown only this once",
-        file=sys.stderr,
-    )
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
     if args.command == "migrate":
         return _migrate(args)
-    return _tokens_add(args)
+    return run_tokens_add(args, _fail)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ close the journal. A failure half-way through start undoes what was started.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from datetime import datetime
 
 import grpc
 
-from coordinator_svc.api.auth import Authenticator
+from coordinator_svc.api.auth import RELOAD_POLL_SECONDS, Authenticator
 from coordinator_svc.api.servicer import SERVICE_NAME, TurnServicer, add_to_server, utc_now
 from coordinator_svc.config import CoordinatorConfig
 from coordinator_svc.core.quotas import Quotas
@@ -53,12 +54,25 @@ class RunningCoordinator:
     servicer: TurnServicer
     server: RunningServer
     config: CoordinatorConfig
+    authenticator: Authenticator
+    _token_follower: asyncio.Task[None] | None = None
     _stopped: bool = False
+
+    def follow_tokens_file(self, poll_seconds: float = RELOAD_POLL_SECONDS) -> None:
+        """Reload the tokens file whenever it changes (issue 11), until stop()."""
+        if self._token_follower is None:
+            self._token_follower = asyncio.create_task(self.authenticator.follow(poll_seconds))
+
+    def reload_tokens(self) -> bool:
+        """SIGHUP: read the tokens file now (False: it could not be used; the old stay)."""
+        return self.authenticator.reload()
 
     async def stop(self, grace: float = DEFAULT_GRACE_SECONDS) -> None:
         if self._stopped:
             return
         self._stopped = True
+        if self._token_follower is not None:
+            self._token_follower.cancel()
         try:
             await self.server.set_serving(False)
             self.servicer.close()
@@ -172,7 +186,12 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
     except BaseException:
         await dispatcher.stop()
         raise
-    return RunningCoordinator(server.address, journal, dispatcher, feed, servicer, server, config)
+    running = RunningCoordinator(
+        server.address, journal, dispatcher, feed, servicer, server, config, wiring.authenticator
+    )
+    if config.tokens_reload_seconds > 0:
+        running.follow_tokens_file(config.tokens_reload_seconds)
+    return running
 
 
 def check_transport_security(config: CoordinatorConfig) -> None:

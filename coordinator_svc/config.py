@@ -76,6 +76,8 @@ class CoordinatorConfig:
     journal_url: str = "sqlite:///data/journal.db"
     runners: tuple[RunnerEndpoint, ...] = ()
     tokens_file: str | None = None
+    # Issue 11: how often a changed tokens file is noticed and reloaded (0: only on SIGHUP).
+    tokens_reload_seconds: float = 2.0
     default_max_attempts: int = 5
     timings: DispatchTimings = field(default_factory=DispatchTimings)
     address_file: str | None = None

@@ -35,7 +35,7 @@ from typing import Any, Protocol, TypeVar
 import grpc
 
 from coordinator_svc.api.acceptance import DEFAULT_LIMITS, Accepted, accept
-from coordinator_svc.api.auth import Authenticator
+from coordinator_svc.api.auth import Authenticator, Scope
 from coordinator_svc.api.control import DispatchControl
 from coordinator_svc.api.convert import event_to_proto, op_state_from_proto, operation_to_proto
 from coordinator_svc.api.errors import ApiError, abort_with, edge_refusal
@@ -145,10 +145,11 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
         self._closing.set()
         self._feed.wake_all()
 
-    async def _guard(self, context: Any, body: Callable[[str], Awaitable[_T]]) -> _T:
-        """Authenticate, run ``body(principal)``, turn any failure into a typed status."""
+    async def _guard(self, context: Any, body: Callable[[str], Awaitable[_T]], scope: Scope) -> _T:
+        """Authenticate (with ``scope``), run ``body(principal)``, turn any failure into a
+        typed status."""
         try:
-            principal = self._auth.authenticate(context.invocation_metadata())
+            principal = self._auth.authenticate(context.invocation_metadata(), scope)
             return await body(principal)
         except grpc.aio.AbortError:
             raise
@@ -157,11 +158,12 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
             raise AssertionError("context.abort returned") from exc  # pragma: no cover
 
     async def _guard_stream(
-        self, context: Any, body: Callable[[str], AsyncIterator[_T]]
+        self, context: Any, body: Callable[[str], AsyncIterator[_T]], *scopes: Scope
     ) -> AsyncIterator[_T]:
-        """``_guard`` for a response stream: a failure ends it with a typed status."""
+        """``_guard`` for a response stream (every one of ``scopes``): a failure ends it
+        with a typed status."""
         try:
-            principal = self._auth.authenticate(context.invocation_metadata())
+            principal = self._auth.authenticate(context.invocation_metadata(), *scopes)
             async for response in body(principal):
                 yield response
         except grpc.aio.AbortError:
@@ -189,7 +191,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
                 operation=self._proto(accepted.operation), replayed=accepted.replayed
             )
 
-        return await self._guard(context, body)
+        return await self._guard(context, body, Scope.SUBMIT)
 
     async def _accept(self, request: coordinator_pb2.SubmitTurnRequest, principal: str) -> Accepted:
         return await accept(
@@ -211,7 +213,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
             record = await self._owned(principal, request.operation_id)
             return coordinator_pb2.GetOperationResponse(operation=self._proto(record))
 
-        return await self._guard(context, body)
+        return await self._guard(context, body, Scope.READ)
 
     # --- ListOperations -------------------------------------------------------------
     async def ListOperations(
@@ -238,7 +240,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
                 )
             return response
 
-        return await self._guard(context, body)
+        return await self._guard(context, body, Scope.READ)
 
     # --- CancelOperation ------------------------------------------------------------
     async def CancelOperation(
@@ -248,7 +250,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
             record = await self._cancel(principal, request.operation_id)
             return coordinator_pb2.CancelOperationResponse(operation=self._proto(record))
 
-        return await self._guard(context, body)
+        return await self._guard(context, body, Scope.CANCEL)
 
     async def _cancel(self, principal: str, operation_id: str) -> OperationRecord:
         """C11 via the dispatcher; a terminal operation is returned as it is."""
@@ -277,7 +279,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
             async for response in self._watch(record.operation_id, request.after_sequence, respond):
                 yield response
 
-        async for response in self._guard_stream(context, body):
+        async for response in self._guard_stream(context, body, Scope.READ):
             yield response
 
     # --- SubmitAndWatch -------------------------------------------------------------
@@ -307,7 +309,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
             async for response in self._watch(record.operation_id, cursor, respond, keep):
                 yield response
 
-        async for response in self._guard_stream(context, body):
+        async for response in self._guard_stream(context, body, Scope.SUBMIT, Scope.READ):
             yield response
 
     async def _watch(

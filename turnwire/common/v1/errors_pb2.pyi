@@ -126,6 +126,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     The caller proved who it is (its TLS certificate), but that identity may
     not call this service: a runner serves only its coordinator identities.
     """
+    ERROR_REASON_CREDENTIALS_EXPIRED: _ErrorReason.ValueType  # 55
+    """The bearer token's expiry (its tokens-file line) has passed."""
+    ERROR_REASON_SCOPE_MISSING: _ErrorReason.ValueType  # 56
+    """The bearer token is valid but lacks the scope this call needs (submit,
+    read, cancel); ErrorInfo metadata "scope" names it.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call was refused, or why an operation ended the way it did."""
@@ -231,6 +237,12 @@ ERROR_REASON_CALLER_NOT_ALLOWED: ErrorReason.ValueType  # 54
 """--- Transport security (issue 11). ---
 The caller proved who it is (its TLS certificate), but that identity may
 not call this service: a runner serves only its coordinator identities.
+"""
+ERROR_REASON_CREDENTIALS_EXPIRED: ErrorReason.ValueType  # 55
+"""The bearer token's expiry (its tokens-file line) has passed."""
+ERROR_REASON_SCOPE_MISSING: ErrorReason.ValueType  # 56
+"""The bearer token is valid but lacks the scope this call needs (submit,
+read, cancel); ErrorInfo metadata "scope" names it.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
