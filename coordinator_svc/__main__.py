@@ -35,7 +35,12 @@ from coordinator_svc.config import (
     parse_runner_spec,
 )
 from coordinator_svc.core.quotas import PrincipalLimits, parse_limits
-from coordinator_svc.security_flags import add_security_flags, security_from_args
+from coordinator_svc.security_flags import (
+    add_limit_flags,
+    add_security_flags,
+    limits_from_args,
+    security_from_args,
+)
 from coordinator_svc.tokens_cli import add_tokens_parser, run_tokens_add
 from turnwire import event_loop
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, MessageLimits, parse_byte_count
@@ -137,6 +142,7 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     _serve_wiring_flags(serve)
     add_security_flags(serve)
+    add_limit_flags(serve)
     _serve_behaviour_flags(serve)
     _scheduling_flags(serve)
     _timing_flags(serve)
@@ -327,6 +333,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
     return CoordinatorConfig(
         tls=tls,
         runner_credentials=runner_credentials,
+        call_limits=limits_from_args(args),
         quota=args.quota or PrincipalLimits(),
         principal_quotas=tuple(principal_quotas),
         queue_timeout=args.queue_timeout,

@@ -26,6 +26,7 @@ from datetime import datetime
 import grpc
 
 from coordinator_svc.api.auth import RELOAD_POLL_SECONDS, Authenticator
+from coordinator_svc.api.call_limits import CallLimits
 from coordinator_svc.api.servicer import SERVICE_NAME, TurnServicer, add_to_server, utc_now
 from coordinator_svc.config import CoordinatorConfig
 from coordinator_svc.core.quotas import Quotas
@@ -162,6 +163,7 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
         clock=wiring.clock,
         default_max_attempts=config.default_max_attempts,
         limits=config.limits,
+        call_limits=CallLimits(config.call_limits),
     )
     try:
         server = await start_server(

@@ -71,6 +71,22 @@ class DispatchTimings:
 
 
 @dataclass(frozen=True)
+class CallLimitSettings:
+    """Calls open at once (issue 11; coordinator_svc/api/call_limits.py)."""
+
+    calls_per_principal: int = 64
+    streams_per_principal: int = 32
+    streams_total: int = 2000
+    # What a refused caller is told to wait (RetryInfo) before trying again.
+    retry_after_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("calls_per_principal", "streams_per_principal", "streams_total"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+
+
+@dataclass(frozen=True)
 class CoordinatorConfig:
     listen: str = "127.0.0.1:0"
     journal_url: str = "sqlite:///data/journal.db"
@@ -100,3 +116,5 @@ class CoordinatorConfig:
     tls: TlsMaterial | None = None
     # What runners demand of this coordinator: required when runners are set.
     runner_credentials: RunnerCredentials | None = None
+    # Calls open at once: per principal, and streams on the whole server.
+    call_limits: CallLimitSettings = field(default_factory=CallLimitSettings)

@@ -1,4 +1,4 @@
-"""``serve``'s transport-security flags (issue 11): TLS, or plaintext on loopback.
+"""``serve``'s security flags (issue 11): TLS or plaintext on loopback, and call limits.
 
 Two ways to run, one of them chosen explicitly:
 
@@ -17,6 +17,7 @@ import argparse
 import os
 from pathlib import Path
 
+from coordinator_svc.config import CallLimitSettings
 from turnwire.transport_security import (
     RunnerCredentials,
     SecurityConfigError,
@@ -61,6 +62,47 @@ def add_security_flags(serve: argparse.ArgumentParser) -> None:
     group.add_argument("--runner-secret-file", default=_env("TURNWIRE_RUNNER_SECRET_FILE"),
                        help="with --plaintext: the file (mode 600) whose secret runners were "
                        "started with (env TURNWIRE_RUNNER_SECRET_FILE)")  # fmt: skip
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def add_limit_flags(serve: argparse.ArgumentParser) -> None:
+    defaults = CallLimitSettings()
+    group = serve.add_argument_group(
+        "calls open at once (over a limit: RESOURCE_EXHAUSTED / CONCURRENCY_LIMIT, RetryInfo)"
+    )
+    for flag, env, field, what in (
+        ("--max-calls-per-principal", "TURNWIRE_MAX_CALLS_PER_PRINCIPAL",
+         "calls_per_principal", "unary calls one principal has open"),
+        ("--max-streams-per-principal", "TURNWIRE_MAX_STREAMS_PER_PRINCIPAL",
+         "streams_per_principal", "Watch and SubmitAndWatch streams one principal has open"),
+        ("--max-streams", "TURNWIRE_MAX_STREAMS",
+         "streams_total", "streams open on this coordinator, whoever opened them"),
+    ):  # fmt: skip
+        default = getattr(defaults, field)
+        group.add_argument(
+            flag,
+            dest=field,
+            type=_at_least_one,
+            default=_env(env) or default,
+            help=f"{what} (env {env}; default {default})",
+        )
+
+
+def limits_from_args(args: argparse.Namespace) -> CallLimitSettings:
+    return CallLimitSettings(
+        calls_per_principal=int(args.calls_per_principal),
+        streams_per_principal=int(args.streams_per_principal),
+        streams_total=int(args.streams_total),
+    )
 
 
 def security_from_args(

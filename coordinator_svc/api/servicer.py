@@ -36,6 +36,7 @@ import grpc
 
 from coordinator_svc.api.acceptance import DEFAULT_LIMITS, Accepted, accept
 from coordinator_svc.api.auth import Authenticator, Scope
+from coordinator_svc.api.call_limits import CallLimits
 from coordinator_svc.api.control import DispatchControl
 from coordinator_svc.api.convert import event_to_proto, op_state_from_proto, operation_to_proto
 from coordinator_svc.api.errors import ApiError, abort_with, edge_refusal
@@ -124,8 +125,11 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
         watch_poll_seconds: float = 1.0,
         watch_page_size: int = 100,
         limits: MessageLimits = DEFAULT_LIMITS,
+        call_limits: CallLimits | None = None,
     ) -> None:
         self._limits = limits
+        # Issue 11: calls open at once, per principal and streams server-wide.
+        self.call_limits = call_limits or CallLimits()
         self._journal = journal
         self._dispatch = dispatch
         self._feed = feed
@@ -150,7 +154,8 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
         typed status."""
         try:
             principal = self._auth.authenticate(context.invocation_metadata(), scope)
-            return await body(principal)
+            with self.call_limits.principal_call(principal):
+                return await body(principal)
         except grpc.aio.AbortError:
             raise
         except Exception as exc:
@@ -163,9 +168,11 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
         """``_guard`` for a response stream (every one of ``scopes``): a failure ends it
         with a typed status."""
         try:
-            principal = self._auth.authenticate(context.invocation_metadata(), *scopes)
-            async for response in body(principal):
-                yield response
+            with self.call_limits.stream_slot():
+                principal = self._auth.authenticate(context.invocation_metadata(), *scopes)
+                with self.call_limits.principal_stream(principal):
+                    async for response in body(principal):
+                        yield response
         except grpc.aio.AbortError:
             raise
         except Exception as exc:

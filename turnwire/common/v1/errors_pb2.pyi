@@ -132,6 +132,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The bearer token is valid but lacks the scope this call needs (submit,
     read, cancel); ErrorInfo metadata "scope" names it.
     """
+    ERROR_REASON_CONCURRENCY_LIMIT: _ErrorReason.ValueType  # 57
+    """RESOURCE_EXHAUSTED: too many calls open at once (issue 11). ErrorInfo
+    metadata "limit" names which (calls_per_principal, streams_per_principal,
+    streams_total) and "max" its value; a RetryInfo says when to try again.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call was refused, or why an operation ended the way it did."""
@@ -243,6 +248,11 @@ ERROR_REASON_CREDENTIALS_EXPIRED: ErrorReason.ValueType  # 55
 ERROR_REASON_SCOPE_MISSING: ErrorReason.ValueType  # 56
 """The bearer token is valid but lacks the scope this call needs (submit,
 read, cancel); ErrorInfo metadata "scope" names it.
+"""
+ERROR_REASON_CONCURRENCY_LIMIT: ErrorReason.ValueType  # 57
+"""RESOURCE_EXHAUSTED: too many calls open at once (issue 11). ErrorInfo
+metadata "limit" names which (calls_per_principal, streams_per_principal,
+streams_total) and "max" its value; a RetryInfo says when to try again.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 

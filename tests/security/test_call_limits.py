@@ -1,0 +1,175 @@
+"""Issue 11: calls open at once are limited per principal, and streams for the whole coordinator.
+
+The bookkeeping alone (coordinator_svc/api/call_limits.py), then a live
+coordinator with small limits and a real runner: streams over a limit are
+refused RESOURCE_EXHAUSTED / CONCURRENCY_LIMIT with RetryInfo, another
+principal is unaffected until the server-wide cap, a closed stream gives its
+place back, and a normal turn still succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from coordinator_svc.api.auth import add_token
+from coordinator_svc.api.call_limits import CallLimits
+from coordinator_svc.api.errors import ApiError
+from coordinator_svc.app import start_coordinator
+from coordinator_svc.config import CallLimitSettings, CoordinatorConfig, RunnerEndpoint
+from coordinator_svc.storage import migrate
+from runner_svc.app import RunnerConfig, start_runner
+from tests.coordinator.api.harness import submit_request
+from tests.support import runner_access
+from turnwire.common.v1 import turn_pb2
+from turnwire.coordinator.v1 import coordinator_pb2 as C
+from turnwire.coordinator.v1 import coordinator_pb2_grpc
+from turnwire.errors import error_info
+
+
+def bearer(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),)
+
+
+def test_a_limit_refuses_the_call_over_it_typed_and_gives_the_place_back() -> None:
+    limits = CallLimits(CallLimitSettings(calls_per_principal=2, retry_after_seconds=0.5))
+    with limits.principal_call("alice"), limits.principal_call("alice"):
+        with pytest.raises(ApiError) as refused, limits.principal_call("alice"):
+            pass
+        with limits.principal_call("bob"):  # another principal has its own count
+            assert limits.open_for("bob") == (1, 0)
+    error = refused.value
+    assert error.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert error.metadata == {"limit": "calls_per_principal", "max": "2"}
+    assert error.retry_after == 0.5
+    assert limits.open_for("alice") == (0, 0) and limits.refused["calls_per_principal"] == 1
+    with pytest.raises(RuntimeError), limits.principal_call("alice"):
+        raise RuntimeError("a failing call still gives its place back")
+    assert limits.open_for("alice") == (0, 0)
+
+
+def test_the_server_wide_stream_cap_counts_every_principal() -> None:
+    limits = CallLimits(CallLimitSettings(streams_total=2))
+    with (
+        limits.stream_slot(),
+        limits.stream_slot(),
+        pytest.raises(ApiError) as refused,
+        limits.stream_slot(),
+    ):
+        pass
+    assert refused.value.metadata == {"limit": "streams_total", "max": "2"}
+    assert limits.streams_open == 0
+
+
+def test_zero_or_negative_limits_are_refused_at_configuration() -> None:
+    with pytest.raises(ValueError, match="streams_total must be at least 1"):
+        CallLimitSettings(streams_total=0)
+
+
+async def _open_watch(stub: Any, token: str, operation_id: str) -> Any:
+    """A WatchOperation stream that has delivered its first message (so it is open)."""
+    call = stub.WatchOperation(
+        C.WatchOperationRequest(operation_id=operation_id), metadata=bearer(token)
+    )
+    await asyncio.wait_for(call.read(), 10)
+    return call
+
+
+async def _refused_watch(stub: Any, token: str, operation_id: str) -> Any:
+    call = stub.WatchOperation(
+        C.WatchOperationRequest(operation_id=operation_id), metadata=bearer(token)
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await asyncio.wait_for(call.read(), 10)
+    typed = error_info(caught.value)
+    assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert typed is not None and typed.reason == "CONCURRENCY_LIMIT"
+    assert typed.retry_after == 1.0
+    return typed
+
+
+def test_live_stream_limits_per_principal_and_server_wide(tmp_path: Path) -> None:
+    """alice's 4th watch is refused (streams_per_principal 3) while bob still opens his;
+    the 6th stream on the server is refused (streams_total 5) whoever asks; once alice
+    closes one she may open one again; a normal turn then still succeeds."""
+    tokens = tmp_path / "tokens"
+    alice, bob = add_token(tokens, "alice"), add_token(tokens, "bob")
+    journal_url = f"sqlite:///{tmp_path / 'journal.db'}"
+    migrate(journal_url)
+
+    async def scenario() -> None:
+        runner = await start_runner(
+            RunnerConfig(
+                store_path=tmp_path / "runner.db",
+                access=runner_access.ACCESS,
+                executor="sleep",
+                drain_seconds=0.5,
+            )
+        )
+        coordinator = await start_coordinator(
+            CoordinatorConfig(
+                journal_url=journal_url,
+                tokens_file=str(tokens),
+                runners=(RunnerEndpoint("r1", runner.address),),
+                runner_credentials=runner_access.CREDENTIALS,
+                call_limits=CallLimitSettings(streams_per_principal=3, streams_total=5),
+            )
+        )
+        try:
+            async with grpc.aio.insecure_channel(coordinator.address) as channel:
+                stub = coordinator_pb2_grpc.TurnServiceStub(channel)
+                slow = submit_request("slow", model=_model(sleep_ms=60_000))
+                mine = (await stub.SubmitTurn(slow, metadata=bearer(alice))).operation
+                theirs = (await stub.SubmitTurn(slow, metadata=bearer(bob))).operation
+                alices = [await _open_watch(stub, alice, mine.operation_id) for _ in range(3)]
+                typed = await _refused_watch(stub, alice, mine.operation_id)
+                assert typed.metadata == {"limit": "streams_per_principal", "max": "3"}
+                bobs = [await _open_watch(stub, bob, theirs.operation_id) for _ in range(2)]
+                typed = await _refused_watch(stub, bob, theirs.operation_id)
+                assert typed.metadata == {"limit": "streams_total", "max": "5"}
+                alices.pop().cancel()
+                await _eventually_opens(stub, alice, mine.operation_id)
+                quick = submit_request("quick", model=_model(sleep_ms=0))
+                done = await _drain(
+                    stub.SubmitAndWatch(
+                        C.SubmitAndWatchRequest(submit=quick, terminal_only=True),
+                        metadata=bearer(bob),
+                    )
+                )
+                for call in (*alices, *bobs):
+                    call.cancel()
+            assert done[-1].operation.state == C.OPERATION_STATE_SUCCEEDED
+        finally:
+            await coordinator.stop()
+            await runner.stop(drain=False)
+
+    asyncio.run(scenario())
+
+
+async def _drain(stream: Any) -> list[Any]:
+    return [message async for message in stream]
+
+
+def _model(*, sleep_ms: int) -> turn_pb2.ModelRef:
+    return turn_pb2.ModelRef(
+        provider="builtin", name="sleep", parameters={"sleep_ms": str(sleep_ms)}
+    )
+
+
+async def _eventually_opens(stub: Any, token: str, operation_id: str) -> None:
+    """A cancelled stream's place comes back once the server has seen the cancel."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            call = await _open_watch(stub, token, operation_id)
+        except grpc.aio.AioRpcError:
+            await asyncio.sleep(0.05)
+            continue
+        call.cancel()
+        return
+    raise AssertionError("a closed stream never gave its place back")
