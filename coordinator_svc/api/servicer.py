@@ -112,6 +112,22 @@ class _Respond(Protocol[_Reply]):
     ) -> _Reply: ...
 
 
+async def _abort_unless_gone(context: Any, exc: Exception) -> None:
+    """End a stream with the typed status of ``exc``, unless the call ended first (the
+    client cancelled it, or the stopping server did): then there is nobody to send a
+    status to, and gRPC's failure to send one is not an error of ours to log."""
+    if context.done():
+        return
+    try:
+        await abort_with(context, exc)
+    except grpc.aio.AbortError:
+        raise
+    except Exception:
+        if not context.done() and not context.cancelled():
+            raise
+        _log.debug("call ended before its status could be sent: %s", exc)
+
+
 class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
     def __init__(
         self,
@@ -176,7 +192,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
         except grpc.aio.AbortError:
             raise
         except Exception as exc:
-            await abort_with(context, exc)
+            await _abort_unless_gone(context, exc)
 
     def _proto(self, record: OperationRecord) -> coordinator_pb2.Operation:
         return operation_to_proto(record, self._dispatch.waiting_for(record))
