@@ -123,7 +123,7 @@ async def start_runner(
             config.listen,
             register,
             [SERVICE_NAME],
-            interceptors=(gate,),
+            wrap_handlers=gate.wrap,
             options=(("grpc.max_receive_message_length", config.max_receive_bytes),),
             credentials=(
                 server_credentials(config.access.tls, require_client_cert=True)

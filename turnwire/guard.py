@@ -267,6 +267,12 @@ class _GuardedServer:
         )
 
 
+def wrapping_server(server: Any, wrap: Callable[[str, Any], Any]) -> Any:
+    """A stand-in for ``server`` that registers every method handler given to it as
+    ``wrap(method, handler)`` (generated ``add_*Servicer_to_server`` functions take it)."""
+    return _GuardedServer(server, wrap)
+
+
 def add_guarded_service(
     server: Any,
     add_servicer: Callable[[Any, Any], None],

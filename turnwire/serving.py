@@ -17,11 +17,13 @@ import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
+from turnwire.guard import wrapping_server
 from turnwire.transport_security import require_loopback_for_plaintext
 
 NO_PORT_REUSE = (("grpc.so_reuseport", 0),)
@@ -83,26 +85,33 @@ async def start_server(
     interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
     options: Iterable[tuple[str, object]] = (),
     credentials: grpc.ServerCredentials | None = None,
+    wrap_handlers: Callable[[str, Any], Any] | None = None,
 ) -> RunningServer:
     """Start a grpc.aio server on ``listen`` with health and reflection: TLS with
-    ``credentials``, else plaintext, which only a loopback address may serve."""
+    ``credentials``, else plaintext, which only a loopback address may serve.
+    ``wrap_handlers(method, handler)`` replaces every method handler on the port,
+    the service's, health's and reflection's alike (a runner's gate, R11): cheaper
+    per call than a server interceptor, which grpc.aio runs in Python for every call."""
     if credentials is None:
         require_loopback_for_plaintext(listen, "plaintext listen address")
     ensure_port_free(listen)
     server = grpc.aio.server(
         interceptors=tuple(interceptors), options=(*NO_PORT_REUSE, *tuple(options))
     )
-    register(server)
+    target = server if wrap_handlers is None else wrapping_server(server, wrap_handlers)
+    register(target)
     health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, target)
     names = tuple(service_names)
-    reflection.enable_server_reflection(
-        (
-            *names,
-            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
-        ),
-        server,
+    reflected = (
+        *names,
+        health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+        reflection.SERVICE_NAME,
+    )
+    # enable_server_reflection() picks its asyncio servicer only for a real
+    # grpc.aio.Server, so the wrapped one is given the asyncio servicer directly.
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+        reflection.aio.ReflectionServicer(reflected), target
     )
     try:
         port = (

@@ -66,26 +66,6 @@ async def _abort(context: Any, status: grpc.Status) -> None:
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 
-def _refusing(handler: grpc.RpcMethodHandler, status: grpc.Status) -> grpc.RpcMethodHandler:
-    """A handler of ``handler``'s shape that turns the call away without decoding it."""
-
-    async def unary_reply(request: Any, context: Any) -> Any:
-        await _abort(context, status)
-
-    async def streamed_reply(request: Any, context: Any) -> Any:
-        await _abort(context, status)
-        yield  # pragma: no cover - abort raises; this makes it an async generator
-
-    behavior = streamed_reply if handler.response_streaming else unary_reply
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(behavior)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(behavior)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(behavior)
-    return grpc.unary_unary_rpc_method_handler(behavior)
-
-
 def _first_secret(metadata: Any) -> str | None:
     for key, value in metadata or ():
         if key == SECRET_HEADER and isinstance(value, str):
@@ -113,8 +93,9 @@ class _RefusalLog:
         log.warning(message + suffix, *args)
 
 
-class _Checked:
-    """Wraps one method's handler so each call checks the TLS identity first."""
+class _Gated:
+    """One method's handler behind the gate: the same shape, the check first, and the
+    request decoded only once the caller passed (the wrapped handler receives raw bytes)."""
 
     def __init__(self, check: Callable[[Any], Awaitable[None]]) -> None:
         self._check = check
@@ -127,7 +108,13 @@ class _Checked:
             (True, False): handler.stream_unary,
             (True, True): handler.stream_stream,
         }[kind]
-        behavior = self._streamed(original) if handler.response_streaming else self._unary(original)
+        decode: Callable[[bytes], Any] = handler.request_deserializer or (lambda raw: raw)
+        if handler.request_streaming:
+            behavior = self._streamed_in(original, decode, handler.response_streaming)
+        elif handler.response_streaming:
+            behavior = self._streamed_out(original, decode)
+        else:
+            behavior = self._unary(original, decode)
         make = {
             (False, False): grpc.unary_unary_rpc_method_handler,
             (False, True): grpc.unary_stream_rpc_method_handler,
@@ -135,74 +122,88 @@ class _Checked:
             (True, True): grpc.stream_stream_rpc_method_handler,
         }[kind]
         return make(
-            behavior,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
+            behavior, request_deserializer=None, response_serializer=handler.response_serializer
         )
 
-    def _unary(self, original: Behavior) -> Behavior:
+    def _unary(self, original: Behavior, decode: Callable[[bytes], Any]) -> Behavior:
         check = self._check
 
-        async def checked(request: Any, context: Any) -> Any:
+        async def checked(raw: bytes, context: Any) -> Any:
             await check(context)
-            return await original(request, context)
+            return await original(decode(raw), context)
 
         return checked
 
-    def _streamed(self, original: Behavior) -> Behavior:
+    def _streamed_out(self, original: Behavior, decode: Callable[[bytes], Any]) -> Behavior:
         check = self._check
 
-        async def checked(request: Any, context: Any) -> Any:
+        async def checked(raw: bytes, context: Any) -> Any:
             await check(context)
-            replies = original(request, context)
-            if hasattr(replies, "__aiter__"):
-                async for reply in replies:
-                    yield reply
-            else:  # a coroutine that writes through context.write
-                await replies
+            async for reply in _replies(original(decode(raw), context)):
+                yield reply
 
         return checked
 
+    def _streamed_in(
+        self, original: Behavior, decode: Callable[[bytes], Any], streams_out: bool
+    ) -> Behavior:
+        check = self._check
 
-class RunnerGate(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc is untyped
-    """The server interceptor in front of every service on a runner's port."""
+        async def decoded(raws: Any) -> Any:
+            async for raw in raws:
+                yield decode(raw)
+
+        async def checked_out(raws: Any, context: Any) -> Any:
+            await check(context)
+            async for reply in _replies(original(decoded(raws), context)):
+                yield reply
+
+        async def checked_in(raws: Any, context: Any) -> Any:
+            await check(context)
+            return await original(decoded(raws), context)
+
+        return checked_out if streams_out else checked_in
+
+
+async def _replies(replies: Any) -> Any:
+    """What a response-streaming behavior produced: an async generator's replies, or
+    nothing more for a coroutine that writes through context.write."""
+    if hasattr(replies, "__aiter__"):
+        async for reply in replies:
+            yield reply
+    else:
+        await replies
+
+
+class RunnerGate:
+    """The check in front of every method handler on a runner's port
+    (``turnwire.serving.start_server(wrap_handlers=gate.wrap)``)."""
 
     def __init__(self, access: RunnerAccess) -> None:
-        self._secret = access.secret
+        self._secret = access.secret.encode("utf-8") if access.secret is not None else None
         self._identities = frozenset(access.coordinator_identities)
-        self._checked = _Checked(self._check_identity)
-        self._wrapped: dict[str, grpc.RpcMethodHandler] = {}
+        self._gated = _Gated(
+            self._check_secret if self._secret is not None else self._check_identity
+        )
         self.refused = 0  # calls turned away (tests, operators' logs)
         self._log = _RefusalLog()
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[Any], Awaitable[grpc.RpcMethodHandler | None]],
-        details: Any,
-    ) -> grpc.RpcMethodHandler | None:
-        handler = await continuation(details)
-        if handler is None:
-            return None
-        if self._secret is None:
-            return self._with_identity_check(details.method, handler)
-        presented = _first_secret(details.invocation_metadata)
-        if presented is not None and hmac.compare_digest(
-            presented.encode("utf-8"), self._secret.encode("utf-8")
-        ):
-            return handler
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        del method  # every method is gated alike
+        return self._gated.wrap(handler)
+
+    async def _check_secret(self, context: Any) -> None:
+        assert self._secret is not None
+        presented = _first_secret(context.invocation_metadata())
+        if presented is not None and hmac.compare_digest(presented.encode("utf-8"), self._secret):
+            return
         self.refused += 1
         self._log.warn(
-            "refused %s: %s runner secret", details.method, "no" if presented is None else "wrong"
+            "refused a call from %s: %s runner secret",
+            context.peer(),
+            "no" if presented is None else "wrong",
         )
-        return _refusing(handler, MISSING if presented is None else UNKNOWN)
-
-    def _with_identity_check(
-        self, method: str, handler: grpc.RpcMethodHandler
-    ) -> grpc.RpcMethodHandler:
-        wrapped = self._wrapped.get(method)
-        if wrapped is None:
-            wrapped = self._wrapped[method] = self._checked.wrap(handler)
-        return wrapped
+        await _abort(context, MISSING if presented is None else UNKNOWN)
 
     async def _check_identity(self, context: Any) -> None:
         auth = context.auth_context()
