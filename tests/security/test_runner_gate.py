@@ -10,6 +10,7 @@ credentials still get a normal turn through afterwards.
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -372,3 +373,36 @@ def test_a_coordinator_with_the_wrong_secret_sends_nothing_and_says_so(
         asyncio.run(scenario())
     refusals = [r for r in caplog.records if "refuses this coordinator" in r.getMessage()]
     assert len(refusals) == 1 and "--runner-secret-file" in refusals[0].getMessage()
+
+
+@pytest.mark.slow
+def test_a_burst_of_3000_anonymous_streams_is_refused_typed_and_the_runner_serves_on(
+    tmp_path: Path,
+) -> None:
+    """3,000 WatchOperations streams without credentials at once, on one connection: every
+    one UNAUTHENTICATED / CREDENTIALS_MISSING from the gate (none a bare CANCELLED from
+    gRPC's queue of calls waiting for the application, 1,000 by default), and the
+    coordinator's own turn runs afterwards."""
+    access = RunnerAccess(secret=new_secret())
+
+    async def first(stub: Any) -> str:
+        try:
+            async for _ in stub.WatchOperations(R.WatchOperationsRequest(), timeout=30):
+                return "open"
+        except grpc.aio.AioRpcError as error:
+            typed = error_info(error)
+            return f"{error.code().name}/{typed.reason if typed else error.details()}"
+        return "ended"
+
+    async def scenario() -> None:
+        async with _runner(tmp_path, access) as runner:
+            async with grpc.aio.insecure_channel(runner.address) as channel:
+                stub = runner_pb2_grpc.RunnerServiceStub(channel)
+                outcomes = await asyncio.gather(*(first(stub) for _ in range(3000)))
+            assert collections.Counter(outcomes) == {"UNAUTHENTICATED/CREDENTIALS_MISSING": 3000}
+            assert runner.gate.refused == 3000
+            await _nothing_was_done(
+                runner, RunnerCredentials.for_access(access), tmp_path / "ledger.jsonl"
+            )
+
+    asyncio.run(scenario())
