@@ -61,6 +61,7 @@ for _path in (str(REPO_ROOT), str(BENCH_DIR)):
 import peers  # noqa: E402
 from baseline import ECHO_METHOD, Figures, measure  # noqa: E402
 from e2e_processes import (  # noqa: E402
+    MAX_RUNNERS,
     STOP_GRACE,
     BenchBroke,
     CoordinatorProcess,
@@ -83,6 +84,7 @@ from e2e_report import (  # noqa: E402
 
 from turnwire.client import AsyncTurnwireClient, OperationState  # noqa: E402
 from turnwire.launcher import LaunchError, ManagedProcess  # noqa: E402
+from turnwire.secure_channels import channel_credentials  # noqa: E402
 
 IN_FLIGHT = (1, 16)
 PAYLOAD = b"x" * 256  # about the size of a small SubmitTurn request
@@ -312,15 +314,20 @@ async def measure_system(
     """Runner processes, a coordinator process, and the client here, on one journal."""
     await wait_quiet(progress)
     runners = start_runners(area, journal, plan)
-    coordinator = start_coordinator(area, journal, journal_url, runners)
+    coordinator = start_coordinator(area, journal, journal_url, runners, tls=plan.tls)
     progress(
         f"{journal}: coordinator pid {coordinator.pid} at {coordinator.address}, "
         + ", ".join(f"runner-{i} pid {r.pid} at {r.address}" for i, r in enumerate(runners, 1))
         + f"; the coordinator runs on {coordinator.event_loop}"
     )
     try:
+        trust = (
+            channel_credentials(area.coordinator_tls(), present_certificate=False)
+            if plan.tls
+            else None
+        )
         async with AsyncTurnwireClient(
-            coordinator.address, coordinator.token, timeout=RPC_TIMEOUT
+            coordinator.address, coordinator.token, timeout=RPC_TIMEOUT, credentials=trust
         ) as client:
             stack = Stack(journal, runners, coordinator, client, postgres_pid)
             return [await measure_system_loop(stack, n, plan) for n in IN_FLIGHT]
@@ -366,7 +373,9 @@ def progress(line: str) -> None:
 
 
 async def run(args: argparse.Namespace) -> Report:
-    plan = Plan(args.turns, args.turns * 2, args.runners, args.slots, args.api)
+    if args.runners > MAX_RUNNERS:
+        raise SystemExit(f"e2e.py: at most {MAX_RUNNERS} runners")
+    plan = Plan(args.turns, args.turns * 2, args.runners, args.slots, args.api, tls=args.tls)
     load_before = os.getloadavg()[0]
     with scratch(args.keep) as area:
         baseline = await measure_baseline(area, plan)
@@ -388,6 +397,7 @@ async def run(args: argparse.Namespace) -> Report:
         load_after=os.getloadavg()[0],
         cpus=os.cpu_count() or 0,
         api=plan.api,
+        tls=plan.tls,
     )
 
 
@@ -438,6 +448,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="one-call",
         help="how the client runs a turn: one SubmitAndWatch call (default), or SubmitTurn "
         "then WatchOperation",
+    )
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="the public API over TLS and coordinator -> runner over mutual TLS (certificates "
+        "made for the run); default: plaintext on loopback with the runners' shared secret",
     )
     parser.add_argument(
         "--quick",

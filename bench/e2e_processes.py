@@ -25,9 +25,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
+
+from turnwire.certs import issue_deployment
 from turnwire.launcher import ManagedProcess, python_module
-from turnwire.secure_channels import runner_sync_channel
-from turnwire.transport_security import RunnerCredentials, read_secret_file, write_secret_file
+from turnwire.secure_channels import channel_credentials, runner_sync_channel
+from turnwire.transport_security import (
+    RunnerCredentials,
+    TlsMaterial,
+    read_secret_file,
+    write_secret_file,
+)
+
+MAX_RUNNERS = 8  # runner certificates a TLS run makes
 
 BENCH_DIR = Path(__file__).resolve().parent
 START_TIMEOUT = 60.0  # one process start, or one PostgreSQL cluster start
@@ -51,6 +61,9 @@ class Plan:
     # How the client runs a turn: "one-call" (SubmitAndWatch) or "two-calls"
     # (SubmitTurn, then WatchOperation).
     api: str = "one-call"
+    # Issue 11: the public API over TLS and coordinator -> runner over mutual TLS
+    # (certificates made for the run), instead of plaintext with a shared secret.
+    tls: bool = False
 
     def count(self, in_flight: int) -> int:
         return self.sequential if in_flight == 1 else self.concurrent
@@ -129,6 +142,36 @@ class Scratch:
         credentials = RunnerCredentials(secret=read_secret_file(self.runner_secret_file))
         return runner_sync_channel(credentials, address)
 
+    @property
+    def certs(self) -> Path:
+        """A CA, a coordinator and MAX_RUNNERS runner certificates for TLS runs (made once)."""
+        path = self.root / "certs"
+        if not (path / "ca.pem").exists():
+            runners = tuple(f"runner-{index}" for index in range(1, MAX_RUNNERS + 1))
+            issue_deployment(path, coordinators=("coordinator",), runners=runners)
+        return path
+
+    def tls_flags(self, name: str) -> list[str]:
+        certs = self.certs
+        return [
+            "--tls-cert", str(certs / f"{name}.pem"),
+            "--tls-key", str(certs / f"{name}.key"),
+            "--tls-ca", str(certs / "ca.pem"),
+        ]  # fmt: skip
+
+    def coordinator_tls(self) -> TlsMaterial:
+        certs = self.certs
+        return TlsMaterial.from_files(
+            certs / "coordinator.pem", certs / "coordinator.key", certs / "ca.pem"
+        )
+
+    def open_tls_runner_channel(self, address: str) -> Any:
+        return runner_sync_channel(RunnerCredentials(tls=self.coordinator_tls()), address)
+
+    def open_tls_coordinator_channel(self, address: str) -> Any:
+        trust = channel_credentials(self.coordinator_tls(), present_certificate=False)
+        return grpc.secure_channel(address, trust)
+
     def start(
         self,
         name: str,
@@ -185,10 +228,15 @@ def start_runners(area: Scratch, prefix: str, plan: Plan) -> list[ManagedProcess
             "--executor", "echo",
             "--writable-slots", str(plan.slots),
             "--read-only-slots", str(plan.slots),
-            "--plaintext", "--coordinator-secret-file", str(area.runner_secret_file),
+            *(
+                area.tls_flags(f"runner-{index}")
+                if plan.tls
+                else ["--plaintext", "--coordinator-secret-file", str(area.runner_secret_file)]
+            ),
             "--log-level", "WARNING",
         )  # fmt: skip
-        runners.append(area.start(name, argv, healthy=True, open_channel=area.open_runner_channel))
+        health = area.open_tls_runner_channel if plan.tls else area.open_runner_channel
+        runners.append(area.start(name, argv, healthy=True, open_channel=health))
     return runners
 
 
@@ -251,6 +299,8 @@ def start_coordinator(
     journal_url: str,
     runners: list[ManagedProcess],
     extra: Sequence[str] = (),
+    *,
+    tls: bool = False,
 ) -> CoordinatorProcess:
     """The real coordinator (with counters) in its own process, as ``serve`` runs it;
     ``extra`` are more ``serve`` flags (bench/coordinator_ab.py)."""
@@ -264,13 +314,18 @@ def start_coordinator(
         "--journal-url", journal_url,
         "--tokens-file", tokens_file,
         "--migrate",
-        "--plaintext", "--runner-secret-file", str(area.runner_secret_file),
+        *(
+            area.tls_flags("coordinator")
+            if tls
+            else ["--plaintext", "--runner-secret-file", str(area.runner_secret_file)]
+        ),
         "--log-level", "WARNING",
         *extra,
     ]  # fmt: skip
     for index, runner in enumerate(runners, 1):
         argv += ["--runner", f"runner-{index}={runner.address}"]
-    process = area.start(f"{prefix}-coordinator", argv, healthy=True)
+    health = area.open_tls_coordinator_channel if tls else None
+    process = area.start(f"{prefix}-coordinator", argv, healthy=True, open_channel=health)
     coordinator = CoordinatorProcess(process, counters_file, token)
     first = coordinator._read()
     if first is not None:

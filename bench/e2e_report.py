@@ -231,6 +231,8 @@ class Report:
     cpus: int
     # How the client ran a turn (Plan.api).
     api: str = "one-call"
+    # Every hop over TLS (Plan.tls), or plaintext with the runners' shared secret.
+    tls: bool = False
     # With --repeat N: every run's ops/s as a fraction of its own echo, row by
     # row, and which run this report is (the median one, see median_run).
     runs: tuple[RunScore, ...] = ()
@@ -249,6 +251,7 @@ class Report:
         return {
             "turns": {"sequential": self.sequential_turns, "concurrent": self.concurrent_turns},
             "api": self.api,
+            "tls": self.tls,
             "baseline": [b.as_json() for b in self.baseline],
             "systems": [s.as_json(self.baseline_for(s.in_flight)) for s in self.systems],
             "postgresql": {
@@ -377,7 +380,8 @@ def print_report(report: Report) -> None:
         )
     print(
         f"system: submit -> terminal ({_API_WORDS.get(report.api, report.api)}); the "
-        "coordinator and each runner their own process, the client in this one"
+        "coordinator and each runner their own process, the client in this one; "
+        + ("TLS to the coordinator, mutual TLS to runners" if report.tls else "plaintext")
     )
     for system in report.systems:
         for line in system_lines(system, report.baseline_for(system.in_flight)):

@@ -153,3 +153,15 @@ def test_bench_e2e_reports_every_figure_as_json() -> None:
     assert isinstance(machine["cpus"], int) and machine["cpus"] >= 1
     assert is_number(machine["load_average_1m_before"])
     assert is_number(machine["load_average_1m_after"])
+
+
+@pytest.mark.slow
+def test_bench_e2e_runs_every_hop_over_tls_when_asked() -> None:
+    """Issue 11: bench/e2e.py --tls measures the same turns with TLS to the coordinator and
+    mutual TLS to the runners (certificates made for the run); every turn succeeds."""
+    code, stdout, stderr = run_bench("--turns", str(TURNS), "--skip-postgres", "--tls", "--json")
+    assert code == 0, stderr[-3000:]
+    report = json.loads(stdout)
+    assert report["tls"] is True and report["all_succeeded"] is True
+    for system in report["systems"]:
+        check_system(system)
