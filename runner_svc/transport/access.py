@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from turnwire.common.v1 import errors_pb2
 from turnwire.errors import rich_status
@@ -54,6 +55,11 @@ NO_CERTIFICATE = _refusal(
     grpc.StatusCode.UNAUTHENTICATED,
     _R.ERROR_REASON_CREDENTIALS_MISSING,
     "this runner serves only its coordinator: present a client certificate",
+)
+MALFORMED = _refusal(
+    grpc.StatusCode.INVALID_ARGUMENT,
+    _R.ERROR_REASON_REQUEST_MALFORMED,
+    "the request bytes do not decode as its request message",
 )
 NOT_ALLOWED = _refusal(
     grpc.StatusCode.PERMISSION_DENIED,
@@ -130,7 +136,7 @@ class _Gated:
 
         async def checked(raw: bytes, context: Any) -> Any:
             await check(context)
-            return await original(decode(raw), context)
+            return await original(await _decoded(decode, raw, context), context)
 
         return checked
 
@@ -139,7 +145,8 @@ class _Gated:
 
         async def checked(raw: bytes, context: Any) -> Any:
             await check(context)
-            async for reply in _replies(original(decode(raw), context)):
+            request = await _decoded(decode, raw, context)
+            async for reply in _replies(original(request, context)):
                 yield reply
 
         return checked
@@ -149,20 +156,30 @@ class _Gated:
     ) -> Behavior:
         check = self._check
 
-        async def decoded(raws: Any) -> Any:
+        async def decoded(raws: Any, context: Any) -> Any:
             async for raw in raws:
-                yield decode(raw)
+                yield await _decoded(decode, raw, context)
 
         async def checked_out(raws: Any, context: Any) -> Any:
             await check(context)
-            async for reply in _replies(original(decoded(raws), context)):
+            async for reply in _replies(original(decoded(raws, context), context)):
                 yield reply
 
         async def checked_in(raws: Any, context: Any) -> Any:
             await check(context)
-            return await original(decoded(raws), context)
+            return await original(decoded(raws, context), context)
 
         return checked_out if streams_out else checked_in
+
+
+async def _decoded(decode: Callable[[bytes], Any], raw: bytes, context: Any) -> Any:
+    """The request, or a typed REQUEST_MALFORMED for bytes that do not decode (health and
+    reflection decode with the generated parser, which raises; RunnerService's guard
+    never does)."""
+    try:
+        return decode(raw)
+    except DecodeError:
+        await _abort(context, MALFORMED)
 
 
 async def _replies(replies: Any) -> Any:

@@ -406,3 +406,49 @@ def test_a_burst_of_3000_anonymous_streams_is_refused_typed_and_the_runner_serve
             )
 
     asyncio.run(scenario())
+
+
+def test_undecodable_bytes_are_refused_typed_after_the_gate_on_every_service(
+    tmp_path: Path,
+) -> None:
+    """Bytes that do not decode, on RunnerService, health and reflection: without the
+    secret the gate answers first (UNAUTHENTICATED, so nothing was decoded); with it,
+    INVALID_ARGUMENT / REQUEST_MALFORMED, never an untyped error naming a Python class."""
+    access = RunnerAccess(secret=new_secret())
+    methods = [
+        ("/turnwire.runner.v1.RunnerService/GetRunnerInfo", False),
+        ("/grpc.health.v1.Health/Check", False),
+        ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", True),
+    ]
+
+    async def answer(channel: grpc.aio.Channel, method: str, streaming: bool) -> Any:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            if streaming:
+                call = channel.stream_stream(
+                    method, request_serializer=None, response_deserializer=None
+                )(iter([b"\xff\xff\xff"]), timeout=5)
+                await call.read()
+                await call.code()
+                raise AssertionError(f"{method} answered undecodable bytes")
+            await channel.unary_unary(method, request_serializer=None, response_deserializer=None)(
+                b"\xff\xff\xff", timeout=5
+            )
+        return caught.value
+
+    async def scenario() -> None:
+        async with _runner(tmp_path, access) as runner:
+            credentials = RunnerCredentials.for_access(access)
+            async with (
+                grpc.aio.insecure_channel(runner.address) as anonymous,
+                runner_aio_channel(credentials, runner.address) as trusted,
+            ):
+                for method, streaming in methods:
+                    refused = await answer(anonymous, method, streaming)
+                    assert refused.code() is grpc.StatusCode.UNAUTHENTICATED, method
+                    malformed = await answer(trusted, method, streaming)
+                    typed = error_info(malformed)
+                    assert malformed.code() is grpc.StatusCode.INVALID_ARGUMENT, method
+                    assert typed is not None and typed.reason == "REQUEST_MALFORMED", method
+                    assert "class" not in (malformed.details() or ""), method
+
+    asyncio.run(scenario())
