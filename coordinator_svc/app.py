@@ -36,7 +36,12 @@ from coordinator_svc.ports import Journal
 from coordinator_svc.storage import open_journal
 from coordinator_svc.storage.cached import CachedJournal
 from turnwire.secure_channels import server_credentials
-from turnwire.serving import RunningServer, ensure_port_free, start_server
+from turnwire.serving import (
+    DEFAULT_PENDING_CALLS,
+    RunningServer,
+    ensure_port_free,
+    start_server,
+)
 from turnwire.transport_security import SecurityConfigError, require_loopback_for_plaintext
 
 log = logging.getLogger("coordinator_svc")
@@ -176,12 +181,9 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
             # answer can be given instead of a bare RESOURCE_EXHAUSTED (turnwire.limits).
             options=(
                 ("grpc.max_receive_message_length", config.limits.coordinator_max_receive_bytes),
-                # gRPC core cancels (a bare CANCELLED) the calls that wait for the
-                # application beyond these (defaults 1,000 and 3,000): a burst of
-                # streams must reach the call limits and be refused typed instead.
-                ("grpc.server.max_pending_requests", pending_calls(config)),
-                ("grpc.server.max_pending_requests_hard_limit", 2 * pending_calls(config)),
             ),
+            # A burst of streams must reach the call limits and be refused typed.
+            pending_calls=pending_calls(config),
             # Issue 11: TLS for the public API when given; callers prove who they
             # are with bearer tokens, so no client certificate is asked for.
             credentials=(
@@ -203,8 +205,8 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
 
 def pending_calls(config: CoordinatorConfig) -> int:
     """How many arriving calls gRPC may hold for the servicer: room for a burst of
-    four times the server-wide stream cap (never below gRPC's own default)."""
-    return max(1000, 4 * config.call_limits.streams_total)
+    four times the server-wide stream cap (never below the shared default)."""
+    return max(DEFAULT_PENDING_CALLS, 4 * config.call_limits.streams_total)
 
 
 def check_transport_security(config: CoordinatorConfig) -> None:

@@ -25,8 +25,6 @@ from turnwire.transport_security import RunnerAccess, require_loopback_for_plain
 
 log = logging.getLogger("runner_svc.app")
 
-PENDING_CALLS = 8000
-
 
 @dataclass(frozen=True)
 class RunnerConfig:
@@ -126,14 +124,9 @@ async def start_runner(
             register,
             [SERVICE_NAME],
             wrap_handlers=gate.wrap,
-            options=(
-                ("grpc.max_receive_message_length", config.max_receive_bytes),
-                # A burst of calls (say, anonymous ones the gate will refuse) must reach
-                # the gate and get its typed answer: gRPC core cancels, untyped, the
-                # calls waiting for the application beyond these (defaults 1,000/3,000).
-                ("grpc.server.max_pending_requests", PENDING_CALLS),
-                ("grpc.server.max_pending_requests_hard_limit", 2 * PENDING_CALLS),
-            ),
+            # A burst (say, of anonymous calls) reaches the gate and gets its typed
+            # answer: start_server leaves room for it in gRPC's queue of waiting calls.
+            options=(("grpc.max_receive_message_length", config.max_receive_bytes),),
             credentials=(
                 server_credentials(config.access.tls, require_client_cert=True)
                 if config.access.tls is not None

@@ -27,6 +27,11 @@ from turnwire.guard import wrapping_server
 from turnwire.transport_security import require_loopback_for_plaintext
 
 NO_PORT_REUSE = (("grpc.so_reuseport", 0),)
+# gRPC core cancels, with a bare CANCELLED, the calls that wait for the
+# application beyond grpc.server.max_pending_requests (default 1,000; hard
+# limit 3,000). A burst must reach our own checks (a runner's gate, the
+# coordinator's call limits) and get their typed answer instead (issue 11).
+DEFAULT_PENDING_CALLS = 8000
 
 
 class AddressInUseError(RuntimeError):
@@ -86,17 +91,26 @@ async def start_server(
     options: Iterable[tuple[str, object]] = (),
     credentials: grpc.ServerCredentials | None = None,
     wrap_handlers: Callable[[str, Any], Any] | None = None,
+    pending_calls: int = DEFAULT_PENDING_CALLS,
 ) -> RunningServer:
     """Start a grpc.aio server on ``listen`` with health and reflection: TLS with
     ``credentials``, else plaintext, which only a loopback address may serve.
     ``wrap_handlers(method, handler)`` replaces every method handler on the port,
     the service's, health's and reflection's alike (a runner's gate, R11): cheaper
-    per call than a server interceptor, which grpc.aio runs in Python for every call."""
+    per call than a server interceptor, which grpc.aio runs in Python for every call.
+    ``pending_calls``: arriving calls gRPC may hold for the handlers (twice that
+    is its hard limit; see DEFAULT_PENDING_CALLS)."""
     if credentials is None:
         require_loopback_for_plaintext(listen, "plaintext listen address")
     ensure_port_free(listen)
     server = grpc.aio.server(
-        interceptors=tuple(interceptors), options=(*NO_PORT_REUSE, *tuple(options))
+        interceptors=tuple(interceptors),
+        options=(
+            *NO_PORT_REUSE,
+            ("grpc.server.max_pending_requests", pending_calls),
+            ("grpc.server.max_pending_requests_hard_limit", 2 * pending_calls),
+            *tuple(options),
+        ),
     )
     target = server if wrap_handlers is None else wrapping_server(server, wrap_handlers)
     register(target)

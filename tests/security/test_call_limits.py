@@ -1,5 +1,8 @@
 """Issue 11: calls open at once are limited per principal, and streams for the whole coordinator.
 
+Not a PROTOCOL rule (the limits refuse before anything is read or written, so no
+rule of the journal is touched); README "Security", Limits, is their contract.
+
 The bookkeeping alone (coordinator_svc/api/call_limits.py), then a live
 coordinator with small limits and a real runner: streams over a limit are
 refused RESOURCE_EXHAUSTED / CONCURRENCY_LIMIT with RetryInfo, another
@@ -13,6 +16,9 @@ import asyncio
 import collections
 import logging
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +28,7 @@ import pytest
 from coordinator_svc.api.auth import add_token
 from coordinator_svc.api.call_limits import CallLimits
 from coordinator_svc.api.errors import ApiError
-from coordinator_svc.app import start_coordinator
+from coordinator_svc.app import RunningCoordinator, start_coordinator
 from coordinator_svc.config import CallLimitSettings, CoordinatorConfig, RunnerEndpoint
 from coordinator_svc.storage import migrate
 from runner_svc.app import RunnerConfig, start_runner
@@ -95,60 +101,88 @@ async def _refused_watch(stub: Any, token: str, operation_id: str) -> Any:
     return typed
 
 
-def test_live_stream_limits_per_principal_and_server_wide(tmp_path: Path) -> None:
-    """alice's 4th watch is refused (streams_per_principal 3) while bob still opens his;
-    the 6th stream on the server is refused (streams_total 5) whoever asks; once alice
-    closes one she may open one again; a normal turn then still succeeds."""
-    tokens = tmp_path / "tokens"
-    alice, bob = add_token(tokens, "alice"), add_token(tokens, "bob")
+@asynccontextmanager
+async def _live(tmp_path: Path, limits: CallLimitSettings | None = None) -> AsyncIterator[Live]:
+    """A real runner (the sleep executor) and a coordinator routing to it, with tokens for
+    alice and bob and a channel to the coordinator; everything stopped afterwards."""
+    tokens_file = tmp_path / "tokens"
+    tokens = {name: add_token(tokens_file, name) for name in ("alice", "bob")}
     journal_url = f"sqlite:///{tmp_path / 'journal.db'}"
     migrate(journal_url)
-
-    async def scenario() -> None:
-        runner = await start_runner(
-            RunnerConfig(
-                store_path=tmp_path / "runner.db",
-                access=runner_access.ACCESS,
-                executor="sleep",
-                drain_seconds=0.5,
-            )
+    runner = await start_runner(
+        RunnerConfig(
+            store_path=tmp_path / "runner.db",
+            access=runner_access.ACCESS,
+            executor="sleep",
+            drain_seconds=0.5,
         )
+    )
+    try:
         coordinator = await start_coordinator(
             CoordinatorConfig(
                 journal_url=journal_url,
-                tokens_file=str(tokens),
+                tokens_file=str(tokens_file),
                 runners=(RunnerEndpoint("r1", runner.address),),
                 runner_credentials=runner_access.CREDENTIALS,
-                call_limits=CallLimitSettings(streams_per_principal=3, streams_total=5),
+                call_limits=limits or CallLimitSettings(),
             )
         )
         try:
             async with grpc.aio.insecure_channel(coordinator.address) as channel:
-                stub = coordinator_pb2_grpc.TurnServiceStub(channel)
-                slow = submit_request("slow", model=_model(sleep_ms=60_000))
-                mine = (await stub.SubmitTurn(slow, metadata=bearer(alice))).operation
-                theirs = (await stub.SubmitTurn(slow, metadata=bearer(bob))).operation
-                alices = [await _open_watch(stub, alice, mine.operation_id) for _ in range(3)]
-                typed = await _refused_watch(stub, alice, mine.operation_id)
-                assert typed.metadata == {"limit": "streams_per_principal", "max": "3"}
-                bobs = [await _open_watch(stub, bob, theirs.operation_id) for _ in range(2)]
-                typed = await _refused_watch(stub, bob, theirs.operation_id)
-                assert typed.metadata == {"limit": "streams_total", "max": "5"}
-                alices.pop().cancel()
-                await _eventually_opens(stub, alice, mine.operation_id)
-                quick = submit_request("quick", model=_model(sleep_ms=0))
-                done = await _drain(
-                    stub.SubmitAndWatch(
-                        C.SubmitAndWatchRequest(submit=quick, terminal_only=True),
-                        metadata=bearer(bob),
-                    )
-                )
-                for call in (*alices, *bobs):
-                    call.cancel()
-            assert done[-1].operation.state == C.OPERATION_STATE_SUCCEEDED
+                yield Live(coordinator, coordinator_pb2_grpc.TurnServiceStub(channel), tokens)
         finally:
-            await coordinator.stop()
-            await runner.stop(drain=False)
+            await coordinator.stop()  # idempotent: a test may have stopped it already
+    finally:
+        await runner.stop(drain=False)
+
+
+@dataclass
+class Live:
+    coordinator: RunningCoordinator
+    stub: Any
+    tokens: dict[str, str]
+
+    async def slow_turn(self, principal: str) -> str:
+        """A turn of ``principal``'s that runs for a minute: its watches stay open."""
+        slow = submit_request("slow", model=_model(sleep_ms=60_000))
+        reply = await self.stub.SubmitTurn(slow, metadata=bearer(self.tokens[principal]))
+        operation_id: str = reply.operation.operation_id
+        return operation_id
+
+    async def quick_turn(self, principal: str) -> Any:
+        """A turn run to its end with SubmitAndWatch; its terminal operation."""
+        quick = submit_request("quick", model=_model(sleep_ms=0))
+        done = await _drain(
+            self.stub.SubmitAndWatch(
+                C.SubmitAndWatchRequest(submit=quick, terminal_only=True),
+                metadata=bearer(self.tokens[principal]),
+            )
+        )
+        return done[-1].operation
+
+
+def test_live_stream_limits_per_principal_and_server_wide(tmp_path: Path) -> None:
+    """alice's 4th watch is refused (streams_per_principal 3) while bob still opens his;
+    the 6th stream on the server is refused (streams_total 5) whoever asks; once alice
+    closes one she may open one again; a normal turn then still succeeds."""
+
+    async def scenario() -> None:
+        limits = CallLimitSettings(streams_per_principal=3, streams_total=5)
+        async with _live(tmp_path, limits) as live:
+            alice, bob = live.tokens["alice"], live.tokens["bob"]
+            mine, theirs = await live.slow_turn("alice"), await live.slow_turn("bob")
+            alices = [await _open_watch(live.stub, alice, mine) for _ in range(3)]
+            typed = await _refused_watch(live.stub, alice, mine)
+            assert typed.metadata == {"limit": "streams_per_principal", "max": "3"}
+            bobs = [await _open_watch(live.stub, bob, theirs) for _ in range(2)]
+            typed = await _refused_watch(live.stub, bob, theirs)
+            assert typed.metadata == {"limit": "streams_total", "max": "5"}
+            alices.pop().cancel()
+            await _eventually_opens(live.stub, alice, mine)
+            done = await live.quick_turn("bob")
+            for call in (*alices, *bobs):
+                call.cancel()
+        assert done.state == C.OPERATION_STATE_SUCCEEDED
 
     asyncio.run(scenario())
 
@@ -197,10 +231,6 @@ def test_a_burst_of_3000_streams_is_refused_typed_and_another_principal_is_serve
     RESOURCE_EXHAUSTED / CONCURRENCY_LIMIT, none a bare CANCELLED (gRPC's own queue of
     calls waiting for the servicer was 1,000 by default); another principal's turn then
     succeeds."""
-    tokens = tmp_path / "tokens"
-    alice, bob = add_token(tokens, "alice"), add_token(tokens, "bob")
-    journal_url = f"sqlite:///{tmp_path / 'journal.db'}"
-    migrate(journal_url)
 
     async def first_reply(call: Any) -> str:
         try:
@@ -211,47 +241,19 @@ def test_a_burst_of_3000_streams_is_refused_typed_and_another_principal_is_serve
         return "open"
 
     async def scenario() -> None:
-        runner = await start_runner(
-            RunnerConfig(
-                store_path=tmp_path / "runner.db",
-                access=runner_access.ACCESS,
-                executor="sleep",
-                drain_seconds=0.5,
-            )
-        )
-        coordinator = await start_coordinator(
-            CoordinatorConfig(
-                journal_url=journal_url,
-                tokens_file=str(tokens),
-                runners=(RunnerEndpoint("r1", runner.address),),
-                runner_credentials=runner_access.CREDENTIALS,
-            )
-        )
-        try:
-            async with grpc.aio.insecure_channel(coordinator.address) as channel:
-                stub = coordinator_pb2_grpc.TurnServiceStub(channel)
-                slow = submit_request("slow", model=_model(sleep_ms=60_000))
-                mine = (await stub.SubmitTurn(slow, metadata=bearer(alice))).operation
-                request = C.WatchOperationRequest(operation_id=mine.operation_id)
-                calls = [stub.WatchOperation(request, metadata=bearer(alice)) for _ in range(3000)]
-                outcomes = await asyncio.gather(*(first_reply(call) for call in calls))
-                quick = submit_request("quick", model=_model(sleep_ms=0))
-                done = await _drain(
-                    stub.SubmitAndWatch(
-                        C.SubmitAndWatchRequest(submit=quick, terminal_only=True),
-                        metadata=bearer(bob),
-                    )
-                )
-                for call in calls:
-                    call.cancel()
-            assert collections.Counter(outcomes) == {
-                "open": 32,
-                "RESOURCE_EXHAUSTED/CONCURRENCY_LIMIT": 2968,
-            }
-            assert done[-1].operation.state == C.OPERATION_STATE_SUCCEEDED
-        finally:
-            await coordinator.stop()
-            await runner.stop(drain=False)
+        async with _live(tmp_path) as live:
+            request = C.WatchOperationRequest(operation_id=await live.slow_turn("alice"))
+            alice = bearer(live.tokens["alice"])
+            calls = [live.stub.WatchOperation(request, metadata=alice) for _ in range(3000)]
+            outcomes = await asyncio.gather(*(first_reply(call) for call in calls))
+            done = await live.quick_turn("bob")
+            for call in calls:
+                call.cancel()
+        assert collections.Counter(outcomes) == {
+            "open": 32,
+            "RESOURCE_EXHAUSTED/CONCURRENCY_LIMIT": 2968,
+        }
+        assert done.state == C.OPERATION_STATE_SUCCEEDED
 
     asyncio.run(scenario())
 
@@ -263,44 +265,19 @@ def test_stopping_with_open_streams_logs_no_error(
     """Open watches when the coordinator stops: clients that stay get UNAVAILABLE
     SHUTTING_DOWN; clients that cancelled just before get nothing; either way nothing is
     logged at ERROR (sending a status to a call that already ended is not an error)."""
-    tokens = tmp_path / "tokens"
-    alice = add_token(tokens, "alice")
-    journal_url = f"sqlite:///{tmp_path / 'journal.db'}"
-    migrate(journal_url)
 
     async def scenario() -> None:
-        runner = await start_runner(
-            RunnerConfig(
-                store_path=tmp_path / "runner.db",
-                access=runner_access.ACCESS,
-                executor="sleep",
-                drain_seconds=0.5,
-            )
-        )
-        coordinator = await start_coordinator(
-            CoordinatorConfig(
-                journal_url=journal_url,
-                tokens_file=str(tokens),
-                runners=(RunnerEndpoint("r1", runner.address),),
-                runner_credentials=runner_access.CREDENTIALS,
-            )
-        )
-        try:
-            async with grpc.aio.insecure_channel(coordinator.address) as channel:
-                stub = coordinator_pb2_grpc.TurnServiceStub(channel)
-                slow = submit_request("slow", model=_model(sleep_ms=60_000))
-                mine = (await stub.SubmitTurn(slow, metadata=bearer(alice))).operation
-                calls = [await _open_watch(stub, alice, mine.operation_id) for _ in range(20)]
-                if clients_cancel_first:
-                    for call in calls:
-                        call.cancel()
-                await coordinator.stop()
-                if not clients_cancel_first:
-                    for call in calls:
-                        assert await _end_of(call) is grpc.StatusCode.UNAVAILABLE
-        finally:
-            await coordinator.stop()
-            await runner.stop(drain=False)
+        async with _live(tmp_path) as live:
+            mine = await live.slow_turn("alice")
+            alice = live.tokens["alice"]
+            calls = [await _open_watch(live.stub, alice, mine) for _ in range(20)]
+            if clients_cancel_first:
+                for call in calls:
+                    call.cancel()
+            await live.coordinator.stop()
+            if not clients_cancel_first:
+                for call in calls:
+                    assert await _end_of(call) is grpc.StatusCode.UNAVAILABLE
 
     with caplog.at_level(logging.ERROR):
         asyncio.run(scenario())

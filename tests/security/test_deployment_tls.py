@@ -1,4 +1,4 @@
-"""Issue 11: the local deployment (``turnwire up``, the demo, chaos) runs on TLS by default.
+"""Issue 11 (R11): the local deployment (``turnwire up``, the demo, chaos) runs on TLS.
 
 Real processes: a coordinator, a runner and (for the demo) fault proxies, each
 started by the test and ended by PID. What a user would try: the CLI with the

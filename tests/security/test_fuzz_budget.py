@@ -1,5 +1,9 @@
 """Issue 11, the CI budget of the fuzzer: every RPC of TurnService and RunnerService.
 
+The oracle is PROTOCOL §7 "Bad input" (every refusal typed, none INTERNAL) and R11
+(nothing answered to a caller without credentials); afterwards R6/R7 (no slot held),
+§8 item 1 (no execution twice) and a normal turn.
+
 A real runner (metered executor, with a ledger) and a real coordinator that
 dispatches to it, both in this process on 127.0.0.1. For every method of both
 services Hypothesis draws requests from the descriptors (tests/security/rpc_fuzz.py:

@@ -1,4 +1,4 @@
-"""Issue 11: hostile input to the coordinator's public TurnService, end to end.
+"""Issue 11, PROTOCOL §7: hostile input to the coordinator's public TurnService, end to end.
 
 Every case runs against a live stack of its own (a real runner with the metered
 executor and its ledger, a real coordinator on a SQLite journal, real gRPC on

@@ -1,4 +1,4 @@
-"""Issue 11: a runner serves only its coordinator, on every RPC of every service on its port.
+"""Issue 11, PROTOCOL R11: a runner serves only its coordinator, on every RPC of its port.
 
 A real runner (``start_runner``) on 127.0.0.1, real channels. Each case calls
 with no credentials, wrong ones, or another identity's certificate, asserts
@@ -179,7 +179,7 @@ async def _nothing_was_done(
 def test_plaintext_runner_refuses_every_rpc_without_its_secret(
     tmp_path: Path, presented: str | None, reason: str
 ) -> None:
-    """Every RPC on the port (RunnerService, health, reflection) without the secret, or
+    """R11: every RPC on the port (RunnerService, health, reflection) without the secret, or
     with another: UNAUTHENTICATED with the reason, naming nothing of the runner; the
     forged Dispatch ran nothing, the forged Cancel left no tombstone, the pinned fencing
     token did not stick; the coordinator's own turn then runs."""
@@ -265,7 +265,7 @@ def test_mutual_tls_runner_serves_its_coordinator_certificate(tmp_path: Path, ce
 def test_mutual_tls_runner_refuses_another_identity_of_its_own_ca(
     tmp_path: Path, certs: Path
 ) -> None:
-    """A certificate of the same CA naming another identity (a runner's) proves who it
+    """R11: a certificate of the same CA naming another identity (a runner's) proves who it
     is but may not call: PERMISSION_DENIED / CALLER_NOT_ALLOWED on every RPC, nothing
     done, naming nothing of the runner."""
     access = RunnerAccess(tls=_tls(certs, "runner-1"))
@@ -290,7 +290,7 @@ def test_mutual_tls_runner_refuses_another_identity_of_its_own_ca(
 def test_mutual_tls_runner_cannot_be_reached_without_a_certificate_of_its_ca(
     tmp_path: Path, certs: Path, client: str
 ) -> None:
-    """No client certificate, one from another CA (even named "coordinator"), or no TLS
+    """R11: no client certificate, one from another CA (even named "coordinator"), or no TLS
     at all: the handshake fails (UNAVAILABLE), no handler ever runs, nothing is done."""
     access = RunnerAccess(tls=_tls(certs, "runner-1"))
 
@@ -346,9 +346,9 @@ def test_coordinator_identities_are_the_runners_choice(tmp_path: Path, certs: Pa
 def test_a_coordinator_with_the_wrong_secret_sends_nothing_and_says_so(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A coordinator given the wrong runner secret: its watch and status calls are turned
-    away, no turn executes (the ledger stays empty, the turn is not terminal), and one
-    ERROR line names the runner and the flags to fix."""
+    """R11 with C2/C2a: a coordinator given the wrong runner secret: its watch and status
+    calls are turned away, no turn executes (the ledger stays empty, the turn is not
+    terminal), and one ERROR line names the runner and the flags to fix."""
     from coordinator_svc.storage import FakeJournal
     from tests.coordinator.dispatcher.rig import Rig
 

@@ -1,4 +1,4 @@
-"""Issue 11: bearer tokens have scopes and an expiry, and the tokens file reloads without a restart.
+"""Issue 11, PROTOCOL §7: bearer tokens have scopes and an expiry, and reload without a restart.
 
 A real coordinator (in process, SQLite journal, no runners needed: what is
 checked happens before any turn would be dispatched) on 127.0.0.1 and real
@@ -166,9 +166,9 @@ async def _stored(stub: Any, token: str) -> int:
 
 
 def test_each_call_needs_its_scope_and_a_refusal_stores_nothing(tmp_path: Path) -> None:
-    """A read-only token cannot submit (SCOPE_MISSING, scope=submit) or cancel; a submit-only
-    token cannot SubmitAndWatch (it needs read too) nor read; nothing is stored by any
-    refusal; an admin token does everything."""
+    """§7 scopes: a read-only token cannot submit (SCOPE_MISSING, scope=submit) or cancel;
+    a submit-only token cannot SubmitAndWatch (it needs read too) nor read; nothing is
+    stored by any refusal; an admin token does everything."""
     tokens = tmp_path / "tokens"
     reader = add_token(tokens, "alice", scopes={Scope.READ})
     submitter = add_token(tokens, "alice", scopes={Scope.SUBMIT})

@@ -1,4 +1,4 @@
-"""Issue 11: transport security is chosen explicitly, refused when unsafe, and works end to end.
+"""Issue 11 (R11): transport security is chosen explicitly, refused when unsafe, works end to end.
 
 - nothing starts without a choice (TLS, or plaintext on loopback with a secret);
 - plaintext is refused on any non-loopback address, before anything is opened;
