@@ -62,3 +62,26 @@ def test_runner_core_importing_generated_wire_types_is_reported(tmp_path: Path) 
     code, output = _lint_imports(root)
     assert code != 0, output
     assert "runner_svc.core.leak_by_test -> turnwire.faults.v1.faults_pb2" in output
+
+
+def test_shared_package_importing_coordinator_outside_testing_is_reported(tmp_path: Path) -> None:
+    """Only turnwire.testing (the journal conformance suite) may import the coordinator."""
+    root = copy_python_packages(tmp_path)
+    _add_module(root, "turnwire.leak_by_test", "import coordinator_svc.ports\n")
+    _add_module(root, "turnwire.testing.runner_leak_by_test", "import runner_svc\n")
+    code, output = _lint_imports(root)
+    assert code != 0, output
+    assert "turnwire.leak_by_test -> coordinator_svc.ports" in output
+    assert "turnwire.testing.runner_leak_by_test -> runner_svc" in output
+
+
+def test_importing_the_conformance_suite_outside_it_is_reported(tmp_path: Path) -> None:
+    """turnwire.testing is a leaf: a service or another shared module importing it is reported
+    (else the shared package would reach the coordinator through it)."""
+    root = copy_python_packages(tmp_path)
+    _add_module(root, "turnwire.leak_by_test", "import turnwire.testing.records\n")
+    _add_module(root, "runner_svc.leak_by_test", "from turnwire import testing\n")
+    code, output = _lint_imports(root)
+    assert code != 0, output
+    assert "turnwire.leak_by_test -> turnwire.testing.records" in output
+    assert "runner_svc.leak_by_test -> turnwire.testing" in output
