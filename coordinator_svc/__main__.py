@@ -5,6 +5,7 @@
                                        | --plaintext [--runner-secret-file F])
                                       [--tokens-file F] [--migrate] [timing flags] ...
     python -m coordinator_svc migrate [--journal-url URL]
+    python -m coordinator_svc prune   [--journal-url URL] [--idempotency-horizon 24h] [--dry-run]
     python -m coordinator_svc tokens add --file F --principal P [--scope S]... [--expires-in 30d]
 
 Every ``serve``/``migrate`` flag also reads an environment variable (shown in
@@ -35,6 +36,12 @@ from coordinator_svc.config import (
     parse_runner_spec,
 )
 from coordinator_svc.core.quotas import PrincipalLimits, parse_limits
+from coordinator_svc.retention_flags import (
+    add_prune_parser,
+    add_retention_flags,
+    retention_from_args,
+    run_prune,
+)
 from coordinator_svc.security_flags import (
     add_limit_flags,
     add_security_flags,
@@ -145,6 +152,7 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     add_limit_flags(serve)
     _serve_behaviour_flags(serve)
     _scheduling_flags(serve)
+    add_retention_flags(serve)
     _timing_flags(serve)
 
 
@@ -302,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _journal_flag(migrate)
     add_tokens_parser(commands)
+    add_prune_parser(commands, _journal_flag)
     return parser
 
 
@@ -348,6 +357,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         limits=MessageLimits(args.runner_max_receive_bytes),
         timings=timings,
         address_file=args.address_file,
+        retention=retention_from_args(args),
     )
 
 
@@ -473,6 +483,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(args)
     if args.command == "migrate":
         return _migrate(args)
+    if args.command == "prune":
+        return run_prune(args, _fail)
     return run_tokens_add(args, _fail)
 
 

@@ -35,6 +35,7 @@ from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import Journal
 from coordinator_svc.storage import open_journal
 from coordinator_svc.storage.cached import CachedJournal
+from coordinator_svc.storage.retention import JournalRetentionTask
 from turnwire.secure_channels import server_credentials
 from turnwire.serving import (
     DEFAULT_PENDING_CALLS,
@@ -63,6 +64,7 @@ class RunningCoordinator:
     authenticator: Authenticator
     _token_follower: asyncio.Task[None] | None = None
     _stopped: bool = False
+    retention: JournalRetentionTask | None = None  # §9 K1, the scheduled pruning
 
     def follow_tokens_file(self, poll_seconds: float = RELOAD_POLL_SECONDS) -> None:
         """Reload the tokens file whenever it changes (issue 11), until stop()."""
@@ -80,6 +82,8 @@ class RunningCoordinator:
         if self._token_follower is not None:
             self._token_follower.cancel()
         try:
+            if self.retention is not None:
+                await self.retention.stop()  # ends after its batch in progress
             await self.server.set_serving(False)
             self.servicer.close()
             await self.server.stop(grace)
@@ -129,6 +133,11 @@ async def start_coordinator(
         if owned:
             await journal.close()
         raise
+    if owned:  # a journal handed in (a test's fake) is not the URL's to prune
+        cache = running.journal if isinstance(running.journal, CachedJournal) else None
+        running.retention = JournalRetentionTask.started(
+            config.journal_url, config.retention, wiring.clock, cache.forget if cache else None
+        )
     log.info(
         "coordinator serving on %s (journal %s, %d runner(s))",
         running.address,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from coordinator_svc.core.model import TurnKind
 from coordinator_svc.core.quotas import PrincipalLimits
+from coordinator_svc.retention_flags import JournalRetention
 from turnwire.limits import MessageLimits
 from turnwire.transport_security import RunnerCredentials, TlsMaterial
 
@@ -118,3 +119,5 @@ class CoordinatorConfig:
     runner_credentials: RunnerCredentials | None = None
     # Calls open at once: per principal, and streams on the whole server.
     call_limits: CallLimitSettings = field(default_factory=CallLimitSettings)
+    # Issue 12, §9 K1: how long finished operations (and their keys) are kept.
+    retention: JournalRetention = field(default_factory=JournalRetention)

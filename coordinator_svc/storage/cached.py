@@ -147,6 +147,11 @@ class CachedJournal:
         if entry is not None:
             self._bytes -= _weight(entry.record)
 
+    def forget(self, operation_ids: Sequence[str]) -> None:
+        """Retention deleted these operations (§9 K1): never serve them from memory."""
+        for operation_id in operation_ids:
+            self._forget(operation_id)
+
     # -- writes ---------------------------------------------------------------
 
     async def submit(

@@ -115,6 +115,9 @@ operations = sa.Table(
 sa.Index(None, operations.c.principal, operations.c.created_at, operations.c.operation_id)
 # due() / in_state() look rows up by state and next_action_at.
 sa.Index(None, operations.c.state, operations.c.next_action_at)
+# Retention (PROTOCOL.md §9 K1) finds terminal operations oldest first by
+# finished_at (NULL until terminal, so live rows stay out of the range).
+sa.Index(None, operations.c.finished_at)
 
 attempts = sa.Table(
     "attempts",
