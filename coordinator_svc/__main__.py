@@ -36,6 +36,7 @@ from coordinator_svc.config import (
     parse_runner_spec,
 )
 from coordinator_svc.core.quotas import PrincipalLimits, parse_limits
+from coordinator_svc.replica_flags import add_replica_flags
 from coordinator_svc.retention_flags import (
     add_prune_parser,
     add_retention_flags,
@@ -152,6 +153,7 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     add_limit_flags(serve)
     _serve_behaviour_flags(serve)
     _scheduling_flags(serve)
+    add_replica_flags(serve)
     add_retention_flags(serve)
     _timing_flags(serve)
 
@@ -358,6 +360,8 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         timings=timings,
         address_file=args.address_file,
         retention=retention_from_args(args),
+        replica_id=args.replica_id,
+        lease_ttl=float(args.lease_ttl),
     )
 
 
@@ -406,7 +410,7 @@ async def _serve_until_signalled(config: CoordinatorConfig, grace: float) -> int
 
 def _serve(args: argparse.Namespace) -> int:
     from coordinator_svc.api.auth import Authenticator, TokensFileError
-    from coordinator_svc.app import check_transport_security
+    from coordinator_svc.app import check_replica_config, check_transport_security
     from coordinator_svc.ports import JournalError
     from coordinator_svc.storage import migrate
     from turnwire.serving import AddressInUseError
@@ -419,6 +423,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         check_transport_security(config)
+        check_replica_config(config)
         Authenticator.from_file(config.tokens_file)  # a bad file fails before anything changes
         _sqlite_dir(config.journal_url)
     except (ValueError, TokensFileError) as exc:

@@ -6,8 +6,12 @@ Start order (each step only after the one before succeeded):
 2. make sure the listen port is free (before recovery touches the journal:
    a second coordinator started by mistake on a taken port must not run
    C12 recovery against the first one's journal);
-3. open the journal (refuses an unmigrated or too-new schema);
-4. start the dispatcher: C12 recovery runs here, before any new work;
+3. open the journal (refuses an unmigrated or too-new schema); a SQLite
+   journal is then locked for this process (a second coordinator on it is
+   refused: ``storage/journal_lock.py``);
+4. start the dispatcher: C12 recovery runs here, before any new work (on a
+   shared PostgreSQL journal: this replica's first lease; it adopts the
+   operations of replicas whose leases lapsed as it finds them, §5);
 5. serve TurnService with health and reflection; report the address.
 
 Stop order is the reverse: health NOT_SERVING, end open watches, stop
@@ -31,10 +35,13 @@ from coordinator_svc.api.servicer import SERVICE_NAME, TurnServicer, add_to_serv
 from coordinator_svc.config import CoordinatorConfig
 from coordinator_svc.core.quotas import Quotas
 from coordinator_svc.dispatcher import Dispatcher
+from coordinator_svc.dispatcher.ownership import Ownership, ReplicaSettings
 from coordinator_svc.feed import ChangeFeed
-from coordinator_svc.ports import Journal
+from coordinator_svc.ports import Journal, LeasingJournal
+from coordinator_svc.replica_flags import default_replica_id
 from coordinator_svc.storage import open_journal
 from coordinator_svc.storage.cached import CachedJournal
+from coordinator_svc.storage.journal_lock import JournalLock, lock_journal
 from coordinator_svc.storage.retention import JournalRetentionTask
 from turnwire.secure_channels import server_credentials
 from turnwire.serving import (
@@ -64,6 +71,7 @@ class RunningCoordinator:
     authenticator: Authenticator
     _token_follower: asyncio.Task[None] | None = None
     _stopped: bool = False
+    journal_lock: JournalLock | None = None
     retention: JournalRetentionTask | None = None  # §9 K1, the scheduled pruning
 
     def follow_tokens_file(self, poll_seconds: float = RELOAD_POLL_SECONDS) -> None:
@@ -89,7 +97,11 @@ class RunningCoordinator:
             await self.server.stop(grace)
             await self.dispatcher.stop()
         finally:
-            await self.journal.close()
+            try:
+                await self.journal.close()
+            finally:
+                if self.journal_lock is not None:
+                    self.journal_lock.release()
         log.info("coordinator stopped")
 
 
@@ -123,16 +135,22 @@ async def start_coordinator(
     if not authenticator.principals:
         log.warning("no tokens configured: every TurnService call will be refused")
     check_transport_security(config)
+    check_replica_config(config)
     ensure_port_free(config.listen)
     wiring = _Wiring(config, authenticator, tuple(interceptors), tuple(server_interceptors), clock)
     owned = journal is None
     journal = journal if journal is not None else open_journal(config.journal_url)
+    lock: JournalLock | None = None
     try:
+        lock = lock_journal(config.journal_url) if owned else None
         running = await _start_on(journal, wiring)
     except BaseException:
         if owned:
             await journal.close()
+        if lock is not None:
+            lock.release()
         raise
+    running.journal_lock = lock
     if owned:  # a journal handed in (a test's fake) is not the URL's to prune
         cache = running.journal if isinstance(running.journal, CachedJournal) else None
         running.retention = JournalRetentionTask.started(
@@ -150,9 +168,18 @@ async def start_coordinator(
 async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
     """Dispatcher (with C12 recovery) first, then the server; undo on failure."""
     config, feed = wiring.config, ChangeFeed()
-    # This coordinator is the journal's only writer (one per journal until
-    # issue 12): what it wrote last is served from memory (storage/cached.py).
+    replica = replica_settings(config, journal)
+    shared = journal
+    # What this process wrote last is served from memory (storage/cached.py):
+    # the dispatcher's reads are of operations it owns (the compare-and-set
+    # catches any other writer). On a shared journal the public API reads the
+    # database, so it sees what the other replicas wrote.
     journal = CachedJournal(journal)
+    ownership = None
+    if replica is not None:
+        if not isinstance(journal.inner, LeasingJournal):
+            raise ValueError(f"{type(journal.inner).__name__} takes no leases: no replicas on it")
+        ownership = Ownership(journal, replica, wiring.clock)
     dispatcher = Dispatcher(
         journal,
         config.runners,
@@ -167,10 +194,11 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
         preflight_first_attempts=config.preflight_first_attempts,
         queue_before_first_attempt=config.queue_before_first_attempt,
         runner_credentials=config.runner_credentials,
+        ownership=ownership,
     )
     await dispatcher.start()
     servicer = TurnServicer(
-        journal=journal,
+        journal=journal if ownership is None else shared,
         dispatch=dispatcher,
         feed=feed,
         authenticator=wiring.authenticator,
@@ -229,6 +257,34 @@ def check_transport_security(config: CoordinatorConfig) -> None:
             "--tls-cert/--tls-key/--tls-ca (mutual TLS), or --plaintext with "
             "--runner-secret-file (loopback only)"
         )
+
+
+def check_replica_config(config: CoordinatorConfig) -> None:
+    """Issue 12, before anything opens: a replica id only where replicas can be."""
+    if config.replica_id is not None and _backend_of(config.journal_url) == "sqlite":
+        raise ValueError(
+            "--replica-id needs a PostgreSQL journal: a SQLite journal serves one "
+            "coordinator (a second is refused); several replicas share PostgreSQL"
+        )
+
+
+def replica_settings(config: CoordinatorConfig, journal: Journal) -> ReplicaSettings | None:
+    """This process as a replica: always on PostgreSQL (its id defaults to the
+    host's name), on another journal only when an id was given (tests on the
+    fake); None on SQLite."""
+    backend = getattr(journal, "backend_name", "")
+    if backend == "sqlite" or (backend != "postgresql" and config.replica_id is None):
+        return None
+    return ReplicaSettings(config.replica_id or default_replica_id(), ttl=config.lease_ttl)
+
+
+def _backend_of(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).get_backend_name()
+    except Exception:  # a malformed URL is refused when the journal opens
+        return ""
 
 
 def _redacted(url: str) -> str:

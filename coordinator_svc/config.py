@@ -121,3 +121,8 @@ class CoordinatorConfig:
     call_limits: CallLimitSettings = field(default_factory=CallLimitSettings)
     # Issue 12, §9 K1: how long finished operations (and their keys) are kept.
     retention: JournalRetention = field(default_factory=JournalRetention)
+    # Issue 12, §5. This replica's id on a shared PostgreSQL journal (None:
+    # the host's name there; a SQLite journal has one coordinator and no id),
+    # and how long its leases last (about how long a crash's takeover takes).
+    replica_id: str | None = None
+    lease_ttl: float = 10.0

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from coordinator_svc.core import commands
 from coordinator_svc.core.events import (
@@ -182,12 +182,33 @@ class Journal(Protocol):
     async def close(self) -> None: ...
 
 
+@runtime_checkable
 class LeasingJournal(Journal, Protocol):
-    """A journal that also takes §5 leases. The adapters implement it and the
-    contract tests and the simulation hold it to §5; the engine does not use
-    it yet (one coordinator per journal until issue 12 wires ownership), so
-    it is kept out of the ``Journal`` port the engine depends on.
+    """A journal that also takes §5 leases: what replicas sharing one journal
+    need (issue 12; ``dispatcher.ownership`` drives it). A single coordinator
+    on its own journal takes none, so the engine's ``Journal`` port stays
+    without them.
     """
+
+    async def renew_leases(self, owner: str, now: datetime, ttl_seconds: float) -> int:
+        """Push every lease ``owner`` holds on an open operation (not terminal,
+        or a Release owed) to ``now + ttl``; returns how many. One write;
+        ``version`` does not move (no write in flight is disturbed). A lapsed
+        lease still naming ``owner`` is renewed too: nobody adopted it yet (a
+        claim renames the owner, and a claim racing this write is ordered by
+        the row lock: one of them changes nothing)."""
+        ...
+
+    async def orphans(self, owner: str, now: datetime, limit: int) -> list[OperationRecord]:
+        """Open operations nobody but ``owner`` could claim now: no owner, or
+        another owner's lapsed lease; oldest first."""
+        ...
+
+    async def expire_leases(self, owner_prefix: str, keep: str, now: datetime) -> int:
+        """End now every live lease whose owner starts with ``owner_prefix``,
+        except ``keep``'s; returns how many. A clean stop hands its operations
+        over at once; a restarted replica ends its previous process's."""
+        ...
 
     async def claim(
         self, operation_id: str, owner: str, now: datetime, ttl_seconds: float

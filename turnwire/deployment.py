@@ -234,6 +234,14 @@ class LocalDeployment:
         return done.stdout.strip().splitlines()[-1].split()[-1]
 
     def start(self, timeout: float = 60.0) -> None:
+        self.start_runners(timeout)
+        self.coordinator = self._coordinator_process("127.0.0.1:0")
+        address = self.coordinator.start(timeout)
+        self.coordinator_port = int(address.rsplit(":", 1)[1])
+        self.coordinator.wait_healthy(timeout, self._open_coordinator_channel)
+
+    def start_runners(self, timeout: float = 60.0) -> None:
+        """The data directory, a token, credentials and every runner (and proxy)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.token = self.issue_token("demo")
         self._make_credentials()
@@ -251,14 +259,18 @@ class LocalDeployment:
             if self.with_proxies:
                 slot.proxy = self._proxy_process(f"proxy-{index}", address, slot.control_file)
                 slot.proxy.start(timeout)
-        self.coordinator = self._coordinator_process("127.0.0.1:0")
-        address = self.coordinator.start(timeout)
-        self.coordinator_port = int(address.rsplit(":", 1)[1])
-        self.coordinator.wait_healthy(timeout, self._open_coordinator_channel)
 
     def _coordinator_process(
-        self, listen: str, env: Mapping[str, str] | None = None
+        self,
+        listen: str,
+        env: Mapping[str, str] | None = None,
+        *,
+        name: str = "coordinator",
+        journal: str | None = None,
+        extra_args: tuple[str, ...] = (),
     ) -> ManagedProcess:
+        """A coordinator process (``name`` names its log and address file;
+        ``journal`` overrides the deployment's journal URL for this one)."""
         runner_flags: list[str] = []
         for slot in self.runners:
             options = self.runner_options.get(slot.name)
@@ -267,7 +279,7 @@ class LocalDeployment:
         argv = python_module(
             "coordinator_svc", "serve",
             "--listen", listen,
-            "--journal-url", self.journal,
+            "--journal-url", journal or self.journal,
             "--tokens-file", str(self.tokens_file),
             *(
                 self._tls_flags("coordinator")
@@ -277,12 +289,13 @@ class LocalDeployment:
             "--migrate",
             *runner_flags,
             *self.coordinator_args,
+            *extra_args,
         )  # fmt: skip
         return ManagedProcess(
-            "coordinator",
+            name,
             argv,
-            self._log("coordinator"),
-            self.data_dir / "coordinator.addr",
+            self._log(name),
+            self.data_dir / f"{name}.addr",
             env={**self.coordinator_env, **(env or {})},
         )
 

@@ -60,6 +60,25 @@ def on_requested(record: OperationRecord, ctx: Context) -> Decision:
     return start_cancelling(record, ctx, **stop)
 
 
+def mark_requested(record: OperationRecord, ctx: Context) -> Decision:
+    """C11 on a replica that does not hold the operation's lease (§5): store the
+    request and nothing else; the owner acts on it at its next look (the row
+    is due now). No command: only the owner sends. A QUEUED operation has no
+    attempt to stop, so it ends here, as on the owner; the compare-and-set
+    orders it against the owner's write-ahead (one of the two is refused).
+    ``ctx.replica_id`` must be empty: the lease is not this replica's to write."""
+    assert not ctx.replica_id, "a cancel mark never writes the lease"
+    if record.state.terminal or record.cancel_requested or record.state is OpState.QUEUED:
+        return on_requested(record, ctx)
+    if record.state is OpState.CANCELLING:
+        return nothing("already cancelling")
+    stop: StopRequest = {
+        "cancel_requested": True,
+        "stop_reason": record.stop_reason or StopReason.CANCEL,
+    }
+    return Decision(bookkeeping(record, ctx, next_action_at=ctx.now, **stop))
+
+
 def start_cancelling(
     record: OperationRecord, ctx: Context, **fields: Unpack[StopRequest]
 ) -> Decision:

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
+from coordinator_svc.core.model import OperationRecord
 from coordinator_svc.ports import Journal, JournalError
 
 log = logging.getLogger("coordinator_svc.dispatcher")
@@ -30,7 +31,7 @@ class DueScan:
         journal: Journal,
         clock: Callable[[], datetime],
         every: float,
-        skip: Callable[[str, datetime], bool],
+        skip: Callable[[OperationRecord, datetime], bool],
         tick: Callable[[str], None],
     ) -> None:
         self._journal = journal
@@ -54,5 +55,5 @@ class DueScan:
         self._scans += 1
         discover = self._scans % DISCOVERY_EVERY == 0
         for record in await self._journal.due(now, SCAN_LIMIT, queued=discover):
-            if not self._skip(record.operation_id, now):
+            if not self._skip(record, now):
                 self._tick(record.operation_id)

@@ -19,10 +19,12 @@ one watch stream per runner (``watching``; its reports drive in a lane of
 their own, so results are recorded first), and ``request_cancel()`` from the
 API. The due scan (``due_scan``) is the fallback for timers lost to a race.
 
-One coordinator per journal until issue 12 wires §5 leases: the engine
-writes no lease fields and never claims (``ports.LeasingJournal`` is the
-adapters' tested implementation, kept out of the engine's port); the
-compare-and-set on ``version`` still guards every commit.
+Replicas (issue 12, §5): given an ``Ownership``, the engine drives only
+operations whose lease it holds (``ownership``: accepted here, or adopted
+from a replica whose lease lapsed, through C12's ``Restarted``), every
+commit renews its row's lease, and nothing is written or sent while its
+leases are not current. Without one it is the journal's only coordinator
+(SQLite): no lease fields, and C12 recovery at start takes everything.
 
 Commits per operation on the happy path: submit, DISPATCHING (write-ahead),
 terminal = 3 when the turn settles within ``settle_grace`` of the Dispatch
@@ -78,8 +80,10 @@ from coordinator_svc.dispatcher.first_attempt import (
     write_together,
 )
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
+from coordinator_svc.dispatcher.ownership import Ownership
 from coordinator_svc.dispatcher.performing import CommandPerformer
 from coordinator_svc.dispatcher.recovery import bound_to, recover
+from coordinator_svc.dispatcher.replica import CANCEL_MARKED_STATES, ReplicaDuties
 from coordinator_svc.dispatcher.visibility import describe_wait, log_transition
 from coordinator_svc.dispatcher.waiting_room import WaitingRoom
 from coordinator_svc.dispatcher.watching import RunnerWatch
@@ -150,8 +154,10 @@ class Dispatcher:
         preflight_first_attempts: bool = False,
         queue_before_first_attempt: bool = False,
         runner_credentials: RunnerCredentials | None = None,
+        ownership: Ownership | None = None,
     ) -> None:
         self._journal = journal
+        self._ownership = ownership
         self._runners = tuple(runners)
         self._timings = timings
         self._feed = feed
@@ -191,15 +197,22 @@ class Dispatcher:
         self._due_scan = DueScan(
             journal, clock, timings.idle_poll, skip=self._looked_after, tick=self._due
         )
+        self._replica = ReplicaDuties(self) if ownership is not None else None
         self._running = False
 
     # --- the API the service uses (coordinator_svc.api.control.DispatchControl) ---
 
     async def start(self) -> None:
-        """C12 recovery first, then the due scan and one watch per runner."""
-        await self._recover()
+        """C12 recovery first (a replica: its first lease; it adopts orphans as
+        its keeper finds them), then the due scan and one watch per runner."""
+        if self._replica is not None:
+            await self._replica.ownership.start()
+        else:
+            await self._recover()
         self._running = True
         self._pump()
+        if self._replica is not None:
+            self._spawn(self._replica.keep_leases(lambda: self._running))
         self._spawn(self._due_scan.run(lambda: self._running))
         for watch in self._watches:
             self._spawn(watch.run())
@@ -214,6 +227,8 @@ class Dispatcher:
         await asyncio.gather(*tasks, return_exceptions=True)
         self.room.close()
         await self._calls.close()
+        if self._replica is not None:
+            await self._replica.ownership.hand_off()
 
     def wake(self, operation_id: str) -> None:
         """Look at a changed operation now."""
@@ -234,6 +249,8 @@ class Dispatcher:
         written ahead with it (issue 10, ``first_attempt``) and is driven from
         here. Returns what ``submit`` returns, the record as now stored."""
         first = None
+        if self._replica is not None:
+            record = self._replica.leased(record)
         if self._running and self._attempt_with_acceptance:
             self._avoid_unreachable()
             context = self._context((), record)  # reads the turn's limits (kept per turn)
@@ -469,7 +486,10 @@ class Dispatcher:
         deadline, queue_deadline = (
             self.deadlines.limits(record) if record is not None else (None, None)
         )
+        own = self._ownership
         return Context(
+            replica_id=own.owner if own is not None else "",
+            lease_ttl=own.ttl if own is not None else 15.0,
             turn_deadline=deadline,
             queue_deadline=queue_deadline,
             now=self._clock(),
@@ -501,12 +521,22 @@ class Dispatcher:
                 record = await self._journal.get(operation_id)
                 if record is None:
                     return None
+                mark: Decision | None = None
+                if self._replica is not None:
+                    taken = await self._replica.take(record, event)
+                    if taken is None:
+                        return None  # another replica's
+                    if isinstance(taken, Decision):
+                        mark = taken  # a cancel stored for its owner (§5)
+                    else:
+                        record = taken
                 attempts: tuple[AttemptRecord, ...] = ()
                 if record.attempt_count:
                     attempts = tuple(await self._journal.attempts(operation_id))
-                routed = self._routed(record, event)
                 try:
-                    decision = decide(record, routed, self._context(attempts, record))
+                    decision = mark or decide(
+                        record, self._routed(record, event), self._context(attempts, record)
+                    )
                 except IllegalTransition as error:
                     log.error("%s: refused %s: %s", operation_id, type(event).__name__, error)
                     return Step(record, nothing(str(error)))
@@ -521,10 +551,16 @@ class Dispatcher:
                     self.metrics.stale_versions += 1
                     continue
                 except LeaseLost:
+                    if mark is not None:
+                        continue  # adopted meanwhile: mark the new owner's row
                     self.metrics.leases_lost += 1
                     log.warning("%s: lease lost; sending nothing more", operation_id)
+                    self._forget(operation_id)
                     return Step(record, nothing("lease lost"))
-                self._committed(record, stored, decision)
+                if mark is not None:
+                    self._feed.publish(operation_id)  # not ours: no slot, no count
+                else:
+                    self._committed(record, stored, decision)
                 return Step(stored, decision)
         log.error("%s: gave up after %d stale versions", operation_id, MAX_CAS_RETRIES)
         return None
@@ -584,9 +620,25 @@ class Dispatcher:
         """C12 (dispatcher/recovery.py)."""
         await recover(self._journal, self._step, self.room)
 
-    def _looked_after(self, op_id: str, now: datetime) -> bool:
-        """Not the due scan's to tick: a timer waits, its Dispatch reply is on the
-        way, or the scheduler holds it or routes it now."""
+    def _forget(self, op_id: str) -> None:
+        """Another replica drives it now: hold no slot, count nothing for it."""
+        scheduler = self.room.scheduler
+        scheduler.drop(op_id)
+        if scheduler.unbind(op_id):
+            self._pump()
+        self.room.occupancy.forget(op_id)
+
+    def _looked_after(self, record: OperationRecord, now: datetime) -> bool:
+        """Not the due scan's to tick: another replica's (its keeper adopts
+        orphans), or a timer waits, its Dispatch reply is on the way, or the
+        scheduler holds it or routes it now. A cancel another replica stored
+        is acted on now (§5: it marks the row and leaves the rest to us)."""
+        op_id = record.operation_id
+        if self._replica is not None:
+            if not self._replica.owns(record):
+                return True
+            if record.cancel_requested and record.state in CANCEL_MARKED_STATES:
+                return False
         return (
             self._agenda.waiting(op_id, now)
             or self._calls.dispatching(op_id)

@@ -46,7 +46,7 @@ from coordinator_svc.core.model import (
     OperationRecord,
     OpState,
 )
-from coordinator_svc.ports import Journal, PageCursor
+from coordinator_svc.ports import Journal, LeasingJournal, PageCursor
 from coordinator_svc.storage import rules
 
 DEFAULT_CAPACITY = 4096
@@ -265,10 +265,51 @@ class CachedJournal:
         return await self.inner.list_for_principal(principal, states, limit, after)
 
     async def due(self, now: datetime, limit: int, *, queued: bool = True) -> list[OperationRecord]:
-        return await self.inner.due(now, limit, queued=queued)
+        return self._fresher(await self.inner.due(now, limit, queued=queued))
 
     async def in_state(self, state: OpState, limit: int) -> list[OperationRecord]:
-        return await self.inner.in_state(state, limit)
+        return self._fresher(await self.inner.in_state(state, limit))
+
+    def _fresher(self, scanned: list[OperationRecord]) -> list[OperationRecord]:
+        """A scan read the database: a cached row it shows newer (another replica
+        wrote it, §5: a client's cancel, an adoption) is replaced, never older."""
+        for record in scanned:
+            entry = self._entries.get(record.operation_id)
+            if entry is not None and record.version > entry.record.version:
+                self._put(_Entry(record))
+        return scanned
+
+    # -- §5 leases (when the journal takes them: ports.LeasingJournal) ---------
+
+    def _leasing(self) -> LeasingJournal:
+        if not isinstance(self.inner, LeasingJournal):
+            raise TypeError(f"{type(self.inner).__name__} takes no leases")
+        return self.inner
+
+    async def claim(
+        self, operation_id: str, owner: str, now: datetime, ttl_seconds: float
+    ) -> OperationRecord | None:
+        try:
+            claimed = await self._leasing().claim(operation_id, owner, now, ttl_seconds)
+        except BaseException:
+            self._forget(operation_id)
+            raise
+        if claimed is None:
+            self._forget(operation_id)  # someone else's, or busy: read it fresh next time
+        else:
+            self._learn(claimed)
+        return claimed
+
+    async def renew_leases(self, owner: str, now: datetime, ttl_seconds: float) -> int:
+        # Cached rows keep their older expiry: only claims read it, and a claim
+        # reads the row from the database (under its lock).
+        return await self._leasing().renew_leases(owner, now, ttl_seconds)
+
+    async def orphans(self, owner: str, now: datetime, limit: int) -> list[OperationRecord]:
+        return self._fresher(await self._leasing().orphans(owner, now, limit))
+
+    async def expire_leases(self, owner_prefix: str, keep: str, now: datetime) -> int:
+        return await self._leasing().expire_leases(owner_prefix, keep, now)
 
     async def close(self) -> None:
         self._entries.clear()

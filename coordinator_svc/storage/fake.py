@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from coordinator_svc.core.model import (
     AttemptRecord,
@@ -181,6 +181,39 @@ class FakeJournal:
         self._operations[operation_id] = updated
         self._commits += 1
         return updated
+
+    async def renew_leases(self, owner: str, now: datetime, ttl_seconds: float) -> int:
+        self._check_open()
+        rules.check_lease_request(owner, ttl_seconds)
+        now = rules.as_utc(now, "renewal time")
+        until = now + timedelta(seconds=ttl_seconds)
+        renewed = 0
+        for op_id, record in self._operations.items():
+            if record.lease_owner == owner and rules.is_open(record):
+                self._operations[op_id] = dataclasses.replace(record, lease_expires_at=until)
+                renewed += 1
+        return renewed
+
+    async def orphans(self, owner: str, now: datetime, limit: int) -> list[OperationRecord]:
+        self._check_open()
+        now = rules.as_utc(now, "orphan scan time")
+        found = [r for r in self._operations.values() if rules.is_orphan(r, owner, now)]
+        return sorted(found, key=_order_key)[: max(limit, 0)]
+
+    async def expire_leases(self, owner_prefix: str, keep: str, now: datetime) -> int:
+        self._check_open()
+        if not owner_prefix:
+            raise InvalidWrite("expire_leases needs a non-empty owner prefix")
+        now = rules.as_utc(now, "expiry time")
+        expired = 0
+        for op_id, record in self._operations.items():
+            owner = record.lease_owner
+            if owner is None or owner == keep or not owner.startswith(owner_prefix):
+                continue
+            if rules.lease_live(record, now):
+                self._operations[op_id] = dataclasses.replace(record, lease_expires_at=now)
+                expired += 1
+        return expired
 
     async def in_state(self, state: OpState, limit: int) -> list[OperationRecord]:
         self._check_open()

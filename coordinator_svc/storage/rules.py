@@ -203,6 +203,28 @@ def lease_live(record: OperationRecord, now: datetime) -> bool:
     return record.lease_expires_at is not None and record.lease_expires_at > now
 
 
+def check_lease_request(owner: str, ttl_seconds: float) -> None:
+    if not owner:
+        raise InvalidWrite("a lease owner must be a non-empty name")
+    if not ttl_seconds > 0:
+        raise InvalidWrite(f"lease ttl must be positive, got {ttl_seconds}")
+
+
+def is_open(record: OperationRecord) -> bool:
+    """Still someone's work: not terminal, or terminal with a Release owed (C10)."""
+    return not record.state.terminal or not record.released
+
+
+def is_orphan(record: OperationRecord, owner: str, now: datetime) -> bool:
+    """``Journal.orphans``' filter: open, and nobody's live lease but ``owner``'s
+    own (an unowned row, or another owner's lapsed lease)."""
+    if not is_open(record):
+        return False
+    if record.lease_owner is None:
+        return True
+    return record.lease_owner != owner and not lease_live(record, now)
+
+
 def claimed(
     record: OperationRecord, owner: str, now: datetime, ttl_seconds: float
 ) -> OperationRecord | None:
@@ -212,10 +234,7 @@ def claimed(
     expired lease increments ``fencing_token``; a first claim or a renewal
     keeps it. Every claim is a write, so ``version`` moves on.
     """
-    if not owner:
-        raise InvalidWrite("a lease owner must be a non-empty name")
-    if ttl_seconds <= 0:
-        raise InvalidWrite(f"lease ttl must be positive, got {ttl_seconds}")
+    check_lease_request(owner, ttl_seconds)
     now = as_utc(now, "claim time")
     previous = record.lease_owner
     if previous is not None and previous != owner and lease_live(record, now):

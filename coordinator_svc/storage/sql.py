@@ -58,6 +58,7 @@ from coordinator_svc.storage.backends import (
 )
 from coordinator_svc.storage.connections import KeptConnections
 from coordinator_svc.storage.group_commit import GroupCommit, Outcome, Work
+from coordinator_svc.storage.leases import LeaseStatements, SqlLeases
 from coordinator_svc.storage.single_statement import (
     OneStatement,
     SingleStatements,
@@ -90,7 +91,7 @@ class _StaleConnection(Exception):
     """A kept connection was found dead before anything was written on it."""
 
 
-class SqlJournal:
+class SqlJournal(SqlLeases):
     """The Journal port on a SQL database. Make one with ``open_journal``."""
 
     def __init__(
@@ -99,6 +100,7 @@ class SqlJournal:
         self._engine = engine
         self._backend = backend
         self._sql = Statements(Dialect(backend.name))
+        self._leases = LeaseStatements(self._sql.dialect, self._sql.select_operations)
         self._connections = KeptConnections(engine, backend)
         self._executor = ThreadPoolExecutor(
             max_workers=backend.worker_threads, thread_name_prefix=f"journal-{backend.name}"
@@ -455,43 +457,6 @@ class SqlJournal:
         if fencing_token != before.fencing_token:
             raise LeaseLost(f"{before.operation_id}: fencing token is now {fencing_token}")
         raise StaleVersion(f"{before.operation_id}: version is now {version}")
-
-    # -- claim (§5) -----------------------------------------------------------
-
-    async def claim(
-        self, operation_id: str, owner: str, now: datetime, ttl_seconds: float
-    ) -> OperationRecord | None:
-        now = rules.as_utc(now, "claim time")
-        sql = self._sql
-
-        def work(cursor: Cursor) -> tuple[OperationRecord | None, bool]:
-            cursor.execute(sql.claim_read, {"operation_id": operation_id})
-            row = cursor.fetchone()
-            if row is None:
-                return None, False
-            current = sql.operation.decode(row)
-            updated = rules.claimed(current, owner, now, ttl_seconds)
-            if updated is None:
-                return None, False
-            expires = updated.lease_expires_at
-            cursor.execute(
-                sql.claim_write,
-                {
-                    "lease_owner": updated.lease_owner,
-                    "lease_expires_at": None
-                    if expires is None
-                    else sql.dialect.encode_time(expires),
-                    "fencing_token": updated.fencing_token,
-                    "version": updated.version,
-                    "operation_id": operation_id,
-                    "where_version": current.version,
-                },
-            )
-            if cursor.rowcount != 1:  # the lock above makes this unreachable; never assume
-                return None, False
-            return updated, True
-
-        return await self._write(work)
 
     # -- lifecycle ------------------------------------------------------------
 

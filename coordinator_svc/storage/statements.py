@@ -159,7 +159,7 @@ class Codec(Generic[R]):
         return record
 
 
-def _terminal_list() -> str:
+def terminal_list() -> str:
     # Literal state names (our own enum values, never input): they let the
     # planner use the (state, next_action_at) index like any constant.
     return ", ".join(f"'{state.value}'" for state in sorted(TERMINAL_STATES, key=str))
@@ -197,7 +197,7 @@ class Statements:
             " AND idempotency_key_digest = :idempotency_key_digest"
         )
         self.select_operations = select_op
-        terminal = _terminal_list()
+        terminal = terminal_list()
         unreleased = f"(state IN ({terminal}) AND NOT released)"
         ready = "(next_action_at IS NULL OR next_action_at <= :now)"
         self.due = sql(
