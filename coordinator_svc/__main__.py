@@ -36,13 +36,9 @@ from coordinator_svc.config import (
     parse_runner_spec,
 )
 from coordinator_svc.core.quotas import PrincipalLimits, parse_limits
+from coordinator_svc.prune_cli import add_prune_parser, run_prune
 from coordinator_svc.replica_flags import add_replica_flags
-from coordinator_svc.retention_flags import (
-    add_prune_parser,
-    add_retention_flags,
-    retention_from_args,
-    run_prune,
-)
+from coordinator_svc.retention_flags import add_retention_flags, retention_from_args
 from coordinator_svc.security_flags import (
     add_limit_flags,
     add_security_flags,

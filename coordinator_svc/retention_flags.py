@@ -1,12 +1,11 @@
-"""Retention flags and the ``prune`` command (issue 12, PROTOCOL.md §9 K1).
+"""Retention settings and flags (issue 12, PROTOCOL.md §9 K1).
 
     python -m coordinator_svc serve ... [--idempotency-horizon 24h] [--prune-every 60s]
                                         [--prune-batch 500] [--prune-max-batches 20]
-    python -m coordinator_svc prune [--journal-url URL] [--idempotency-horizon 24h]
-                                    [--prune-batch 500] [--prune-max-batches 20] [--dry-run]
 
-Light on purpose (no SQLAlchemy until a command runs), like the other flag
-modules: ``--help`` and bad flags answer at once.
+Pure on purpose: ``config`` (which the core reads) imports ``JournalRetention``
+from here, so nothing here may reach SQL, asyncio or the wire; the ``prune``
+command lives in ``prune_cli``.
 """
 
 from __future__ import annotations
@@ -15,9 +14,8 @@ import argparse
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from turnwire.retention import PruneSchedule, describe_horizon, parse_horizon, parse_interval
+from turnwire.retention import PruneSchedule, parse_horizon, parse_interval
 
 # Payment APIs keep idempotency keys about a day; so does Turnwire by default.
 DEFAULT_HORIZON_SECONDS = 24 * 3600.0
@@ -62,7 +60,7 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(name) or default
 
 
-def _size_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+def size_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     parser.add_argument(
         "--idempotency-horizon",
         type=_horizon,
@@ -96,7 +94,7 @@ def add_retention_flags(serve: argparse.ArgumentParser) -> None:
     group = serve.add_argument_group(
         "retention: forgetting finished operations (README, Retention; PROTOCOL.md §9)"
     )
-    _size_flags(group)
+    size_flags(group)
     group.add_argument(
         "--prune-every",
         type=_interval,
@@ -116,50 +114,3 @@ def retention_from_args(args: argparse.Namespace) -> JournalRetention:
             batches_per_run=args.prune_max_batches,
         ),
     )
-
-
-def add_prune_parser(commands: argparse._SubParsersAction[Any], journal_flag: Any) -> None:
-    prune = commands.add_parser(
-        "prune",
-        help="forget finished operations past the idempotency horizon, once",
-        description="Delete terminal, released operations (with their events and attempts) "
-        "that finished longer ago than --idempotency-horizon, in batches of --prune-batch, "
-        "each its own transaction, at most --prune-max-batches of them, and print what "
-        "went. --dry-run deletes nothing and prints what would go. Safe while a "
-        "coordinator runs (it prunes the same way on a schedule).",
-    )
-    journal_flag(prune)
-    _size_flags(prune)
-    prune.add_argument(
-        "--dry-run", action="store_true", help="count what would be deleted; delete nothing"
-    )
-
-
-def run_prune(args: argparse.Namespace, fail: Callable[[int, str], int]) -> int:
-    """The ``prune`` command: 0 done (or nothing to do), 1 the journal failed, 2 bad use."""
-    import asyncio
-
-    from coordinator_svc.ports import JournalError
-    from coordinator_svc.storage.retention import JournalPruner
-
-    retention = retention_from_args(args)
-    if retention.horizon_seconds is None:
-        return fail(2, "--idempotency-horizon is 'never': nothing may be pruned")
-    try:
-        pruner = JournalPruner.open(args.journal_url, retention)
-    except (JournalError, ValueError) as exc:
-        return fail(1, f"cannot open the journal: {exc}")
-    horizon = describe_horizon(retention.horizon_seconds)
-    try:
-        if args.dry_run:
-            counts = pruner.count()
-            listed = ", ".join(f"{n} {kind}" for kind, n in counts.items())
-            print(f"would prune {listed} (finished more than {horizon} ago)", flush=True)
-            return 0
-        report = asyncio.run(pruner.prune())
-    except JournalError as exc:
-        return fail(1, f"prune failed (its last batch rolled back): {exc}")
-    finally:
-        pruner.close()
-    print(f"pruned {report.summary()} (finished more than {horizon} ago)", flush=True)
-    return 0

@@ -44,7 +44,8 @@ from coordinator_svc.retention_flags import JournalRetention
 from coordinator_svc.storage import schema
 from coordinator_svc.storage.backends import READ_ONLY, SqliteBackend, backend_for
 from coordinator_svc.storage.tables import attempts, events, operations
-from turnwire.retention import PruneReport, ScheduledPrune, describe_horizon
+from turnwire.retention import PruneReport, describe_horizon
+from turnwire.retention_task import ScheduledPrune
 
 log = logging.getLogger("coordinator_svc.retention")
 
