@@ -19,10 +19,12 @@ had in flight (§5, R-rules on tokens). Operations nobody adopted stay its own:
 renewing them is as if it had never paused.
 
 Names. ``owner`` is ``<replica name>#<process tag>``: unique per process, so
-two processes are never one owner. When the name was given (``--replica-id``)
-the previous process of that name is known to be gone once this one starts,
-so its leases end at start and its operations are adopted at once instead of
-after the TTL.
+two processes are never one owner. A replica's name (``--replica-id``, by
+default the host's name) is kept across its restarts, so the previous
+process of that name is taken to be gone once this one starts: its leases
+end at start and its operations are adopted at once instead of after the
+TTL. (Two live processes given one name would take each other's operations
+at every start: still fenced, so never a duplicate, only wasted work.)
 """
 
 from __future__ import annotations
@@ -66,12 +68,12 @@ def check_replica_name(name: str) -> str:
 
 @dataclass(frozen=True)
 class ReplicaSettings:
-    """``name``: this replica's id; ``stable``: the operator gave it (so a
-    restart may end the previous process's leases at once); ``ttl``: lease
-    length in seconds (takeover time after a crash is about one TTL)."""
+    """``name``: this replica's id, kept across its restarts and unique among
+    the replicas running (a start ends the leases of every earlier process of
+    that name); ``ttl``: lease length in seconds (a crashed replica's
+    operations are adopted about one TTL later)."""
 
     name: str
-    stable: bool = False
     ttl: float = DEFAULT_LEASE_TTL
 
     def __post_init__(self) -> None:
@@ -127,18 +129,18 @@ class Ownership:
         return rules.is_orphan(record, self.owner, self._clock())
 
     async def start(self) -> None:
-        """End the previous process's leases (a given name only), then renew."""
-        if self.settings.stable:
-            ended = await self._journal.expire_leases(
-                f"{self.settings.name}#", self.owner, self._clock()
+        """End the leases of earlier processes of this name, then renew."""
+        ended = await self._journal.expire_leases(
+            f"{self.settings.name}#", self.owner, self._clock()
+        )
+        if ended:
+            log.info(
+                "replica %s: ended %d lease(s) of an earlier process of this replica; "
+                "adopting its operations now (if that process still runs, give each "
+                "process its own --replica-id)",
+                self.owner,
+                ended,
             )
-            if ended:
-                log.info(
-                    "replica %s: ended %d lease(s) of this replica's previous process; "
-                    "adopting its operations now",
-                    self.owner,
-                    ended,
-                )
         if not await self.renew():
             raise JournalUnavailable(f"replica {self.owner}: could not take its first lease")
         log.info(

@@ -102,3 +102,82 @@ class LeaseCases(JournalCases):
             assert journal.commits - start == 3
 
         journal_store.run_leasing(scenario)
+
+    def test_renew_leases_extends_every_open_lease_of_its_owner_only(
+        self, journal_store: JournalStore
+    ) -> None:
+        """§5: one renewal pushes back the owner's leases on open operations (a
+        lapsed one too: nobody adopted it), keeps version and token, and touches
+        no other owner's lease and no finished operation's."""
+
+        async def scenario(journal: LeasingJournal) -> None:
+            mine = [await submitted(journal, n) for n in (1, 2)]
+            other = await submitted(journal, 3)
+            for record in mine:
+                assert await journal.claim(record.operation_id, "a", T0, 10) is not None
+            theirs = await journal.claim(other.operation_id, "b", T0, 10)
+            assert theirs is not None
+            later = T0 + timedelta(seconds=30)  # a's leases lapsed, nobody took them
+            before = [await journal.get(r.operation_id) for r in mine]
+            assert await journal.renew_leases("a", later, 10) == 2
+            for old in before:
+                assert old is not None
+                now = await journal.get(old.operation_id)
+                assert now is not None
+                assert now.lease_expires_at == later + timedelta(seconds=10)
+                assert (now.version, now.fencing_token) == (old.version, old.fencing_token)
+            assert await journal.get(other.operation_id) == theirs
+            assert await journal.renew_leases("nobody", later, 10) == 0
+
+        journal_store.run_leasing(scenario)
+
+    def test_orphans_are_open_operations_of_lapsed_or_no_owners(
+        self, journal_store: JournalStore
+    ) -> None:
+        """§5: adoptable = open, and unowned or another owner's lapsed lease;
+        never a live lease, never the asker's own; oldest first, bounded."""
+
+        async def scenario(journal: LeasingJournal) -> None:
+            unowned = await submitted(journal, 1)
+            lapsed = await submitted(journal, 2)
+            live = await submitted(journal, 3)
+            own = await submitted(journal, 4)
+            assert await journal.claim(lapsed.operation_id, "b", T0, 10) is not None
+            assert await journal.claim(live.operation_id, "b", T0 + timedelta(seconds=20), 10)
+            assert await journal.claim(own.operation_id, "a", T0, 10) is not None
+            at = T0 + timedelta(seconds=25)
+            found = await journal.orphans("a", at, 10)
+            assert [r.operation_id for r in found] == [unowned.operation_id, lapsed.operation_id]
+            assert [r.operation_id for r in await journal.orphans("a", at, 1)] == [
+                unowned.operation_id
+            ]
+
+        journal_store.run_leasing(scenario)
+
+    def test_expire_leases_ends_a_prefix_of_owners_but_the_kept_one(
+        self, journal_store: JournalStore
+    ) -> None:
+        """§5: ending a replica's previous process's leases (its name as the
+        prefix) or this process's own at a clean stop; others are untouched."""
+
+        async def scenario(journal: LeasingJournal) -> None:
+            old = await submitted(journal, 1)
+            current = await submitted(journal, 2)
+            stranger = await submitted(journal, 3)
+            assert await journal.claim(old.operation_id, "r1#old", T0, 60) is not None
+            assert await journal.claim(current.operation_id, "r1#new", T0, 60) is not None
+            assert await journal.claim(stranger.operation_id, "r10#x", T0, 60) is not None
+            at = T0 + timedelta(seconds=1)
+            assert await journal.expire_leases("r1#", "r1#new", at) == 1
+            ended = await journal.get(old.operation_id)
+            assert ended is not None and ended.lease_expires_at == at
+            assert [r.operation_id for r in await journal.orphans("r2#y", at, 10)] == [
+                old.operation_id
+            ]
+            kept = await journal.get(current.operation_id)
+            assert kept is not None and kept.lease_expires_at == T0 + timedelta(seconds=60)
+            far = await journal.get(stranger.operation_id)
+            assert far is not None and far.lease_expires_at == T0 + timedelta(seconds=60)
+            assert await journal.expire_leases("r1#new", "", at) == 1
+
+        journal_store.run_leasing(scenario)

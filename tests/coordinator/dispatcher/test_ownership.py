@@ -1,0 +1,168 @@
+"""§5 ownership, in process: when a replica may act, what it renews, what it
+adopts, and that a replica whose leases are not current acts on nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timedelta
+
+import pytest
+
+from coordinator_svc.config import DispatchTimings
+from coordinator_svc.core.events import CancelRequested, Tick
+from coordinator_svc.core.model import OpState
+from coordinator_svc.dispatcher import Dispatcher
+from coordinator_svc.dispatcher.ownership import (
+    VALID_SHARE,
+    LeasesNotCurrent,
+    Ownership,
+    ReplicaSettings,
+)
+from coordinator_svc.feed import ChangeFeed
+from coordinator_svc.storage import FakeJournal
+from turnwire.testing.records import T0, submitted
+
+TTL = 10.0
+
+
+class Clocks:
+    """The wall clock the journal compares leases with, and the monotonic clock
+    the replica times its own leases by (a pause moves both)."""
+
+    def __init__(self) -> None:
+        self.wall = T0
+        self.mono = 1000.0
+
+    def now(self) -> datetime:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def advance(self, seconds: float) -> None:
+        self.wall += timedelta(seconds=seconds)
+        self.mono += seconds
+
+
+def _ownership(journal: FakeJournal, clocks: Clocks, name: str = "r1") -> Ownership:
+    return Ownership(journal, ReplicaSettings(name, ttl=TTL), clocks.now, clocks.monotonic)
+
+
+def test_leases_are_current_only_for_part_of_the_ttl_after_a_renewal() -> None:
+    async def scenario() -> None:
+        clocks = Clocks()
+        own = _ownership(FakeJournal(), clocks)
+        assert not own.current()  # nothing renewed yet: a new process acts on nothing
+        with pytest.raises(LeasesNotCurrent):
+            own.check_current()
+        await own.start()
+        assert own.current()
+        clocks.advance(VALID_SHARE * TTL - 0.01)
+        assert own.current()
+        clocks.advance(0.02)  # a pause past the safe share: not current until renewed
+        assert not own.current()
+        with pytest.raises(LeasesNotCurrent):
+            own.check_current()
+        assert await own.renew()
+        assert own.current()
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_renewal_leaves_the_leases_lapsed_and_says_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> None:
+        clocks = Clocks()
+        journal = FakeJournal()
+        own = _ownership(journal, clocks)
+        await own.start()
+        journal.set_available(False)
+        clocks.advance(TTL)
+        with caplog.at_level(logging.WARNING, "coordinator_svc.ownership"):
+            assert not await own.renew()
+            own.note_lapse()
+            own.note_lapse()
+            assert not own.current()
+            journal.set_available(True)
+            assert await own.renew()
+        lapsed = [r for r in caplog.records if "leases lapsed" in r.getMessage()]
+        assert len(lapsed) == 1 and lapsed[0].levelno == logging.ERROR
+        assert any("current again" in r.getMessage() for r in caplog.records)
+
+    asyncio.run(scenario())
+
+
+def test_a_restart_under_the_same_id_ends_the_previous_process_leases_at_once() -> None:
+    """Same --replica-id: the old process is gone, its operations become orphans
+    now, not a TTL later; another id's leases stay."""
+
+    async def scenario() -> None:
+        clocks = Clocks()
+        journal = FakeJournal()
+        old = _ownership(journal, clocks)
+        peer = _ownership(journal, clocks, "r2")
+        mine = await submitted(journal, 1)
+        theirs = await submitted(journal, 2)
+        assert await journal.claim(mine.operation_id, old.owner, clocks.now(), TTL)
+        assert await journal.claim(theirs.operation_id, peer.owner, clocks.now(), TTL)
+        new = _ownership(journal, clocks)
+        assert new.owner != old.owner
+        await new.start()
+        assert [r.operation_id for r in await new.orphans()] == [mine.operation_id]
+
+    asyncio.run(scenario())
+
+
+def _dispatcher(journal: FakeJournal, own: Ownership) -> Dispatcher:
+    return Dispatcher(journal, (), DispatchTimings(), ChangeFeed(), ownership=own)
+
+
+def test_a_replica_whose_leases_lapsed_writes_nothing_even_on_its_own_operation() -> None:
+    """The zombie rule: after a pause (monotonic clock far ahead), every step
+    raises LeasesNotCurrent before reading further; the journal is unchanged."""
+
+    async def scenario() -> None:
+        clocks = Clocks()
+        journal = FakeJournal()
+        own = _ownership(journal, clocks)
+        await own.start()
+        stored = await submitted(journal, 1)
+        claimed = await journal.claim(stored.operation_id, own.owner, clocks.now(), TTL)
+        assert claimed is not None
+        dispatcher = _dispatcher(journal, own)
+        clocks.advance(TTL)
+        commits = journal.commits
+        for event in (Tick(), CancelRequested()):
+            with pytest.raises(LeasesNotCurrent):
+                await dispatcher._step(stored.operation_id, event)
+        assert journal.commits == commits
+        assert await journal.get(stored.operation_id) == claimed
+
+    asyncio.run(scenario())
+
+
+def test_a_live_lease_of_another_replica_is_left_alone_and_a_lapsed_one_adopted() -> None:
+    async def scenario() -> None:
+        clocks = Clocks()
+        journal = FakeJournal()
+        own = _ownership(journal, clocks)
+        peer = _ownership(journal, clocks, "r2")
+        await own.start()
+        stored = await submitted(journal, 1)
+        theirs = await journal.claim(stored.operation_id, peer.owner, clocks.now(), TTL)
+        assert theirs is not None
+        dispatcher = _dispatcher(journal, own)
+        assert await dispatcher._step(stored.operation_id, Tick()) is None
+        assert await journal.get(stored.operation_id) == theirs
+        clocks.advance(TTL + 1)
+        assert await own.renew()
+        step = await dispatcher._step(stored.operation_id, Tick())
+        assert step is not None
+        assert step.record.lease_owner == own.owner
+        assert step.record.fencing_token == theirs.fencing_token + 1
+        assert step.record.state is OpState.QUEUED
+        assert own.adopted == 1
+
+    asyncio.run(scenario())
