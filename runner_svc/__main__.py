@@ -21,6 +21,7 @@ from pathlib import Path
 
 from runner_svc.app import RunnerConfig, start_runner
 from runner_svc.executor_sweep import ExecutorSweepError
+from runner_svc.retention_flags import add_retention_arguments, retention_from_args
 from runner_svc.storage.sqlite_store import StoreError
 from turnwire import event_loop
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, parse_byte_count
@@ -122,6 +123,7 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         "being proven absent (PROTOCOL.md §6.1) [TURNWIRE_RUNNER_ADMISSION_WINDOW]",
     )
     _add_access_arguments(serve)
+    add_retention_arguments(serve)
     serve.add_argument(
         "--address-file", default=None, help="write the bound HOST:PORT to this file once listening"
     )
@@ -209,6 +211,7 @@ async def _serve(args: argparse.Namespace) -> int:
         address_file=Path(args.address_file) if args.address_file else None,
         max_receive_bytes=args.max_receive_bytes,
         admission_window_seconds=args.admission_window,
+        retention=retention_from_args(args),
     )
     runner = await start_runner(config)
     announce(runner.address, None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -13,6 +13,7 @@ from runner_svc.executor_sweep import end_earlier_executors
 from runner_svc.executors import Executor, load_executor
 from runner_svc.service import RunnerService, ServiceSettings
 from runner_svc.storage.async_store import AsyncRunnerStore
+from runner_svc.storage.retention import RunnerRetention, RunnerRetentionTask
 from runner_svc.storage.sqlite_store import SqliteRunnerStore
 from runner_svc.transport import edge
 from runner_svc.transport.access import RunnerGate
@@ -44,6 +45,8 @@ class RunnerConfig:
     max_receive_bytes: int = DEFAULT_RUNNER_MAX_RECEIVE_BYTES
     # §6.1 witness: how far the admission floor trails this runner's clock.
     admission_window_seconds: float = 7.0
+    # §9 K2-K4: how long released rows and tombstones, then their keys, are kept.
+    retention: RunnerRetention = field(default_factory=RunnerRetention)
 
 
 @dataclass
@@ -56,6 +59,7 @@ class RunningRunner:
     drain_seconds: float
     gate: RunnerGate
     _stopped: bool = False
+    retention: RunnerRetentionTask | None = None
 
     async def stop(self, drain: bool = True) -> None:
         """R8: close admission, drain (bounded), end watches, stop serving, close the store."""
@@ -63,6 +67,8 @@ class RunningRunner:
             return
         self._stopped = True
         log.info("incarnation %s stopping (drain=%s)", self.incarnation_id, drain)
+        if self.retention is not None:
+            await self.retention.stop()  # after its batch in progress, before the store closes
         self.service.stop_admission()
         await self.server.set_serving(False)
         await self.service.drain(self.drain_seconds if drain else 0.0)
@@ -137,6 +143,9 @@ async def start_runner(
         await service.close()
         raise
     service.start_floor_keeper()
+    retention = RunnerRetentionTask.started(
+        service.store, config.retention, window_seconds=settings.admission_window_seconds
+    )
     if config.address_file is not None:
         _write_address(Path(config.address_file), server.address)
     log.info(
@@ -151,5 +160,12 @@ async def start_runner(
         settings.read_only_slots,
     )
     return RunningRunner(
-        server.address, incarnation_id, store.store_id, service, server, config.drain_seconds, gate
+        server.address,
+        incarnation_id,
+        store.store_id,
+        service,
+        server,
+        config.drain_seconds,
+        gate,
+        retention=retention,
     )

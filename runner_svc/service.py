@@ -29,6 +29,7 @@ from runner_svc.core.model import (
     SlotKind,
 )
 from runner_svc.core.requests import admission_change, plan_cancel, plan_release
+from runner_svc.core.retention import pruned_refusal
 from runner_svc.core.settlement import reported_row
 from runner_svc.core.transitions import (
     IllegalRowEvent,
@@ -359,6 +360,8 @@ class RunnerService:
     async def status(self, operation_id: str) -> OperationView | None:
         require_id(operation_id)
         row = await self._read(operation_id)
+        if row is None and await self._pruned([operation_id]):
+            raise pruned_refusal(operation_id)  # §9 K3: never "absent"
         return self._view(row) if row is not None else None
 
     async def batch_status(
@@ -371,7 +374,22 @@ class RunnerService:
         except StoreError as exc:
             log.error("store read failed for a batch of %d: %s", len(operation_ids), exc)
             raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, _STORE_UNREADABLE) from exc
-        return [(op, self._view(rows[op]) if op in rows else None) for op in operation_ids]
+        missing = [op for op in operation_ids if op not in rows]
+        pruned = await self._pruned(missing) if missing else set()
+        # §9 K3: a pruned id gets no entry at all (neither present nor absent); the
+        # coordinator reads a missing entry as no answer for that operation alone.
+        return [
+            (op, self._view(rows[op]) if op in rows else None)
+            for op in operation_ids
+            if op not in pruned
+        ]
+
+    async def _pruned(self, operation_ids: list[str]) -> set[str]:
+        try:
+            return await self.store.pruned_among(operation_ids)
+        except StoreError as exc:
+            log.error("store read failed for pruned keys: %s", exc)
+            raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, _STORE_UNREADABLE) from exc
 
     def pool_use(self) -> tuple[PoolUse, ...]:
         """Each slot pool's size and use now (GetRunnerInfo, every watch message)."""

@@ -64,6 +64,8 @@ class Refusal(enum.StrEnum):
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
     ARGUMENT_INVALID = "ARGUMENT_INVALID"
     DISPATCH_STALE = "DISPATCH_STALE"
+    # Not definite (§9 K3): the row is pruned, only its key is kept.
+    OPERATION_PRUNED = "OPERATION_PRUNED"
 
 
 class RunnerRefusal(Exception):

@@ -88,6 +88,11 @@ def add_to_digest(digest: int, operation_id: str) -> int:
     return (digest + row_digest_term(operation_id)) % _DIGEST_MODULUS
 
 
+def remove_from_digest(digest: int, operation_id: str) -> int:
+    """The digest without one row (retention deletes rows, PROTOCOL.md §9 K2)."""
+    return (digest - row_digest_term(operation_id)) % _DIGEST_MODULUS
+
+
 def digest_of(operation_ids: Iterable[str]) -> tuple[int, int]:
     """(row count, row digest) of a set of rows, to compare with the kept pair."""
     count = 0

@@ -25,9 +25,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -293,6 +294,16 @@ class AsyncRunnerStore:
 
     async def advance_floor(self, target: int) -> int:
         return await self._call(self.store.advance_floor, target)
+
+    async def maintain(
+        self, work: Callable[[sqlite3.Connection], tuple[_T, Collection[str]]]
+    ) -> _T:
+        """Retention's transaction (SqliteRunnerStore.maintain), in write order."""
+        return await self._call(self.store.maintain, work)
+
+    async def pruned_among(self, operation_ids: Iterable[str]) -> set[str]:
+        """Which of these ids were pruned, their keys kept (§9 K3)."""
+        return await self._call(self.store.pruned_among, list(operation_ids))
 
     async def seal(self) -> bool:
         return await self._call(self.store.seal)

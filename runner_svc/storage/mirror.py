@@ -171,6 +171,18 @@ class StoreMirror:
                 self._floor = seq if self._floor is None else max(self._floor, seq)
             self._last = row.sequence
 
+    def forget(self, operation_ids: Iterable[str]) -> None:
+        """Rows retention deleted (§9 K2): gone from memory as from SQL. The window
+        keeps covering its range: SQL no longer has these rows either."""
+        with self._lock:
+            for operation_id in operation_ids:
+                row = self._rows.pop(operation_id, None)
+                if row is not None:
+                    self._rows_bytes -= row_weight(row)
+                seq = self._window_seq.pop(operation_id, None)
+                if seq is not None:
+                    self._window_bytes -= row_weight(self._window.pop(seq))
+
     def read(self, rows: Iterable[OperationRow]) -> None:
         """Rows just read from SQL (on the store's thread, so no write is between)."""
         with self._lock:

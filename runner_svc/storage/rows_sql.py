@@ -61,6 +61,7 @@ SELECT_META = (
 )
 SELECT_LAST_SEQUENCE = "SELECT last_sequence FROM runner_store_meta WHERE id = 1"
 SELECT_NEWEST_ROW = "SELECT coalesce(max(sequence), 0) FROM runner_operations"
+SELECT_PRUNED = "SELECT 1 FROM runner_pruned_operations WHERE operation_id = ?"
 SELECT_ROW = f"SELECT {_LIST} FROM runner_operations WHERE operation_id = ?"
 SELECT_CHANGES = (
     f"SELECT {_LIST} FROM runner_operations WHERE sequence > ? ORDER BY sequence LIMIT ?"

@@ -32,9 +32,9 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -64,6 +64,8 @@ if TYPE_CHECKING:
     from runner_svc.storage.executor_records import ExecutorRecords
 
 log = logging.getLogger("runner_svc.store")
+
+_T = TypeVar("_T")
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -260,8 +262,10 @@ class SqliteRunnerStore:
                         file_identity=identity,
                         owner_incarnation_id=incarnation_id,
                         owner_since=now,
-                        # The new owner's own floor; the old one is kept below.
-                        admission_floor=0,
+                        # The new owner's own floor (the old one is kept below),
+                        # from the retention floor: nothing retention forgot may
+                        # be admitted again, by any owner (PROTOCOL.md §9 K4).
+                        admission_floor=int(meta["retention_floor"]),
                     )
                 )
             # §6 witness: the floor the predecessor left is what this opening
@@ -366,6 +370,50 @@ class SqliteRunnerStore:
                         except Exception:  # the write stands; a watcher catches up
                             log.exception("store %s: commit listener failed", self.path)
         return outcomes
+
+    def maintain(self, work: Callable[[sqlite3.Connection], tuple[_T, Collection[str]]]) -> _T:
+        """``work`` in one write transaction on the store's connection, for changes off
+        the row path (retention, storage/retention.py): fenced like every write (§6),
+        all or nothing. ``work`` returns its value and the ids of the rows it deleted,
+        which leave the mirror once the COMMIT is durable."""
+        with self._db_lock:
+            db = self._db
+            try:
+                db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreWriteError(f"runner store {self.path}: {exc}") from exc
+            try:
+                meta = db.execute(rows_sql.SELECT_META).fetchone()
+                if meta is None:
+                    raise StoreWriteError(f"runner store {self.path}: its meta row is missing")
+                self._check_owner(str(meta[0]))
+                value, removed = work(db)
+                db.execute("COMMIT")
+            except BaseException as exc:
+                if db.in_transaction:
+                    try:
+                        db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        log.exception("store %s: rollback failed", self.path)
+                # A failed COMMIT may have landed: memory asks SQL until the next write.
+                self.mirror.lose_track()
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreWriteError(f"runner store {self.path}: {exc}") from exc
+                raise
+            self.mirror.forget(removed)
+            return value
+
+    def pruned_among(self, operation_ids: Iterable[str]) -> set[str]:
+        """The ids whose rows retention deleted, keeping their keys (§9 K3)."""
+        with self._db_lock:
+            try:
+                return {
+                    operation_id
+                    for operation_id in operation_ids
+                    if self._db.execute(rows_sql.SELECT_PRUNED, (operation_id,)).fetchone()
+                }
+            except sqlite3.Error as exc:
+                raise StoreReadError(f"cannot read runner store {self.path}: {exc}") from exc
 
     def advance_floor(self, target: int) -> int:
         """Raise this owner's admission floor towards ``target`` (never past a row

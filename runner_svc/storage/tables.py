@@ -30,6 +30,9 @@ store_meta = sa.Table(
     # runner is noticed at open.
     sa.Column("row_count", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("row_digest", sa.BigInteger, nullable=False, server_default="0"),
+    # The highest stamp bound of a pruned key dropped for good: every later owner
+    # starts its admission floor here (PROTOCOL.md §9 K4; storage/retention.py).
+    sa.Column("retention_floor", sa.BigInteger, nullable=False, server_default="0"),
     sa.CheckConstraint("id = 1", name="ck_runner_store_meta_single_row"),
 )
 
@@ -56,8 +59,24 @@ operations = sa.Table(
     sa.Column("started_at", sa.Float, nullable=True),
     sa.Column("settled_at", sa.Float, nullable=True),
     sa.Column("dispatch_stamp", sa.BigInteger, nullable=False, server_default="0"),
+    # When the store recorded the release (a trigger sets it; §9 K2). Not part of
+    # OperationRow: only retention reads it.
+    sa.Column("released_at", sa.Float, nullable=True),
     sa.Index("ix_runner_operations_sequence", "sequence", unique=True),
     sa.Index("ix_runner_operations_state", "state"),
+    sa.Index("ix_runner_operations_released_at", "released_at"),
+)
+
+# The bare key of every pruned row (§9 K3): a Dispatch, Cancel or status call for
+# it is refused OPERATION_PRUNED, never answered "absent". ``stamp_bound``: no
+# Dispatch for the operation carries a higher dispatch_stamp (K4).
+pruned_operations = sa.Table(
+    "runner_pruned_operations",
+    metadata,
+    sa.Column("operation_id", sa.String(255), primary_key=True),
+    sa.Column("stamp_bound", sa.BigInteger, nullable=False),
+    sa.Column("pruned_at", sa.Float, nullable=False),
+    sa.Index("ix_runner_pruned_operations_pruned_at", "pruned_at"),
 )
 
 # One row per opening of the store, oldest first (append-only, §6 witness).

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner_svc.core.model import OperationRow
+from runner_svc.core.retention import PRUNED_MARK, pruned_refusal
 from runner_svc.core.transitions import RowEvent, apply
 from runner_svc.core.witness import add_to_digest
 from runner_svc.storage import rows_sql
@@ -189,6 +190,12 @@ class BatchWriter:
             else:
                 db.execute(rows_sql.UPDATE_ROW, rows_sql.update_params(params))
                 db.execute(rows_sql.UPDATE_META_SEQUENCE, (sequence,))
+        except sqlite3.IntegrityError as exc:
+            if PRUNED_MARK in str(exc):
+                # §9 K3: a new row for a pruned id (a Dispatch, or a Cancel's tombstone).
+                # Typed but NOT definite: the turn may well have run here once.
+                return self._chained(pruned_refusal(operation_id), exc)
+            return self._chained(self._write_error(f"write failed: {exc}"), exc)
         except (sqlite3.Error, LaunchBelowFloorError) as exc:
             return self._chained(self._write_error(f"write failed: {exc}"), exc)
         except Exception as exc:  # IllegalRowEvent, or a bug: the caller gets it as it is

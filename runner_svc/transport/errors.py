@@ -1,7 +1,8 @@
 """The one table mapping runner refusals to gRPC status codes (errors.proto reasons).
 
-Only these typed refusals prove an attempt was not accepted (C6); every one
-carries the incarnation in its ErrorInfo metadata (C8a).
+Only these typed refusals prove an attempt was not accepted (C6), all but
+OPERATION_PRUNED (typed, yet unknown: a pruned row's turn may have run, §9 K3);
+every one carries the incarnation in its ErrorInfo metadata (C8a).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ REFUSAL_CODES: dict[Refusal, grpc.StatusCode] = {
     Refusal.CANCELLED_BEFORE_DISPATCH: _C.FAILED_PRECONDITION,
     Refusal.STALE_FENCING_TOKEN: _C.FAILED_PRECONDITION,
     Refusal.DISPATCH_STALE: _C.FAILED_PRECONDITION,
+    Refusal.OPERATION_PRUNED: _C.FAILED_PRECONDITION,
     Refusal.ENVELOPE_INVALID: _C.INVALID_ARGUMENT,
     Refusal.STORE_UNAVAILABLE: _C.UNAVAILABLE,
     Refusal.ARGUMENT_INVALID: _C.INVALID_ARGUMENT,

@@ -67,6 +67,9 @@ class InProcessRunner:
                 attempt,
                 store_opens=chain,
             )
+            if op in found
+            # As RunnerClient reads the wire: no entry (a pruned id, §9 K3) is no answer.
+            else PreflightFailed(self._name, "missing from batch reply", attempt)
             for op, attempt in asked
         ]
 

@@ -312,7 +312,8 @@ def _old_values(row: OperationRow) -> dict[str, Any]:
 def _stored(path: Path) -> list[tuple[Any, ...]]:
     """Every cell of every row as SQLite holds it: its type and its exact literal
     (a BLOB as hex, a REAL as its shortest exact decimal, TEXT byte for byte)."""
-    columns = [c.name for c in operations.columns]
+    # released_at is retention's bookkeeping (set by a trigger, §9 K2), not the row's encoding.
+    columns = [c.name for c in operations.columns if c.name != "released_at"]
     cells = ", ".join(f"typeof({c}), quote({c})" for c in columns)
     with sqlite3.connect(path) as raw:
         return raw.execute(f"SELECT {cells} FROM runner_operations ORDER BY sequence").fetchall()

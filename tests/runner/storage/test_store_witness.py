@@ -136,7 +136,7 @@ def test_a_row_removed_by_hand_voids_the_store_id(tmp_path: Path) -> None:
     original = store.store_id
     store.close()
     with sqlite3.connect(path) as raw:
-        raw.execute("DROP TRIGGER runner_operations_never_deleted")
+        raw.execute("DROP TRIGGER runner_operations_deleted_only_when_pruned")
         raw.execute("DELETE FROM runner_operations WHERE operation_id = 'op_2'")
     edited = SqliteRunnerStore.open(path, B)
     try:

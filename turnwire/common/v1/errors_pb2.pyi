@@ -52,6 +52,14 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     sent too long ago (or the coordinator's clock is far behind the runner's)
     and is never admitted (§6 witness).
     """
+    ERROR_REASON_OPERATION_PRUNED: _ErrorReason.ValueType  # 12
+    """NOT a definite refusal, unlike those above: the runner no longer keeps this
+    operation's row (settled and released, or a tombstone, then pruned: only
+    its bare key is kept, PROTOCOL.md §9 K3), so it can say neither "present"
+    nor "absent" and a Dispatch for it may well have run here once. Refused:
+    Dispatch, Cancel (no tombstone) and status. Read it as unknown (C7), never
+    as proof that nothing ran.
+    """
     ERROR_REASON_IDEMPOTENCY_KEY_REUSED: _ErrorReason.ValueType  # 20
     """--- Public API errors. ---
     The idempotency key was used by this principal with a different request.
@@ -168,6 +176,14 @@ ERROR_REASON_DISPATCH_STALE: ErrorReason.ValueType  # 11
 """The Dispatch's dispatch_stamp is below the runner's admission floor: it was
 sent too long ago (or the coordinator's clock is far behind the runner's)
 and is never admitted (§6 witness).
+"""
+ERROR_REASON_OPERATION_PRUNED: ErrorReason.ValueType  # 12
+"""NOT a definite refusal, unlike those above: the runner no longer keeps this
+operation's row (settled and released, or a tombstone, then pruned: only
+its bare key is kept, PROTOCOL.md §9 K3), so it can say neither "present"
+nor "absent" and a Dispatch for it may well have run here once. Refused:
+Dispatch, Cancel (no tombstone) and status. Read it as unknown (C7), never
+as proof that nothing ran.
 """
 ERROR_REASON_IDEMPOTENCY_KEY_REUSED: ErrorReason.ValueType  # 20
 """--- Public API errors. ---

@@ -383,7 +383,10 @@ class BatchGetOperationStatusResponse(_message.Message):
     durable: _builtins.bool
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___OperationPresence]:
-        """One entry per requested id, in request order."""
+        """One entry per requested id, in request order, except an id the runner
+        pruned (PROTOCOL.md §9 K3): it has no entry, since the runner can say
+        neither present nor absent (GetOperationStatus refuses it OPERATION_PRUNED).
+        """
 
     @_builtins.property
     def store_opens(self) -> _containers.RepeatedCompositeFieldContainer[Global___StoreOpen]:

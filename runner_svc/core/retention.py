@@ -1,0 +1,80 @@
+"""What a runner may forget, and when (PROTOCOL.md §9 K2-K4). Pure: the store's
+retention pass and the deterministic simulation decide with these same functions.
+
+Two stages, each with its own horizon:
+
+1. **The row** (K2) goes once nothing can still need it: a settled row the
+   coordinator released (C10: its journal held the turn terminal when it sent
+   the Release), or a tombstone; and only ``retain`` seconds after that
+   release or tombstone. Its bare key stays (K3): any call about the id is then
+   refused OPERATION_PRUNED, never answered "absent".
+2. **The key** (K4) goes only ``retain`` seconds later still, and only once the
+   store's admission floor is above the key's *stamp bound*: no Dispatch for
+   the turn carries a later stamp, so from then on every copy of one, however
+   late, is refused DISPATCH_STALE, by this owner and (through the retention
+   floor) by every later one.
+
+The stamp bound: every Dispatch for a turn was written ahead (C4) before the
+turn's terminal write, which came before the coordinator's Release (or, for a
+tombstone, before the give-up Cancel that made it; C8b, C11). So each stamp
+is below the moment the Release or Cancel left the coordinator, and that is
+below the moment the runner recorded it plus the clock skew, which the
+admission window exceeds (§6.1 W2). Bound = recorded time + admission window.
+"""
+
+from __future__ import annotations
+
+from runner_svc.core.model import SETTLED_STATES, Refusal, RowState, RunnerRefusal
+
+US_PER_SECOND = 1_000_000
+# What the store's guard trigger says when a row would be written for a pruned
+# id (migrations/runner r0004); the store turns it into OPERATION_PRUNED.
+PRUNED_MARK = "turnwire: operation pruned"
+
+
+def pruned_refusal(operation_id: str) -> RunnerRefusal:
+    """K3: any call that would read or write a pruned id. Typed, yet NOT definite
+    (C6): the turn may well have run here once."""
+    return RunnerRefusal(
+        Refusal.OPERATION_PRUNED,
+        f"{operation_id}: this runner pruned the operation and keeps only its key: it can "
+        "say neither that it ran nor that it did not",
+    )
+
+
+def retired_since(
+    state: RowState, released: bool, settled_at: float | None, released_at: float | None
+) -> float | None:
+    """Since when no coordinator can need the row (its release, or its tombstone);
+    None: never prunable (live, or settled and still unreleased: the coordinator
+    may still be waiting for that result)."""
+    if state is RowState.TOMBSTONED:
+        return settled_at
+    if released and state in SETTLED_STATES and released_at is not None:
+        return released_at
+    return None
+
+
+def row_prunable(since: float | None, now: float, retain: float) -> bool:
+    """K2: retired, and for at least ``retain`` seconds."""
+    return since is not None and since + retain <= now
+
+
+def stamp_bound(since: float, window_us: int) -> int:
+    """K4: no Dispatch for the turn carries a dispatch_stamp above this."""
+    return int(since * US_PER_SECOND) + window_us
+
+
+def key_ceiling(floor: int, now: float, window_us: int) -> int:
+    """The highest stamp bound a key may have and be dropped now: below the owner's
+    admission floor, and never past the clock minus the window (a sealed floor,
+    2^63-1, must not let a key go whose Dispatch could still be admitted by the
+    next owner, which starts from the retention floor, not from the seal)."""
+    return min(floor, int(now * US_PER_SECOND) - window_us)
+
+
+def key_droppable(
+    pruned_at: float, bound: int, now: float, retain: float, floor: int, window_us: int
+) -> bool:
+    """K4: kept ``retain`` seconds after its row went, and below the ceiling."""
+    return pruned_at + retain <= now and bound <= key_ceiling(floor, now, window_us)

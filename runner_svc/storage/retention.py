@@ -1,0 +1,226 @@
+"""The runner store forgets released rows and tombstones, then their keys (PROTOCOL.md §9).
+
+The rules are pure (``runner_svc.core.retention``); this is their SQL, run on
+the store's one connection and thread (``SqliteRunnerStore.maintain``): each
+batch one ``BEGIN IMMEDIATE`` transaction, fenced like every write (§6: only
+the store's owner prunes), all or nothing. A batch:
+
+- **rows** (K2): picks at most ``batch`` rows released (or tombstoned) longer
+  than ``--retain-released`` ago, oldest first; for each it writes the bare key
+  with its stamp bound (K3, K4) and deletes the row, and it takes the rows out
+  of the store's count and digest (§6: a store whose rows are not the set it
+  wrote gets a new store_id at its next opening, so the pair must follow every
+  deletion); the mirror forgets them once the COMMIT is durable;
+- **keys** (K4): drops at most ``batch`` keys kept longer than
+  ``--retain-pruned-keys`` whose stamp bound is below the owner's admission
+  floor, raising the retention floor to their highest bound first (every later
+  owner starts its admission floor there).
+
+Every candidate SQL picks is confirmed by the pure rule before anything is
+written, and the database's own triggers refuse deleting a row that is not
+prunable or has no key, and dropping a key above the retention floor
+(migration r0004): a disagreement raises and the batch rolls back.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from runner_svc.core.model import RowState
+from runner_svc.core.retention import (
+    key_ceiling,
+    key_droppable,
+    retired_since,
+    row_prunable,
+    stamp_bound,
+)
+from runner_svc.core.witness import remove_from_digest
+from runner_svc.storage.async_store import AsyncRunnerStore
+from turnwire.retention import PruneReport, PruneSchedule, describe_horizon
+from turnwire.retention_task import ScheduledPrune
+
+log = logging.getLogger("runner_svc.retention")
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class RunnerRetention:
+    """How long a released row (or tombstone) is kept, then its bare key; None: for ever."""
+
+    retain_released_seconds: float | None = 7 * DAY
+    retain_keys_seconds: float | None = 30 * DAY
+    schedule: PruneSchedule = field(default_factory=PruneSchedule)
+
+
+class RetentionError(RuntimeError):
+    """SQL picked what the rule refuses: never guess, roll the batch back."""
+
+
+_RELEASED = (
+    "SELECT operation_id, state, released, settled_at, released_at FROM runner_operations "
+    "WHERE released_at IS NOT NULL AND released_at <= ? ORDER BY released_at LIMIT ?"
+)
+_TOMBSTONES = (
+    "SELECT operation_id, state, released, settled_at, released_at FROM runner_operations "
+    "WHERE state = 'TOMBSTONED' AND settled_at <= ? ORDER BY settled_at LIMIT ?"
+)
+_KEEP_KEY = "INSERT INTO runner_pruned_operations VALUES (?, ?, ?)"
+_DELETE_ROW = "DELETE FROM runner_operations WHERE operation_id = ?"
+_META = "SELECT row_count, row_digest, admission_floor, retention_floor FROM runner_store_meta"
+_SET_ROWS = "UPDATE runner_store_meta SET row_count = ?, row_digest = ?"
+_KEYS = (
+    "SELECT operation_id, stamp_bound, pruned_at FROM runner_pruned_operations "
+    "WHERE pruned_at <= ? AND stamp_bound <= ? ORDER BY pruned_at LIMIT ?"
+)
+_SET_RETENTION_FLOOR = "UPDATE runner_store_meta SET retention_floor = ?"
+_DROP_KEY = "DELETE FROM runner_pruned_operations WHERE operation_id = ?"
+
+
+def prune_rows(
+    db: sqlite3.Connection, *, now: float, retain: float, window_us: int, limit: int
+) -> list[str]:
+    """K2/K3 in the open transaction: the ids whose rows went (their keys kept)."""
+    cutoff = now - retain
+    picked = db.execute(_RELEASED, (cutoff, limit)).fetchall()
+    if len(picked) < limit:
+        picked += db.execute(_TOMBSTONES, (cutoff, limit - len(picked))).fetchall()
+    if not picked:
+        return []
+    row_count, row_digest, _, _ = db.execute(_META).fetchone()
+    gone: list[str] = []
+    for operation_id, state, released, settled_at, released_at in picked:
+        since = retired_since(RowState(state), bool(released), settled_at, released_at)
+        if since is None or not row_prunable(since, now, retain):
+            raise RetentionError(f"{operation_id}: picked for pruning, but {state} is not due")
+        db.execute(_KEEP_KEY, (operation_id, stamp_bound(since, window_us), now))
+        db.execute(_DELETE_ROW, (operation_id,))
+        row_count -= 1
+        row_digest = remove_from_digest(int(row_digest), operation_id)
+        gone.append(operation_id)
+    db.execute(_SET_ROWS, (row_count, row_digest))
+    return gone
+
+
+def drop_keys(
+    db: sqlite3.Connection, *, now: float, retain: float, window_us: int, limit: int
+) -> tuple[int, int]:
+    """K4 in the open transaction: (keys dropped, keys due but still above the floor)."""
+    _, _, floor, retention_floor = db.execute(_META).fetchone()
+    ceiling = key_ceiling(int(floor), now, window_us)
+    picked = db.execute(_KEYS, (now - retain, ceiling, limit)).fetchall()
+    for operation_id, bound, pruned_at in picked:
+        if not key_droppable(pruned_at, int(bound), now, retain, int(floor), window_us):
+            raise RetentionError(f"{operation_id}: key picked for dropping, but it is not due")
+    if picked:
+        highest = max(int(bound) for _, bound, _ in picked)
+        # First the floor (the trigger drops a key only below it), then the keys.
+        db.execute(_SET_RETENTION_FLOOR, (max(int(retention_floor), highest),))
+        db.executemany(_DROP_KEY, [(operation_id,) for operation_id, _, _ in picked])
+    waiting = db.execute(
+        "SELECT count(*) FROM runner_pruned_operations WHERE pruned_at <= ? AND stamp_bound > ?",
+        (now - retain, ceiling),
+    ).fetchone()[0]
+    return len(picked), int(waiting)
+
+
+class RunnerPruner:
+    """Batches of rows, then of keys, on the store's thread, per the settings."""
+
+    def __init__(
+        self,
+        store: AsyncRunnerStore,
+        retention: RunnerRetention,
+        *,
+        window_seconds: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._retention = retention
+        self._window_us = int(window_seconds * 1_000_000)
+        self._clock = clock
+
+    async def prune(self, keep_going: Callable[[], bool] = lambda: True) -> PruneReport:
+        started = time.monotonic()
+        schedule = self._retention.schedule
+        counts = {"rows": 0, "keys": 0}
+        batches, more, waiting = 0, False, 0
+        retain_rows = self._retention.retain_released_seconds
+        retain_keys = self._retention.retain_keys_seconds
+        while retain_rows is not None and batches < schedule.batches_per_run:
+            rows = await self._store.maintain(self._rows_batch(retain_rows))
+            batches += 1
+            counts["rows"] += rows
+            more = rows == schedule.batch
+            if not more or not keep_going():
+                break
+        while (
+            retain_keys is not None
+            and not more
+            and batches < schedule.batches_per_run
+            and keep_going()
+        ):
+            keys, waiting = await self._store.maintain(self._keys_batch(retain_keys))
+            batches += 1
+            counts["keys"] += keys
+            more = keys == schedule.batch
+            if not more:
+                break
+        note = f"{waiting} key(s) wait for the admission floor" if waiting else ""
+        return PruneReport(counts, time.monotonic() - started, batches, more=more, note=note)
+
+    def _rows_batch(self, retain: float) -> Callable[[sqlite3.Connection], tuple[int, list[str]]]:
+        now, limit = self._clock(), self._retention.schedule.batch
+
+        def work(db: sqlite3.Connection) -> tuple[int, list[str]]:
+            gone = prune_rows(db, now=now, retain=retain, window_us=self._window_us, limit=limit)
+            return len(gone), gone
+
+        return work
+
+    def _keys_batch(
+        self, retain: float
+    ) -> Callable[[sqlite3.Connection], tuple[tuple[int, int], list[str]]]:
+        now, limit = self._clock(), self._retention.schedule.batch
+
+        def work(db: sqlite3.Connection) -> tuple[tuple[int, int], list[str]]:
+            found = drop_keys(db, now=now, retain=retain, window_us=self._window_us, limit=limit)
+            return found, []
+
+        return work
+
+
+class RunnerRetentionTask:
+    """The runner's scheduled pass (app.py starts it once serving, stops it first)."""
+
+    def __init__(self, pruner: RunnerPruner, retention: RunnerRetention) -> None:
+        self.pruner = pruner
+        self.schedule = ScheduledPrune(
+            "runner retention", pruner.prune, retention.schedule.interval_seconds, log
+        )
+
+    @classmethod
+    def started(
+        cls, store: AsyncRunnerStore, retention: RunnerRetention, *, window_seconds: float
+    ) -> RunnerRetentionTask | None:
+        if retention.retain_released_seconds is None:
+            log.info("runner retention off: released rows and tombstones are kept for ever")
+            return None
+        log.info(
+            "runner retention: released rows and tombstones are pruned %s after their "
+            "release, their bare keys %s later (then only once the admission floor has "
+            "passed them); a pass every %s",
+            describe_horizon(retention.retain_released_seconds),
+            describe_horizon(retention.retain_keys_seconds),
+            describe_horizon(retention.schedule.interval_seconds),
+        )
+        task = cls(RunnerPruner(store, retention, window_seconds=window_seconds), retention)
+        task.schedule.start()
+        return task
+
+    async def stop(self) -> None:
+        await self.schedule.stop()

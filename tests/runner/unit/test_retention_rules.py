@@ -1,0 +1,66 @@
+"""The pure retention rules (PROTOCOL.md §9 K2, K4), as a table."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner_svc.core.model import RowState
+from runner_svc.core.retention import (
+    key_ceiling,
+    key_droppable,
+    retired_since,
+    row_prunable,
+    stamp_bound,
+)
+from runner_svc.core.witness import SEALED_FLOOR
+
+WINDOW_US = 7_000_000
+
+
+@pytest.mark.parametrize(
+    ("state", "released", "settled_at", "released_at", "since"),
+    [
+        (RowState.ACCEPTED, False, None, None, None),
+        (RowState.LAUNCHING, False, None, None, None),
+        (RowState.RUNNING, False, None, None, None),
+        (RowState.SUCCEEDED, False, 5.0, None, None),  # the coordinator may want its result
+        (RowState.FAILED, False, 5.0, None, None),
+        (RowState.SUCCEEDED, True, 5.0, 9.0, 9.0),  # from its release, not its settlement
+        (RowState.CANCELLED, True, 5.0, 9.0, 9.0),
+        (RowState.TIMED_OUT, True, 5.0, 9.0, 9.0),
+        (RowState.SUCCEEDED, True, 5.0, None, None),  # release time unknown: keep it
+        (RowState.TOMBSTONED, False, 4.0, None, 4.0),  # never released: from the tombstone
+    ],
+)
+def test_what_retires_and_since_when(
+    state: RowState,
+    released: bool,
+    settled_at: float | None,
+    released_at: float | None,
+    since: float | None,
+) -> None:
+    """K2: only a released settled row (since its release) or a tombstone (since it was
+    written) may ever go; live rows and unreleased results never."""
+    assert retired_since(state, released, settled_at, released_at) == since
+
+
+def test_a_row_goes_only_past_its_horizon() -> None:
+    assert not row_prunable(None, now=1e9, retain=0.0)
+    assert not row_prunable(100.0, now=199.0, retain=100.0)
+    assert row_prunable(100.0, now=200.0, retain=100.0)
+
+
+def test_a_key_goes_only_past_its_horizon_below_the_floor_and_the_clock() -> None:
+    """K4: the stamp bound is the release plus the window; a key goes once its horizon has
+    passed and the owner's floor, and the clock minus the window, are at or above it (a
+    sealed floor alone never lets a key go early)."""
+    bound = stamp_bound(100.0, WINDOW_US)
+    assert bound == 107_000_000
+    now = 1000.0
+    assert not key_droppable(
+        900.0, bound, now, retain=200.0, floor=SEALED_FLOOR, window_us=WINDOW_US
+    )
+    assert not key_droppable(800.0, bound, now, retain=200.0, floor=bound - 1, window_us=WINDOW_US)
+    assert key_droppable(800.0, bound, now, retain=200.0, floor=bound, window_us=WINDOW_US)
+    assert key_ceiling(SEALED_FLOOR, 110.0, WINDOW_US) == 103_000_000  # the clock caps a seal
+    assert not key_droppable(0.0, bound, 110.0, retain=0.0, floor=SEALED_FLOOR, window_us=WINDOW_US)
