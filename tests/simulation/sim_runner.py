@@ -36,6 +36,7 @@ from runner_svc.core.model import (
     SlotKind,
 )
 from runner_svc.core.requests import admission_change, plan_cancel, plan_release
+from runner_svc.core.retention import pruned_refusal
 from runner_svc.core.settlement import reported_row
 from runner_svc.core.transitions import (
     Admit,
@@ -53,6 +54,7 @@ from runner_svc.core.witness import (
     check_admissible,
     next_floor,
 )
+from tests.simulation.sim_retention import SimRetention, prune
 from tests.simulation.sim_runner_jobs import SimJob, SimJobRunner
 from tests.simulation.world import (
     CancelRequest,
@@ -121,9 +123,16 @@ class SimStore:
     owner: str = ""
     floor: int = 0
     openings: tuple[StoreOpening, ...] = ()
+    # §9 retention (sim_retention.py): when each row's release was recorded, the
+    # kept keys of pruned rows (id -> (stamp bound, pruned at)), the retention floor.
+    released_at: dict[str, float] = field(default_factory=dict)
+    pruned: dict[str, tuple[int, float]] = field(default_factory=dict)
+    retention_floor: int = 0
 
     def write(self, operation_id: str, change: RowEvent) -> OperationRow:
         current = self.rows.get(operation_id)
+        if current is None and operation_id in self.pruned:
+            raise pruned_refusal(operation_id)  # §9 K3: the store's trigger
         if isinstance(change, (Admit, TakeOver)):
             check_admissible(change.dispatch_stamp, self.floor, operation_id)
         if isinstance(change, LaunchIntent) and current and current.dispatch_stamp < self.floor:
@@ -138,7 +147,8 @@ class SimStore:
         """A new owner: the chain records the floor the previous one left."""
         opening = StoreOpening(incarnation_id, self.owner, self.floor, 0.0)
         self.openings = (opening, *self.openings)[:OPENINGS_KEPT]
-        self.owner, self.floor = incarnation_id, 0
+        # §9 K4: a new owner's floor starts at the retention floor, not 0.
+        self.owner, self.floor = incarnation_id, self.retention_floor
 
     def raise_floor(self, target: int) -> None:
         launchable = (
@@ -152,7 +162,9 @@ class SimStore:
 
     def snapshot(self) -> SimStore:
         """A copy as a backup would hold it (rows, floor, chain, owner)."""
-        return replace(self, rows=dict(self.rows))
+        return replace(
+            self, rows=dict(self.rows), released_at=dict(self.released_at), pruned=dict(self.pruned)
+        )
 
 
 @dataclass
@@ -167,6 +179,8 @@ class SimRunner:
     job_runner: SimJobRunner = field(init=False)
     accepting: bool = True
     counters: Counter[str] = field(default_factory=Counter)
+    # §9: prune before every call, by these rules (None: never prune).
+    retention: SimRetention | None = None
 
     def __post_init__(self) -> None:
         self._start_process()
@@ -208,6 +222,8 @@ class SimRunner:
         self.store.raise_floor(
             stamp_at(now) - ADMISSION_WINDOW_US if self.accepting else SEALED_FLOOR
         )
+        if self.retention is not None:
+            prune(self.store, self.retention, now, self.counters)
         try:
             match request:
                 case StatusRequest():
@@ -217,7 +233,7 @@ class SimRunner:
                 case CancelRequest():
                     return self.cancel(request, now, write_fails)
                 case ReleaseRequest():
-                    return self.release(request, write_fails)
+                    return self.release(request, write_fails, now)
         except RunnerRefusal as refusal:
             self.counters[f"refused:{refusal.refusal.value}"] += 1
             return RefusedReply(refusal.refusal.value, self.incarnation_id, refusal.message)
@@ -225,6 +241,8 @@ class SimRunner:
 
     def status(self, operation_id: str) -> StatusReply:
         row = self.store.rows.get(operation_id)
+        if row is None and operation_id in self.store.pruned:
+            raise pruned_refusal(operation_id)  # §9 K3: never "absent"
         view = reported_row(row, self.incarnation_id) if row is not None else None
         return StatusReply(
             self.incarnation_id,
@@ -321,12 +339,13 @@ class SimRunner:
         elif has_job and row.incarnation_id == self.incarnation_id:
             self.counters["cancel:asked_to_stop"] += 1
 
-    def release(self, request: ReleaseRequest, write_fails: bool) -> Reply:
+    def release(self, request: ReleaseRequest, write_fails: bool, now: float) -> Reply:
         check_incarnation(request.expected_incarnation_id, self.incarnation_id)
         row = self.store.rows.get(request.operation_id)
         released, change = plan_release(row, request.fencing_token)
         if change is not None:
             self._write(request.operation_id, change, write_fails)
+            self.store.released_at[request.operation_id] = now  # the store's trigger (§9 K2)
         return ReleaseReply(released)
 
     # --- the jobs' lives (sim_runner_jobs: the real job_lifecycle machine) -----------

@@ -61,6 +61,7 @@ from tests.simulation.sim_coordinator import (
     SimCoordinator,
 )
 from tests.simulation.sim_journal import SimJournal
+from tests.simulation.sim_retention import SimRetention
 from tests.simulation.sim_runner import SimRunner, SimStore
 from tests.simulation.sim_scheduling import SchedulerFactory, SchedulingChecker, SimScheduling
 from tests.simulation.wire import WatchReport
@@ -109,6 +110,8 @@ class SimConfig:
     # Issue 10: in scheduled schedules a turn granted at once is stored with its
     # first attempt (the engine's default); False stores every turn QUEUED first.
     attempt_with_acceptance: bool = True
+    # Issue 12, §9: runners prune before every call by these rules (None: never).
+    retention: SimRetention | None = None
 
 
 @dataclass(frozen=True)
@@ -208,6 +211,7 @@ class Simulator:
                 self.ledger,
                 self._new_id("inc"),
                 self._new_store(spec.durable),
+                retention=config.retention,
             )
             runner.store.open(runner.incarnation_id)
             self.runners[spec.name] = runner

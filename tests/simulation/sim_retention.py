@@ -1,0 +1,100 @@
+"""Retention in the simulated runner store (issue 12, PROTOCOL.md §9 K2-K4).
+
+The simulated runner prunes before every call it handles (as it raises its
+floor), by the real rules of ``runner_svc.core.retention`` with both horizons
+zero: a row goes as soon as it is released (or tombstoned), its key as soon
+as the admission floor passes the key's stamp bound. That is retention as
+eager as the rules allow, so the schedules meet pruned ids as often as they
+can. The broken variants (``BROKEN_RETENTION``) each drop one of the rules;
+``test_teeth.py`` shows the checker catching them.
+
+Times: the simulated runner's row times are virtual seconds, stamps are
+microseconds since the Unix epoch (``world.stamp_at``); the rules take Unix
+seconds, so times are converted on the way in.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from runner_svc.core.model import OperationRow
+from runner_svc.core.retention import (
+    US_PER_SECOND,
+    key_droppable,
+    retired_since,
+    row_prunable,
+    stamp_bound,
+)
+from tests.simulation.world import stamp_at
+
+if TYPE_CHECKING:
+    from tests.simulation.sim_runner import SimStore
+
+# The real runner's default admission window (sim_runner.ADMISSION_WINDOW_US).
+WINDOW_US = 7_000_000
+
+
+def unix(seconds: float) -> float:
+    """Virtual seconds as Unix seconds (the clock the rules take)."""
+    return stamp_at(seconds) / US_PER_SECOND
+
+
+def released_or_tombstoned(row: OperationRow, released_at: float | None) -> float | None:
+    """K2's rule (runner_svc.core.retention.retired_since)."""
+    return retired_since(row.state, row.released, row.settled_at, released_at)
+
+
+@dataclass(frozen=True)
+class SimRetention:
+    """How the simulated store forgets; the defaults are the protocol's rules."""
+
+    retain_rows: float = 0.0
+    retain_keys: float = 0.0
+    # Since when a row is retired (None: never prunable).
+    retired: Callable[[OperationRow, float | None], float | None] = released_or_tombstoned
+    # K3: a pruned row leaves its key.
+    keep_keys: bool = True
+    # K4: may this key go now? (pruned_at, bound, now, retain, floor, window; Unix seconds)
+    key_may_go: Callable[[float, int, float, float, int, int], bool] = key_droppable
+
+
+def prune(store: SimStore, rules: SimRetention, now: float, counters: Counter[str]) -> None:
+    """One retention pass over the store (the runner's scheduled pass, run eagerly)."""
+    for operation_id, row in list(store.rows.items()):
+        since = rules.retired(row, store.released_at.get(operation_id))
+        if since is None or not row_prunable(since, now, rules.retain_rows):
+            continue
+        del store.rows[operation_id]
+        counters["retention:row_pruned"] += 1
+        if rules.keep_keys:
+            store.pruned[operation_id] = (stamp_bound(unix(since), WINDOW_US), now)
+    for operation_id, (bound, pruned_at) in list(store.pruned.items()):
+        if rules.key_may_go(
+            unix(pruned_at), bound, unix(now), rules.retain_keys, store.floor, WINDOW_US
+        ):
+            store.retention_floor = max(store.retention_floor, bound)
+            del store.pruned[operation_id]
+            counters["retention:key_dropped"] += 1
+
+
+def _before_release(row: OperationRow, released_at: float | None) -> float | None:
+    """Broken K2: a settled row retires when it settles, released or not."""
+    return row.settled_at if row.settled else None
+
+
+def _always(*_: object) -> bool:
+    return True
+
+
+# Each drops one rule of §9 (test_teeth.py).
+BROKEN_RETENTION = {
+    # K2 + K3 off: a settled row goes before its Release, and leaves nothing behind.
+    "prune_before_release": SimRetention(retired=_before_release, keep_keys=False),
+    # K3 off: a released row goes and leaves no key (absence is read as proof).
+    "forget_keys_at_once": SimRetention(keep_keys=False),
+    # K4 off: keys go at once, whatever the floor.
+    "drop_keys_below_the_floor": SimRetention(key_may_go=_always),
+}

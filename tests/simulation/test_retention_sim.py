@@ -1,0 +1,48 @@
+"""Retention under the deterministic simulation (issue 12, PROTOCOL.md §9 K2-K4).
+
+The simulated runners prune before every call by the real rules with both
+horizons zero (sim_retention.py: as eager as the rules allow), so schedules
+meet pruned ids all the time: the invariants must still hold. Each broken
+variant drops one rule and the ledger shows the harm (a turn run twice, or a
+NOT_STARTED that ran).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.simulation.budget import run_budget
+from tests.simulation.sim_retention import BROKEN_RETENTION, SimRetention
+from tests.simulation.simulator import SimConfig
+
+SEEDS = range(2000)
+
+
+def test_eager_retention_breaks_no_invariant_across_the_budget() -> None:
+    """§8 (1-6, 9): with rows pruned at their Release and keys as soon as the floor allows,
+    no seed breaks an invariant; pruning, key drops and OPERATION_PRUNED refusals happen."""
+    result = run_budget(SEEDS, SimConfig(steps=70, trace=False, retention=SimRetention()))
+    assert not result.violations, result.violations[:1]
+    coverage = result.coverage
+    counts = {
+        key: coverage[key]
+        for key in ("retention:row_pruned", "retention:key_dropped", "refused:OPERATION_PRUNED")
+    }
+    print(f"\nretention in {result.schedules} schedules: {counts}")
+    assert all(counts.values()), counts
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_RETENTION))
+def test_a_broken_retention_rule_runs_a_turn_twice_or_lies(name: str) -> None:
+    """§9 teeth: pruning a row before its Release (K2), pruning without keeping the key
+    (K3), or dropping a key before the admission floor passed it (K4) each lets a replay or
+    a late Dispatch run a turn again, or a tombstone claim NOT_STARTED of a turn that ran;
+    the ledger catches it within the budget, and the real rules survive the same seeds."""
+    broken = SimConfig(steps=70, trace=False, check_proofs=False, retention=BROKEN_RETENTION[name])
+    result = run_budget(SEEDS, broken, stop_on_violation=True)
+    assert result.violations, f"{name} survived {result.schedules} schedules"
+    seed, violation = result.violations[0]
+    assert violation.startswith(("[1 at most once]", "[3 execution]", "[3 true status]")), violation
+    real = SimConfig(steps=70, trace=False, check_proofs=False, retention=SimRetention())
+    assert not run_budget(range(seed + 1), real).violations
+    print(f"{name}: seed {seed}: {violation}")
