@@ -39,7 +39,6 @@ from datetime import datetime
 
 from coordinator_svc.core.model import OperationRecord
 from coordinator_svc.ports import JournalError, JournalUnavailable, LeasingJournal
-from coordinator_svc.storage import rules
 
 log = logging.getLogger("coordinator_svc.ownership")
 
@@ -123,10 +122,6 @@ class Ownership:
                 f"replica {self.owner}: leases not renewed for over "
                 f"{VALID_SHARE * self.ttl:.1f} s; acting on nothing until a renewal succeeds"
             )
-
-    def adoptable(self, record: OperationRecord) -> bool:
-        """Another owner's lapsed lease (or none): a claim may take it."""
-        return rules.is_orphan(record, self.owner, self._clock())
 
     async def start(self) -> None:
         """End the leases of earlier processes of this name, then renew."""

@@ -30,6 +30,7 @@ from coordinator_svc.core.decide_cancel import mark_requested
 from coordinator_svc.core.decision import Decision
 from coordinator_svc.core.events import CancelRequested, Event, Restarted
 from coordinator_svc.core.model import AttemptRecord, OperationRecord, OpState
+from coordinator_svc.core.ownership import Role, role
 from coordinator_svc.dispatcher.ownership import Ownership
 from coordinator_svc.ports import JournalError, StaleVersion
 
@@ -69,13 +70,16 @@ class ReplicaDuties:
         to commit as it is (another replica's operation), or None (not ours)."""
         own = self.ownership
         own.check_current()  # raises LeasesNotCurrent: the drive backs off
-        if own.owns(record):
-            return record
-        if not own.adoptable(record):
-            if isinstance(event, CancelRequested):
+        now = self._dispatcher._clock()
+        match role(record, own.owner, now, cancel=isinstance(event, CancelRequested)):
+            case Role.OWNER:
+                return record
+            case Role.ADOPTER:
+                return await self._adopt(record)
+            case Role.CANCEL_MARK:
                 return self._cancel_mark(record)
-            return None
-        return await self._adopt(record)
+            case Role.BYSTANDER:
+                return None
 
     def _cancel_mark(self, record: OperationRecord) -> Decision:
         context = dataclasses.replace(self._dispatcher._context((), record), replica_id="")

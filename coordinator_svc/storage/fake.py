@@ -22,6 +22,7 @@ from coordinator_svc.core.model import (
     OperationRecord,
     OpState,
 )
+from coordinator_svc.core.ownership import is_open, is_orphan, lease_live
 from coordinator_svc.ports import (
     IdempotencyKeyReused,
     InvalidWrite,
@@ -189,7 +190,7 @@ class FakeJournal:
         until = now + timedelta(seconds=ttl_seconds)
         renewed = 0
         for op_id, record in self._operations.items():
-            if record.lease_owner == owner and rules.is_open(record):
+            if record.lease_owner == owner and is_open(record):
                 self._operations[op_id] = dataclasses.replace(record, lease_expires_at=until)
                 renewed += 1
         return renewed
@@ -197,7 +198,7 @@ class FakeJournal:
     async def orphans(self, owner: str, now: datetime, limit: int) -> list[OperationRecord]:
         self._check_open()
         now = rules.as_utc(now, "orphan scan time")
-        found = [r for r in self._operations.values() if rules.is_orphan(r, owner, now)]
+        found = [r for r in self._operations.values() if is_orphan(r, owner, now)]
         return sorted(found, key=_order_key)[: max(limit, 0)]
 
     async def expire_leases(self, owner_prefix: str, keep: str, now: datetime) -> int:
@@ -210,7 +211,7 @@ class FakeJournal:
             owner = record.lease_owner
             if owner is None or owner == keep or not owner.startswith(owner_prefix):
                 continue
-            if rules.lease_live(record, now):
+            if lease_live(record, now):
                 self._operations[op_id] = dataclasses.replace(record, lease_expires_at=now)
                 expired += 1
         return expired

@@ -39,6 +39,7 @@ from coordinator_svc.core.model import (
     EventRecord,
     OperationRecord,
 )
+from coordinator_svc.core.ownership import lease_live
 from coordinator_svc.ports import InvalidWrite
 
 # Fixed at acceptance (C1): the envelope is never rebuilt, the key never moves.
@@ -199,30 +200,11 @@ def prepare_change(
     return stored, event, attempt
 
 
-def lease_live(record: OperationRecord, now: datetime) -> bool:
-    return record.lease_expires_at is not None and record.lease_expires_at > now
-
-
 def check_lease_request(owner: str, ttl_seconds: float) -> None:
     if not owner:
         raise InvalidWrite("a lease owner must be a non-empty name")
     if not ttl_seconds > 0:
         raise InvalidWrite(f"lease ttl must be positive, got {ttl_seconds}")
-
-
-def is_open(record: OperationRecord) -> bool:
-    """Still someone's work: not terminal, or terminal with a Release owed (C10)."""
-    return not record.state.terminal or not record.released
-
-
-def is_orphan(record: OperationRecord, owner: str, now: datetime) -> bool:
-    """``Journal.orphans``' filter: open, and nobody's live lease but ``owner``'s
-    own (an unowned row, or another owner's lapsed lease)."""
-    if not is_open(record):
-        return False
-    if record.lease_owner is None:
-        return True
-    return record.lease_owner != owner and not lease_live(record, now)
 
 
 def claimed(

@@ -34,6 +34,7 @@ HARD_CASES = {
     "§5 lease taken over by another replica": "lease_taken_over",
     "§5 commit refused after the lease was lost": "replica_lease_lost_commit_refused",
     "§5 runner refused a stale fencing token": "refused:STALE_FENCING_TOKEN",
+    "§5 O5 a cancel stored for the owner by another replica": "cancel_marked_for_owner",
     "§6.1 a Dispatch below the admission floor refused": "refused:DISPATCH_STALE",
     "issue 9: schedules routed by the real scheduler": "scheduled",
     "issue 9: grants while another principal waited": "fair:contended",

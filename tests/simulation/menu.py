@@ -15,6 +15,7 @@ import random
 from typing import TYPE_CHECKING
 
 from coordinator_svc.core.model import OpState, ReplayPolicy, TurnKind
+from coordinator_svc.core.ownership import Role, role
 from tests.simulation.world import at
 
 if TYPE_CHECKING:
@@ -216,14 +217,13 @@ def heal_action(sim: Simulator) -> str | None:
 
 
 def _claimable(sim: Simulator, name: str, op: str) -> bool:
-    """The replica could take the lease now (a dispatcher skips the others' live leases)."""
+    """The replica owns it or may adopt it now (a dispatcher skips the others'
+    live leases): the engine's own rule, ``core.ownership.role``."""
     coordinator = sim.coordinators[name]
     if not coordinator.replica_id:
         return True
     record = sim.journal.operations[op]
-    if record.lease_owner in (None, coordinator.replica_id) or record.lease_expires_at is None:
-        return True
-    return record.lease_expires_at <= at(coordinator.now)
+    return role(record, coordinator.replica_id, at(coordinator.now)) in (Role.OWNER, Role.ADOPTER)
 
 
 def draw_setup(rng: random.Random, seed: int, config: SimConfig) -> Setup:

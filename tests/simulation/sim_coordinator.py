@@ -15,17 +15,21 @@ discarded) and feeds ``Restarted`` to every operation.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Protocol
 
 from coordinator_svc.core import commands as cmd
 from coordinator_svc.core.agenda import Agenda
 from coordinator_svc.core.decide import decide
+from coordinator_svc.core.decide_cancel import mark_requested
 from coordinator_svc.core.decision import Context, Decision
 from coordinator_svc.core.events import (
+    CancelRequested,
     Event,
     PreflightAnswer,
     Restarted,
@@ -42,9 +46,9 @@ from coordinator_svc.core.model import (
     ReplayPolicy,
     TurnKind,
 )
+from coordinator_svc.core.ownership import Role, role
 from coordinator_svc.dispatcher.first_attempt import first_attempt_now
 from coordinator_svc.ports import LeaseLost, StaleVersion
-from coordinator_svc.storage import rules
 from tests.simulation.sim_journal import SimJournal
 from tests.simulation.sim_scheduling import SimScheduling
 from tests.simulation.wire import (
@@ -125,8 +129,13 @@ class SimCoordinator:
     crash_after_commit: Callable[[], bool] | None = None
     # The process's name (replies are routed to it).
     name: str = "c1"
-    # §5: "" is single-replica mode (no leases); else the lease owner name.
+    # §5: "" is single-replica mode (no leases, one coordinator); else the
+    # replica's name, and ``replica_id`` is this process's owner string,
+    # ``<name>#<epoch>``, as the engine's is ``<replica id>#<process tag>``.
+    replica_name: str = ""
     replica_id: str = ""
+    # The virtual time of this process's last lease renewal (O2, O4).
+    renewed_at: float = float("-inf")
     # Asked before every commit: "before" / "after" freezes the replica there.
     pause_at_commit: Callable[[], str] | None = None
     paused: bool = False
@@ -149,6 +158,19 @@ class SimCoordinator:
     attempt_with_acceptance: bool = True
 
     # --- client calls -------------------------------------------------------------
+
+    def __post_init__(self) -> None:
+        if self.replica_name:
+            self.replica_id = f"{self.replica_name}#{self.epoch}"
+
+    def renew(self) -> None:
+        """O2: the keeper renews this process's leases (every quarter TTL while it
+        runs: called as its time passes and before it acts; never while frozen)."""
+        if not self.replica_id or self.paused:
+            return
+        if self.now - self.renewed_at >= LEASE_TTL / 4:
+            self.journal.renew_leases(self.replica_id, at(self.now), LEASE_TTL)
+            self.renewed_at = self.now
 
     def submit(
         self,
@@ -177,6 +199,13 @@ class SimCoordinator:
             updated_at=when,
             next_action_at=when,
         )
+        if self.replica_id:  # accepted here: under this process's lease (O1)
+            self.renew()
+            record = dataclasses.replace(
+                record,
+                lease_owner=self.replica_id,
+                lease_expires_at=when + timedelta(seconds=LEASE_TTL),
+            )
         first = EventRecord(operation_id, 1, None, OpState.QUEUED, Execution.NOT_STARTED, when)
         if not self._submit_with_first_attempt(record, first):
             self.journal.submit(record, first)
@@ -233,14 +262,25 @@ class SimCoordinator:
             raise ShellError(f"{operation_id}: decide-again did not settle")
         record = self.record(operation_id)
         if self.replica_id:
-            claimed = self._claim(record)
-            if claimed is None:
+            self.renew()
+            who = role(
+                record, self.replica_id, at(self.now), cancel=isinstance(event, CancelRequested)
+            )
+            if who is Role.BYSTANDER:
+                self.log.append(f"    {self.replica_id}: lease held by {record.lease_owner}")
                 return
-            if claimed.fencing_token != record.fencing_token and not isinstance(event, Restarted):
-                # §5: taking over an expired lease treats DISPATCHING as C12 does.
-                self.handle(operation_id, Restarted(), depth + 1)
-                claimed = self.record(operation_id)
-            record = claimed
+            if who is Role.CANCEL_MARK:
+                self._mark_cancel(operation_id, event, depth)
+                return
+            if who is Role.ADOPTER:
+                claimed = self._claim(record)
+                if claimed is None:
+                    return
+                if not isinstance(event, Restarted):
+                    # O3: an adopter applies C12 first (DISPATCHING -> DISPATCH_UNKNOWN).
+                    self.handle(operation_id, Restarted(), depth + 1)
+                    claimed = self.record(operation_id)
+                record = claimed
         ctx = Context(
             now=at(self.now),
             attempts=self.journal.attempt_rows(operation_id),
@@ -254,13 +294,30 @@ class SimCoordinator:
         )
         self._apply(operation_id, event, decision, depth, committed=False)
 
+    def _mark_cancel(self, operation_id: str, event: Event, depth: int) -> None:
+        """O5: a client's cancel on a replica that does not own the operation:
+        the request is stored for the owner (no lease written, nothing sent)."""
+        record = self.record(operation_id)
+        ctx = Context(now=at(self.now), attempts=self.journal.attempt_rows(operation_id))
+        decision = mark_requested(record, ctx)
+        self.log.append(f"    {self.replica_id} cancel mark on {record.state}: {summary(decision)}")
+        if decision.change is None:
+            return
+        try:
+            stored = self.journal.commit(decision.change)
+        except (LeaseLost, StaleVersion):
+            self.handle(operation_id, event, depth + 1)  # moved on meanwhile: judge again
+            return
+        self.counters["cancel_marked_for_owner"] += 1
+        self.agenda.committed(stored, at(self.now))
+        self.observer.committed(decision.change, stored, event)
+
     def _claim(self, record: OperationRecord) -> OperationRecord | None:
-        """§5: take or renew the lease (a write) before deciding; None if another holds it."""
-        claimed = rules.claimed(record, self.replica_id, at(self.now), LEASE_TTL)
+        """O3: adopt an orphan (a claim is a write); None if it is no longer one."""
+        claimed = self.journal.claim(record.operation_id, self.replica_id, at(self.now), LEASE_TTL)
         if claimed is None:
             self.log.append(f"    {self.replica_id}: lease held by {record.lease_owner}")
             return None
-        self.journal.operations[record.operation_id] = claimed
         if claimed.fencing_token != record.fencing_token:
             self.log.append(
                 f"    {self.replica_id}: took over from {record.lease_owner}, "
@@ -480,8 +537,13 @@ class SimCoordinator:
         return f"reply to #{call.id} ({call.kind})"
 
     def restart(self) -> None:
-        """C12: a new process: no live call, no timer; DISPATCHING -> DISPATCH_UNKNOWN."""
+        """C12: a new process: no live call, no timer; DISPATCHING -> DISPATCH_UNKNOWN.
+        A replica's new process ends its earlier ones' leases and adopts (O3)."""
         self.epoch += 1
+        if self.replica_name:
+            self.replica_id = f"{self.replica_name}#{self.epoch}"
+            self.renewed_at = float("-inf")
+            self.journal.expire_leases(f"{self.replica_name}#", self.replica_id, at(self.now))
         self.calls.clear()
         self.known.clear()
         self.agenda = new_agenda()

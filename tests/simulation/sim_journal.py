@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from coordinator_svc.core.model import AttemptRecord, Change, EventRecord, OperationRecord
+from coordinator_svc.core.ownership import is_open, lease_live
 from coordinator_svc.ports import LeaseLost, StaleVersion
 from coordinator_svc.storage import rules
 
@@ -55,3 +57,34 @@ class SimJournal:
     def attempt_rows(self, operation_id: str) -> tuple[AttemptRecord, ...]:
         rows = self.attempts[operation_id]
         return tuple(rows[n] for n in sorted(rows))
+
+    # --- §5 leases, as the adapters take them (storage/leases.py, storage/fake.py) ---
+
+    def claim(
+        self, operation_id: str, owner: str, now: datetime, ttl: float
+    ) -> OperationRecord | None:
+        claimed = rules.claimed(self.operations[operation_id], owner, now, ttl)
+        if claimed is not None:
+            self.operations[operation_id] = claimed
+        return claimed
+
+    def renew_leases(self, owner: str, now: datetime, ttl: float) -> int:
+        """O2: every open operation naming ``owner``; version untouched."""
+        renewed = 0
+        until = now + timedelta(seconds=ttl)
+        for op_id, record in self.operations.items():
+            if record.lease_owner == owner and is_open(record):
+                self.operations[op_id] = dataclasses.replace(record, lease_expires_at=until)
+                renewed += 1
+        return renewed
+
+    def expire_leases(self, owner_prefix: str, keep: str, now: datetime) -> int:
+        """O3: a restarted replica ends its earlier processes' leases."""
+        ended = 0
+        for op_id, record in self.operations.items():
+            owner = record.lease_owner
+            ours = bool(owner) and owner != keep and str(owner).startswith(owner_prefix)
+            if ours and lease_live(record, now):
+                self.operations[op_id] = dataclasses.replace(record, lease_expires_at=now)
+                ended += 1
+        return ended

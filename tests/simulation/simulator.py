@@ -189,7 +189,7 @@ class Simulator:
                 self.checker,
                 journal=self.journal,
                 name=f"c{n}",
-                replica_id=f"c{n}" if self.setup.replicas > 1 else "",
+                replica_name=f"c{n}" if self.setup.replicas > 1 else "",
                 stale_status_guard=config.stale_status_guard,
                 attempt_with_acceptance=config.attempt_with_acceptance,
             )
@@ -491,6 +491,8 @@ class Simulator:
         self.now += max(seconds, 0.0)
         for coordinator in self.coordinators.values():
             coordinator.now = self.now + (self.setup.skew if coordinator.name == "c2" else 0.0)
+        for coordinator in self.coordinators.values():
+            coordinator.renew()  # O2: a running replica's keeper renews as time passes
         for coordinator in self.coordinators.values():
             if not coordinator.paused:
                 coordinator.expire_calls()
