@@ -43,7 +43,7 @@ from coordinator_svc.ports import JournalNotMigrated, JournalUnavailable
 from coordinator_svc.retention_flags import JournalRetention
 from coordinator_svc.storage import schema
 from coordinator_svc.storage.backends import READ_ONLY, SqliteBackend, backend_for
-from coordinator_svc.storage.tables import attempts, events, operations
+from coordinator_svc.storage.tables import attempts, events, operation_envelopes, operations
 from turnwire.retention import PruneReport, describe_horizon
 from turnwire.retention_task import ScheduledPrune
 
@@ -151,6 +151,9 @@ class JournalPruner:
         gone_events = connection.execute(events.delete().where(events.c.operation_id.in_(ids)))
         gone_attempts = connection.execute(
             attempts.delete().where(attempts.c.operation_id.in_(ids))
+        )
+        connection.execute(
+            operation_envelopes.delete().where(operation_envelopes.c.operation_id.in_(ids))
         )
         gone = connection.execute(
             operations.delete().where(operations.c.operation_id.in_(ids), retired(cutoff))

@@ -133,12 +133,15 @@ class SingleStatements:
             raise ValueError("single-statement writes are PostgreSQL's (data-modifying CTEs)")
         self._sql = sql
         op = sql.operation
-        op_params = ", ".join(f"%({name})s" for name, _ in op.fields)
-        # The operation row and its first event (sequence 1), or nothing when
-        # the key or the id is taken (then submit reads what holds it).
+        op_params = sql.dialect.sql(op.stored_params)
+        # The operation row, its envelope (its own table, 0004) and its first
+        # event (sequence 1), or nothing when the key or the id is taken (then
+        # submit reads what holds it).
         self.submit = (
-            f"WITH made AS (INSERT INTO operations ({op.columns}) VALUES ({op_params})"
+            f"WITH made AS (INSERT INTO operations ({op.stored_columns}) VALUES ({op_params})"
             " ON CONFLICT DO NOTHING RETURNING operation_id),"
+            " envelope AS (INSERT INTO operation_envelopes (operation_id, envelope)"
+            " SELECT operation_id, CAST(%(envelope)s AS bytea) FROM made),"
             f" first_event AS (INSERT INTO events ({sql.event.columns})"
             f" {_cast_select(events, sql.event.fields, EVENT_PREFIX)} FROM made)"
             " SELECT count(*) FROM made"

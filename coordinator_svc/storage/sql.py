@@ -324,8 +324,10 @@ class SqlJournal(SqlLeases):
         def work(cursor: Cursor) -> tuple[tuple[OperationRecord, bool], bool]:
             # RETURNING says whether this insert made the row; rowcount after
             # ON CONFLICT DO NOTHING is not reliable across drivers.
-            cursor.execute(sql.insert_operation, sql.operation.encode(stored))
+            row = sql.operation.encode(stored)
+            cursor.execute(sql.insert_operation, row)
             if cursor.fetchone() is not None:
+                cursor.execute(sql.insert_envelope, row)
                 cursor.execute(sql.insert_event, sql.event.encode(event))
                 return (stored, False), True
             cursor.execute(

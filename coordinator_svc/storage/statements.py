@@ -109,13 +109,24 @@ def _field_kinds(record_type: type[Any]) -> list[tuple[str, str]]:
 class Codec(Generic[R]):
     """One record type <-> one table row, for one dialect (converters built once)."""
 
-    def __init__(self, record_type: type[R], table: sa.Table, dialect: Dialect) -> None:
+    def __init__(
+        self,
+        record_type: type[R],
+        table: sa.Table,
+        dialect: Dialect,
+        elsewhere: frozenset[str] = frozenset(),
+    ) -> None:
+        """``elsewhere``: fields stored in another table (the envelope)."""
         self.record_type: type[R] = record_type
         self.fields = _field_kinds(record_type)
         names = [name for name, _ in self.fields]
-        if set(names) != set(table.columns.keys()):  # tests/coordinator/storage pins this too
+        stored = [name for name in names if name not in elsewhere]
+        if set(stored) != set(table.columns.keys()):  # tests/coordinator/storage pins this too
             raise AssertionError(f"{table.name}: columns and {record_type.__name__} differ")
         self.columns = ", ".join(names)
+        # The table's own columns, in field order (inserts).
+        self.stored_columns = ", ".join(stored)
+        self.stored_params = ", ".join(f":{name}" for name in stored)
         self._encoders = [(name, self._encoder(kind, dialect)) for name, kind in self.fields]
         self._decoders = [self._decoder(name, kind, dialect) for name, kind in self.fields]
 
@@ -171,16 +182,29 @@ class Statements:
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
         sql = dialect.sql
-        self.operation = Codec(OperationRecord, operations, dialect)
+        self.operation = Codec(OperationRecord, operations, dialect, frozenset({"envelope"}))
         self.event = Codec(EventRecord, events, dialect)
         self.attempt = Codec(AttemptRecord, attempts, dialect)
-        op_columns = self.operation.columns
+        # The envelope lives in its own table (0004): read back in field order by
+        # a keyed subquery, so every WHERE below still names operations' columns.
+        envelope = (
+            "(SELECT e.envelope FROM operation_envelopes e"
+            " WHERE e.operation_id = operations.operation_id)"
+        )
+        op_columns = ", ".join(
+            envelope if name == "envelope" else name for name, _ in self.operation.fields
+        )
         select_op = f"SELECT {op_columns} FROM operations"
         order = " ORDER BY created_at, operation_id LIMIT :limit"
 
         self.insert_operation = sql(
-            f"INSERT INTO operations ({op_columns}) VALUES ({_params(self.operation)})"
+            f"INSERT INTO operations ({self.operation.stored_columns})"
+            f" VALUES ({self.operation.stored_params})"
             " ON CONFLICT DO NOTHING RETURNING operation_id"
+        )
+        self.insert_envelope = sql(
+            "INSERT INTO operation_envelopes (operation_id, envelope)"
+            " VALUES (:operation_id, :envelope)"
         )
         self.insert_event = sql(
             f"INSERT INTO events ({self.event.columns}) VALUES ({_params(self.event)})"

@@ -74,7 +74,6 @@ operations = sa.Table(
     sa.Column("principal", _NAME, nullable=False),
     sa.Column("idempotency_key_digest", _DIGEST, nullable=False),
     sa.Column("request_digest", _DIGEST, nullable=False),
-    sa.Column("envelope", sa.LargeBinary, nullable=False),
     sa.Column("envelope_digest", _DIGEST, nullable=False),
     sa.Column("pool", _NAME, nullable=False),
     sa.Column("kind", _ENUM, nullable=False),
@@ -118,6 +117,16 @@ sa.Index(None, operations.c.state, operations.c.next_action_at)
 # Retention (PROTOCOL.md §9 K1) finds terminal operations oldest first by
 # finished_at (NULL until terminal, so live rows stay out of the range).
 sa.Index(None, operations.c.finished_at)
+
+# The turn as accepted (C1), written once and read when it is sent: kept out
+# of the operations row, which every commit rewrites (issue 12: on SQLite an
+# UPDATE rewrites the whole record, a 1 MB envelope with it, three times a turn).
+operation_envelopes = sa.Table(
+    "operation_envelopes",
+    metadata,
+    sa.Column("operation_id", _ID, sa.ForeignKey("operations.operation_id"), primary_key=True),
+    sa.Column("envelope", sa.LargeBinary, nullable=False),
+)
 
 attempts = sa.Table(
     "attempts",

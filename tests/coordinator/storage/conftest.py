@@ -83,7 +83,7 @@ def emptied(url: str) -> str:
     engine = sa.create_engine(url)
     try:
         with engine.begin() as connection:
-            connection.exec_driver_sql("TRUNCATE events, attempts, operations")
+            connection.exec_driver_sql("TRUNCATE events, attempts, operation_envelopes, operations")
     finally:
         engine.dispose()
     return url

@@ -16,10 +16,16 @@ from coordinator_svc.core.model import AttemptRecord, EventRecord, OperationReco
 from coordinator_svc.ports import JournalNotMigrated, JournalUnavailable, SchemaTooNew
 from coordinator_svc.storage import alembic_config, head_revision, migrate, open_journal
 from coordinator_svc.storage.schema import MIGRATIONS_DIR, VERSION_TABLE
-from coordinator_svc.storage.tables import attempts, events, metadata, operations
+from coordinator_svc.storage.tables import (
+    attempts,
+    events,
+    metadata,
+    operation_envelopes,
+    operations,
+)
 from tests.coordinator.storage.records import first_event, new_operation, transition
 
-JOURNAL_TABLES = {"operations", "attempts", "events"}
+JOURNAL_TABLES = {"operations", "operation_envelopes", "attempts", "events"}
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -58,13 +64,16 @@ def test_migrations_have_exactly_one_head() -> None:
 
 
 def test_tables_have_a_column_per_record_field() -> None:
-    """Storage: each table's columns are exactly its record's fields, so rows convert losslessly."""
-    for table, record in (
-        (operations, OperationRecord),
-        (attempts, AttemptRecord),
-        (events, EventRecord),
+    """Storage: each table's columns are exactly its record's fields, so rows convert
+    losslessly; an operation's envelope alone is stored beside it (0004)."""
+    for table, record, elsewhere in (
+        (operations, OperationRecord, {"envelope"}),
+        (attempts, AttemptRecord, set()),
+        (events, EventRecord, set()),
     ):
-        assert [c.name for c in table.columns] == [f.name for f in dataclasses.fields(record)]
+        fields = [f.name for f in dataclasses.fields(record) if f.name not in elsewhere]
+        assert [c.name for c in table.columns] == fields
+    assert [c.name for c in operation_envelopes.columns] == ["operation_id", "envelope"]
 
 
 def test_upgrade_from_empty_to_head_matches_the_models(empty_url: str) -> None:
@@ -218,3 +227,59 @@ def test_sqlite_connections_use_the_durable_settings(tmp_path: Path) -> None:
         "foreign_keys": 1,
         "busy_timeout": 1500,
     }
+
+
+def test_upgrading_to_the_envelope_table_keeps_every_envelope_and_back(empty_url: str) -> None:
+    """0004 moves envelopes out of the operations row (issue 12): a journal written
+    at 0003 reads back every record unchanged after the upgrade, and after a
+    downgrade to 0003 the envelopes are back in their column."""
+    config = alembic_config(empty_url)
+    command.upgrade(config, "0003_retention")
+    records = [
+        dataclasses.replace(new_operation(n), envelope=bytes([n]) * (n * 40_000), version=1)
+        for n in (1, 2, 3)
+    ]
+    engine = sa.create_engine(empty_url)
+    try:
+        with engine.begin() as connection:
+            for record in records:
+                row = {
+                    f.name: getattr(getattr(record, f.name), "value", getattr(record, f.name))
+                    for f in dataclasses.fields(record)
+                }
+                columns = ", ".join(row)
+                values = ", ".join(f":{name}" for name in row)
+                connection.execute(
+                    sa.text(f"INSERT INTO operations ({columns}) VALUES ({values})"), row
+                )
+    finally:
+        engine.dispose()
+    command.upgrade(config, "head")
+
+    async def read() -> list[OperationRecord | None]:
+        journal = open_journal(empty_url)
+        try:
+            return [await journal.get(r.operation_id) for r in records]
+        finally:
+            await journal.close()
+
+    assert asyncio.run(read()) == records
+    assert "envelope" not in {c["name"] for c in _columns(empty_url, "operations")}
+    command.downgrade(config, "0003_retention")
+    engine = sa.create_engine(empty_url)
+    try:
+        with engine.connect() as connection:
+            kept = dict(
+                connection.execute(sa.text("SELECT operation_id, envelope FROM operations")).all()
+            )
+    finally:
+        engine.dispose()
+    assert {k: bytes(v) for k, v in kept.items()} == {r.operation_id: r.envelope for r in records}
+
+
+def _columns(url: str, table: str) -> list[dict[str, object]]:
+    engine = sa.create_engine(url)
+    try:
+        return list(sa.inspect(engine).get_columns(table))  # type: ignore[arg-type]
+    finally:
+        engine.dispose()

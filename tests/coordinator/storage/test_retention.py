@@ -271,12 +271,12 @@ def test_the_database_refuses_deleting_a_live_or_unreleased_operation(url: str) 
                 pytest.raises(sa.exc.DBAPIError, match="terminal, released"),
                 engine.begin() as connection,
             ):
-                for table in ("events", "attempts", "operations"):
+                for table in ("events", "attempts", "operation_envelopes", "operations"):
                     connection.execute(
                         sa.text(f"DELETE FROM {table} WHERE operation_id = :op"), {"op": op}
                     )
         with engine.begin() as connection:  # a retired one may go
-            for table in ("events", "attempts", "operations"):
+            for table in ("events", "attempts", "operation_envelopes", "operations"):
                 connection.execute(sa.text(f"DELETE FROM {table} WHERE operation_id = 'op-0003'"))
     finally:
         engine.dispose()

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from coordinator_svc.core.model import OperationRecord
 from coordinator_svc.storage import migrate, open_journal
-from coordinator_svc.storage.tables import operations
+from coordinator_svc.storage.tables import operation_envelopes, operations
 from tests.coordinator.storage.records import T0, first_event, new_operation
 
 
@@ -31,10 +31,12 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 def _core_row(record: OperationRecord) -> dict[str, Any]:
+    """The operations row (its envelope is stored beside it, in operation_envelopes)."""
     row = {}
     for field in dataclasses.fields(record):
-        value = getattr(record, field.name)
-        row[field.name] = getattr(value, "value", value)
+        if field.name != "envelope":
+            value = getattr(record, field.name)
+            row[field.name] = getattr(value, "value", value)
     return row
 
 
@@ -65,6 +67,11 @@ def test_rows_written_by_sqlalchemy_core_read_back_equal(url: str) -> None:
     try:
         with engine.begin() as connection:
             connection.execute(sa.insert(operations).values(_core_row(record)))
+            connection.execute(
+                sa.insert(operation_envelopes).values(
+                    operation_id=record.operation_id, envelope=record.envelope
+                )
+            )
     finally:
         engine.dispose()
 
@@ -98,6 +105,12 @@ def test_rows_written_by_the_statements_read_back_equal_through_sqlalchemy_core(
             row = connection.execute(
                 sa.select(operations).where(operations.c.operation_id == record.operation_id)
             ).one()
+            envelope = connection.execute(
+                sa.select(operation_envelopes.c.envelope).where(
+                    operation_envelopes.c.operation_id == record.operation_id
+                )
+            ).scalar_one()
     finally:
         engine.dispose()
     assert row._asdict() == _core_row(stored)
+    assert envelope == stored.envelope
