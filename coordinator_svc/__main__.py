@@ -358,6 +358,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         retention=retention_from_args(args),
         replica_id=args.replica_id,
         lease_ttl=float(args.lease_ttl),
+        watch_poll_seconds=float(args.watch_poll_seconds),
     )
 
 

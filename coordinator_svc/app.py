@@ -42,6 +42,7 @@ from coordinator_svc.replica_flags import default_replica_id
 from coordinator_svc.storage import open_journal
 from coordinator_svc.storage.cached import CachedJournal
 from coordinator_svc.storage.journal_lock import JournalLock, lock_journal
+from coordinator_svc.storage.notifications import ChangeListener
 from coordinator_svc.storage.retention import JournalRetentionTask
 from turnwire.secure_channels import server_credentials
 from turnwire.serving import (
@@ -72,6 +73,7 @@ class RunningCoordinator:
     _token_follower: asyncio.Task[None] | None = None
     _stopped: bool = False
     journal_lock: JournalLock | None = None
+    listener: ChangeListener | None = None
     retention: JournalRetentionTask | None = None  # §9 K1, the scheduled pruning
 
     def follow_tokens_file(self, poll_seconds: float = RELOAD_POLL_SECONDS) -> None:
@@ -89,6 +91,8 @@ class RunningCoordinator:
         self._stopped = True
         if self._token_follower is not None:
             self._token_follower.cancel()
+        if self.listener is not None:
+            await asyncio.to_thread(self.listener.stop)
         try:
             if self.retention is not None:
                 await self.retention.stop()  # ends after its batch in progress
@@ -206,6 +210,7 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
         default_max_attempts=config.default_max_attempts,
         limits=config.limits,
         call_limits=CallLimits(config.call_limits),
+        watch_poll_seconds=config.watch_poll_seconds,
     )
     try:
         server = await start_server(
@@ -235,6 +240,12 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
     running = RunningCoordinator(
         server.address, journal, dispatcher, feed, servicer, server, config, wiring.authenticator
     )
+    if ownership is not None and getattr(shared, "backend_name", "") == "postgresql":
+        # Other replicas' commits wake this one's watchers at once (migration 0005).
+        running.listener = ChangeListener(
+            config.journal_url, feed.publish, asyncio.get_running_loop()
+        )
+        running.listener.start()
     if config.tokens_reload_seconds > 0:
         running.follow_tokens_file(config.tokens_reload_seconds)
     return running

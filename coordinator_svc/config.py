@@ -126,3 +126,6 @@ class CoordinatorConfig:
     # and how long its leases last (about how long a crash's takeover takes).
     replica_id: str | None = None
     lease_ttl: float = 10.0
+    # How often an open watch re-reads the journal when nothing woke it (a
+    # commit here, or another replica's, heard through PostgreSQL NOTIFY).
+    watch_poll_seconds: float = 1.0

@@ -52,6 +52,27 @@ def add_replica_flags(serve: argparse.ArgumentParser) -> None:
         f"quarter of it; env TURNWIRE_LEASE_TTL; default {DEFAULT_LEASE_TTL:g})",
     )
 
+    group.add_argument(
+        "--watch-poll",
+        dest="watch_poll_seconds",
+        type=_watch_poll,
+        default=os.environ.get("TURNWIRE_WATCH_POLL") or 1.0,
+        metavar="SECONDS",
+        help="how often an open watch re-reads the journal when nothing woke it: a commit "
+        "on this replica wakes it at once, and on PostgreSQL so does another replica's "
+        "(NOTIFY); the poll is the fallback (env TURNWIRE_WATCH_POLL; default 1)",
+    )
+
+
+def _watch_poll(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0.05 <= value <= 600.0:
+        raise argparse.ArgumentTypeError(f"must be between 0.05 and 600 seconds, got {text}")
+    return value
+
 
 def default_replica_id() -> str:
     """This host's name, cut to what a replica id may hold."""

@@ -86,3 +86,35 @@ def test_cancel_and_watch_through_the_replica_that_does_not_own_the_turn(
     log = pair.replicas["replica-1"].log_path.read_text()
     assert "CANCELLING" in log  # the owner moved it on and sent the Cancel
     assert "CANCELLING" not in pair.replicas["replica-2"].log_path.read_text()
+
+
+def test_a_watch_on_another_replica_hears_the_owner_commit_without_polling(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """Migration 0005's NOTIFY: with the watch poll set to a minute, a watch on
+    replica-2 still sees replica-1's commits as they happen (every event, up to
+    the terminal one, well inside the minute)."""
+    cluster = ReplicaCluster(
+        tmp_path / "run",
+        journal_url=postgres_url,
+        runner_count=1,
+        replica_count=2,
+        coordinator_args=("--watch-poll", "60"),
+    )
+
+    async def scenario() -> tuple[Operation, float]:
+        async with _client(cluster, "replica-1") as owner, _client(cluster, "replica-2") as other:
+            submitted = await owner.submit(
+                items=["short"], model="builtin/metered", parameters={"sleep_ms": "500"}
+            )
+            started = time.monotonic()
+            ended = await other.wait(submitted.operation.operation_id, timeout=WAIT)
+            return ended, time.monotonic() - started
+
+    try:
+        cluster.start()
+        ended, seconds = asyncio.run(scenario())
+    finally:
+        cluster.stop()
+    assert ended.state is OperationState.SUCCEEDED
+    assert seconds < WAIT  # not woken by the 60 s poll

@@ -102,6 +102,7 @@ def test_bad_replica_flags_are_usage_errors(tmp_path: Path) -> None:
         (("--replica-id", "-dash-first"), "expected one argument"),
         (("--lease-ttl", "0.5"), "between 1 and 3600"),
         (("--lease-ttl", "soon"), "not a number"),
+        (("--watch-poll", "0"), "between 0.05 and 600"),
     ):
         done = subprocess.run(
             [*_serve(journal), *flags], capture_output=True, text=True, timeout=TIMEOUT, env=_env()
