@@ -59,7 +59,11 @@ What it checks, by the rules of ``docs/PROTOCOL.md``:
   from one version exactly one wins. With leases: ``claim`` takes a free,
   expired or own lease, refuses a live one, moves the fencing token on a
   take-over, and a write under the old token is ``LeaseLost``; of racing
-  claims exactly one wins.
+  claims exactly one wins; ``renew_leases`` extends exactly the owner's open
+  leases (a lapsed one too) without moving version or token; ``orphans``
+  lists open operations with no owner or another owner's lapsed lease,
+  oldest first; ``expire_leases`` ends a name prefix's leases but the one
+  kept (§5 O1-O3).
 - C10, C12: ``due`` and ``in_state`` find what a restart and the release
   loop must act on.
 - Storage: naive datetimes are refused and aware ones read back in UTC; a
