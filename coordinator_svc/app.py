@@ -201,8 +201,14 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
         ownership=ownership,
     )
     await dispatcher.start()
+    # A replica on PostgreSQL hears the others' commits (0005's NOTIFY), so its
+    # API may read through the cache like a lone coordinator's: a notification
+    # drops an older copy; a watch whose poll ran out reads the journal itself.
+    # Without notifications (a replica on the fake journal) it reads the journal.
+    listening = ownership is not None and getattr(shared, "backend_name", "") == "postgresql"
     servicer = TurnServicer(
-        journal=journal if ownership is None else shared,
+        journal=journal if ownership is None or listening else shared,
+        reread_on_poll=(lambda op_id: journal.forget([op_id])) if listening else None,
         dispatch=dispatcher,
         feed=feed,
         authenticator=wiring.authenticator,
@@ -240,10 +246,14 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
     running = RunningCoordinator(
         server.address, journal, dispatcher, feed, servicer, server, config, wiring.authenticator
     )
-    if ownership is not None and getattr(shared, "backend_name", "") == "postgresql":
-        # Other replicas' commits wake this one's watchers at once (migration 0005).
+    if listening:
+
+        def changed(operation_id: str, version: int) -> None:
+            journal.saw(operation_id, version)
+            feed.publish(operation_id)
+
         running.listener = ChangeListener(
-            config.journal_url, feed.publish, asyncio.get_running_loop()
+            config.journal_url, changed, journal.clear, asyncio.get_running_loop()
         )
         running.listener.start()
     if config.tokens_reload_seconds > 0:

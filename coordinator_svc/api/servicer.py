@@ -142,7 +142,12 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
         watch_page_size: int = 100,
         limits: MessageLimits = DEFAULT_LIMITS,
         call_limits: CallLimits | None = None,
+        reread_on_poll: Callable[[str], None] | None = None,
     ) -> None:
+        """``reread_on_poll``: called with the operation when a watch's poll ran out
+        with nothing heard, before it reads again (a replica's cache forgets the
+        row, so a change whose notification was lost is read from the journal)."""
+        self._reread_on_poll = reread_on_poll
         self._limits = limits
         # Issue 11: calls open at once, per principal and streams server-wide.
         self.call_limits = call_limits or CallLimits()
@@ -367,6 +372,8 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
                 if record.state.terminal and cursor >= record.last_event_sequence:
                     return  # resumed after the end: nothing more will ever come
                 await self._feed.wait_past(operation_id, mark, self._watch_poll)
+                if self._reread_on_poll is not None and self._feed.mark(operation_id) == mark:
+                    self._reread_on_poll(operation_id)
         raise ApiError(
             grpc.StatusCode.UNAVAILABLE,
             _R.ERROR_REASON_SHUTTING_DOWN,

@@ -51,6 +51,7 @@ from coordinator_svc.storage import rules
 
 DEFAULT_CAPACITY = 4096
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+HEARD_CAPACITY_FACTOR = 4
 
 
 def _weight(record: OperationRecord) -> int:
@@ -83,6 +84,10 @@ class CachedJournal:
         self._max_bytes = max_bytes
         self._bytes = 0
         self._entries: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
+        # The newest version other writers are known to have committed, per
+        # operation (``saw``; bounded): a read that left before that commit and
+        # comes back after its notification must not be kept as the row.
+        self._heard: collections.OrderedDict[str, int] = collections.OrderedDict()
         self.hits = 0
         self.misses = 0
 
@@ -122,6 +127,8 @@ class CachedJournal:
         """Hold ``entry`` (replacing its operation's), then evict down to the bounds."""
         op_id = entry.record.operation_id
         self._forget(op_id)
+        if entry.record.version < self._heard.get(op_id, 0):
+            return None  # a newer commit was announced: this copy is already old
         weight = _weight(entry.record)
         if weight > self._max_bytes:
             return None  # would evict everything else: read it from the database
@@ -146,6 +153,23 @@ class CachedJournal:
         entry = self._entries.pop(operation_id, None)
         if entry is not None:
             self._bytes -= _weight(entry.record)
+
+    def saw(self, operation_id: str, version: int) -> None:
+        """Another writer committed ``version`` of this operation (a replica's
+        NOTIFY, storage/notifications.py): an older copy here is dropped."""
+        if version > self._heard.get(operation_id, 0):
+            self._heard[operation_id] = version
+            self._heard.move_to_end(operation_id)
+            while len(self._heard) > HEARD_CAPACITY_FACTOR * self._capacity:
+                self._heard.popitem(last=False)
+        entry = self._entries.get(operation_id)
+        if entry is not None and entry.record.version < version:
+            self._forget(operation_id)
+
+    def clear(self) -> None:
+        """Forget everything (notifications may have been missed)."""
+        self._entries.clear()
+        self._bytes = 0
 
     def forget(self, operation_ids: Sequence[str]) -> None:
         """Retention deleted these operations (§9 K1): never serve them from memory."""

@@ -1,13 +1,16 @@
 """Hearing other replicas' commits on PostgreSQL (issue 12, migration 0005).
 
 Every insert of an operation and every write of its ``version`` (a commit, a
-claim) sends ``NOTIFY turnwire_operations, '<operation id>'``, delivered when
-its transaction commits. ``ChangeListener`` keeps one connection of its own
-listening, in a thread, and hands each operation id to ``on_change`` on the
-event loop: a replica's watch streams then wake at once for a change another
-replica made. It is a shortcut only: watchers still re-read the journal on a
-bounded poll, so a notification lost to a broken connection (the listener
-reconnects, backing off) costs latency, never correctness.
+claim) sends ``NOTIFY turnwire_operations, '<operation id> <version>'``,
+delivered when its transaction commits. ``ChangeListener`` keeps one
+connection of its own listening, in a thread, and hands each (operation id,
+version) to ``on_change`` on the event loop: the replica drops an older
+cached copy and its watch streams wake at once for a change another replica
+made. ``on_connected`` runs each time listening (re)starts: notifications
+sent while nobody listened are lost, so the replica forgets its whole cache
+then. Watchers also re-read the journal itself when their poll runs out with
+nothing heard, so a lost notification costs latency, never a stale answer
+for ever.
 """
 
 from __future__ import annotations
@@ -37,11 +40,13 @@ class ChangeListener:
     def __init__(
         self,
         journal_url: str,
-        on_change: Callable[[str], None],
+        on_change: Callable[[str, int], None],
+        on_connected: Callable[[], None],
         loop: asyncio.AbstractEventLoop,
     ) -> None:
         self._conninfo = conninfo(journal_url)
         self._on_change = on_change
+        self._on_connected = on_connected
         self._loop = loop
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="journal-listen", daemon=True)
@@ -62,6 +67,7 @@ class ChangeListener:
                 with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     self.connected.set()
+                    self._loop.call_soon_threadsafe(self._on_connected)
                     delay = RECONNECT_MIN
                     self._listen(conn)
             except psycopg.Error as error:
@@ -75,8 +81,12 @@ class ChangeListener:
     def _listen(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
         while not self._stop.is_set():
             for notice in conn.notifies(timeout=WAIT_SECONDS):
+                operation_id, _, version = notice.payload.rpartition(" ")
+                if not operation_id or not version.isdigit():
+                    log.warning("ignored a malformed change notification: %r", notice.payload)
+                    continue
                 self.heard += 1
                 try:
-                    self._loop.call_soon_threadsafe(self._on_change, notice.payload)
+                    self._loop.call_soon_threadsafe(self._on_change, operation_id, int(version))
                 except RuntimeError:  # the loop closed: the coordinator is stopping
                     return

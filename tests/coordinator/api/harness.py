@@ -171,6 +171,7 @@ async def serving(
     dispatch: Any = None,
     default_max_attempts: int = 5,
     make_dispatch: Callable[[Journal], Any] | None = None,
+    reread_on_poll: Callable[[str], None] | None = None,
 ) -> AsyncIterator[Harness]:
     feed = ChangeFeed()
     control = dispatch or (make_dispatch or FakeDispatch)(journal)
@@ -184,6 +185,7 @@ async def serving(
         authenticator=auth,
         default_max_attempts=default_max_attempts,
         watch_poll_seconds=0.2,
+        reread_on_poll=reread_on_poll,
     )
     server = await start_server(
         "127.0.0.1:0",
