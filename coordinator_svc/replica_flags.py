@@ -6,6 +6,7 @@ import argparse
 import os
 import re
 import socket
+from collections.abc import Callable
 
 from coordinator_svc.dispatcher.ownership import DEFAULT_LEASE_TTL, check_replica_name
 
@@ -17,14 +18,21 @@ def _replica_id(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _lease_ttl(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 1.0 <= value <= 3600.0:
-        raise argparse.ArgumentTypeError(f"must be between 1 and 3600 seconds, got {text}")
-    return value
+def _seconds_between(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a number of seconds in [low, high]."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"must be between {low:g} and {high:g} seconds, got {text}"
+            )
+        return value
+
+    return parse
 
 
 def add_replica_flags(serve: argparse.ArgumentParser) -> None:
@@ -44,7 +52,7 @@ def add_replica_flags(serve: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--lease-ttl",
-        type=_lease_ttl,
+        type=_seconds_between(1.0, 3600.0),
         default=os.environ.get("TURNWIRE_LEASE_TTL") or DEFAULT_LEASE_TTL,
         metavar="SECONDS",
         help="how long a replica's leases last without renewal: a replica that dies or "
@@ -55,23 +63,13 @@ def add_replica_flags(serve: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--watch-poll",
         dest="watch_poll_seconds",
-        type=_watch_poll,
+        type=_seconds_between(0.05, 600.0),
         default=os.environ.get("TURNWIRE_WATCH_POLL") or 1.0,
         metavar="SECONDS",
         help="how often an open watch re-reads the journal when nothing woke it: a commit "
         "on this replica wakes it at once, and on PostgreSQL so does another replica's "
         "(NOTIFY); the poll is the fallback (env TURNWIRE_WATCH_POLL; default 1)",
     )
-
-
-def _watch_poll(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0.05 <= value <= 600.0:
-        raise argparse.ArgumentTypeError(f"must be between 0.05 and 600 seconds, got {text}")
-    return value
 
 
 def default_replica_id() -> str:
