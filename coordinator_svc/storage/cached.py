@@ -3,12 +3,12 @@
 A turn's reads were mostly of rows the same coordinator had just written:
 the dispatcher loads the operation and its attempts before every decision,
 and every WatchOperation stream reloads the operation and its events after
-every change (~15 reads a turn, measured by bench/e2e.py for issue 10). The
-coordinator is the journal's only writer (one coordinator per journal until
-issue 12 wires §5 ownership), so what it committed last *is* the row: this
-wrapper keeps, per recently used operation, the stored record and, once
-known in full, its attempts and its events, and answers those reads from
-memory.
+every change (~15 reads a turn, measured by bench/e2e.py for issue 10). A
+lone coordinator (SQLite) is the journal's only writer, and a replica (§5)
+is the only writer of the operations it owns but for another replica's
+cancel mark, so what it committed last is the row: this wrapper keeps, per
+recently used operation, the stored record and, once known in full, its
+attempts and its events, and answers those reads from memory.
 
 What keeps it true:
 - Every write goes through to the journal first; the cache changes only
@@ -20,7 +20,12 @@ What keeps it true:
   not have committed: the database knows, the cache must not guess).
 - Events and attempts are cached only as complete lists (from sequence or
   number 1 up to what the record says), then extended by our own commits.
-- Scans (due, in_state, listings) always read the database.
+- Scans (due, in_state, listings, orphans) always read the database, and a
+  newer row they bring replaces the cached one.
+- Other writers (replicas on PostgreSQL) are heard: ``saw`` drops a copy
+  older than a version another replica announced (NOTIFY, notifications.py)
+  and keeps a read that left before that commit from being stored;
+  ``clear`` forgets everything when notifications may have been missed.
 - At most ``capacity`` operations and about ``max_bytes`` of envelopes and
   results are kept (least recently used goes first; a record bigger than
   the whole budget is not kept at all): memory stays bounded however long
@@ -28,8 +33,9 @@ What keeps it true:
   stays while it is recent: its watchers read its last event right after
   the terminal commit.
 
-Use it only where this process is the journal's only writer; another writer
-makes its reads stale (never its writes: the CAS refuses them).
+Use it where this process is the journal's only writer, or where every other
+writer's commit is announced to ``saw``; an unannounced writer makes its
+reads stale (never its writes: the CAS refuses them).
 """
 
 from __future__ import annotations
