@@ -22,7 +22,7 @@ from tests.support.tcp_partition import TcpPartition
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
-TURNS = 60
+TURNS = 40
 SETTLE_SECONDS = 90.0
 
 

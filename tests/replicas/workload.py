@@ -29,7 +29,7 @@ CALL_TIMEOUT = 3.0
 class Workload:
     cluster: ReplicaCluster
     seed: int = 1
-    sleep_ms: tuple[int, int] = (200, 1500)
+    sleep_ms: tuple[int, int] = (200, 1000)
     submitted: dict[str, str] = field(default_factory=dict)  # key -> operation id
     resubmits: int = 0
 
