@@ -161,6 +161,12 @@ def test_running_commit_carries_the_confirmed_start_and_survives_a_restart(
             op_id = await rig.submit({"sleep_ms": "30000"})
             record = await rig.wait_for(op_id, lambda r: r.state is OpState.RUNNING)
             assert record.execution is Execution.STARTED
+            # The row is visible as soon as SQLite commits it; the journal counts
+            # the commit when its caller resumes, a moment later (bounded wait).
+            for _ in range(100):
+                if rig.journal.commits >= 3:
+                    break
+                await asyncio.sleep(0.01)
             assert rig.journal.commits == 3  # submit, DISPATCHING, RUNNING
             faults.block(*STATUS_AND_WATCH)
             await old.stop(drain=False)
