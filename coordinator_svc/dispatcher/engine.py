@@ -534,8 +534,12 @@ class Dispatcher:
                 if record.attempt_count:
                     attempts = tuple(await self._journal.attempts(operation_id))
                 try:
-                    decision = mark or decide(
-                        record, self._routed(record, event), self._context(attempts, record)
+                    decision = (
+                        mark
+                        if mark is not None
+                        else decide(
+                            record, self._routed(record, event), self._context(attempts, record)
+                        )
                     )
                 except IllegalTransition as error:
                     log.error("%s: refused %s: %s", operation_id, type(event).__name__, error)

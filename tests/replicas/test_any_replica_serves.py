@@ -57,7 +57,7 @@ async def _until(client: AsyncTurnwireClient, op_id: str, *states: OperationStat
 def test_cancel_and_watch_through_the_replica_that_does_not_own_the_turn(
     pair: ReplicaCluster,
 ) -> None:
-    """Accepted by replica-1; replica-2 cancels a QUEUED turn (it ends there,
+    """§5 O5, C11. Accepted by replica-1; replica-2 cancels a QUEUED turn (it ends there,
     nothing was sent) and a RUNNING one (replica-1 sends the Cancel); a watch
     on replica-2 sees the terminal state replica-1 committed."""
 

@@ -43,7 +43,7 @@ def _report(what: str, seconds: float) -> None:
 def test_kill_9_of_one_replica_mid_flight_loses_and_doubles_nothing(
     cluster: ReplicaCluster,
 ) -> None:
-    """A replica SIGKILLed with turns in flight: the others adopt its operations
+    """§5 O3, §8.1-2. A replica SIGKILLed with turns in flight: the others adopt its operations
     once its lease lapses (about one TTL) and finish every one exactly once."""
     load = Workload(cluster, seed=3)
 
@@ -81,7 +81,7 @@ def _owner_strings(cluster: ReplicaCluster, name: str, *, open_only: bool) -> di
 def test_a_replica_paused_past_its_lease_wakes_up_unable_to_write(
     cluster: ReplicaCluster,
 ) -> None:
-    """SIGSTOP past the lease (a zombie), SIGCONT: the others adopted its
+    """§5 O4, §8.7. SIGSTOP past the lease (a zombie), SIGCONT: the others adopted its
     operations meanwhile; the woken process takes none back, notices its lapse,
     and serves again; every turn ends once."""
     load = Workload(cluster, seed=5)
@@ -138,7 +138,7 @@ def partitioned_cluster(
 def test_a_replica_cut_off_from_postgresql_loses_its_operations_and_nothing_else(
     partitioned_cluster: tuple[ReplicaCluster, TcpPartition],
 ) -> None:
-    """A partition between one replica and PostgreSQL (its TCP path to the
+    """§5 O4/O3. A partition between one replica and PostgreSQL (its TCP path to the
     journal stops carrying bytes): it stops acting once its leases lapse, the
     others adopt its operations, and after the heal it serves again."""
     cluster, partition = partitioned_cluster
@@ -169,9 +169,9 @@ def test_a_replica_cut_off_from_postgresql_loses_its_operations_and_nothing_else
 
 
 def test_a_rolling_restart_of_every_replica_under_load(cluster: ReplicaCluster) -> None:
-    """SIGTERM and restart each replica in turn (same id, same port) while turns
-    keep arriving: a clean stop hands its leases off, so the others adopt at
-    once; nothing is lost or run twice."""
+    """§5 O3 (hand-off, same id). SIGTERM and restart each replica in turn
+    (same id, same port) while turns keep arriving: a clean stop hands its
+    leases off, so the others adopt at once; nothing is lost or run twice."""
     load = Workload(cluster, seed=9)
 
     async def scenario() -> list[float]:
@@ -203,7 +203,7 @@ def test_a_rolling_restart_of_every_replica_under_load(cluster: ReplicaCluster) 
 def test_a_replica_dying_between_attempt_and_reply_is_reconciled_by_another(
     tmp_path: Path, postgres_url: str, crash_at: str
 ) -> None:
-    """The hard case of §5: a replica dies with a Dispatch written ahead (or
+    """§5 O3 + C12/C8, §8.4. The hard case of §5: a replica dies with a Dispatch written ahead (or
     sent) and no reply recorded. The adopter must treat it as C12 does
     (DISPATCH_UNKNOWN), then prove what happened at the runner before any
     resend: the run exercises a reconcile or a proven replay, never a blind one."""

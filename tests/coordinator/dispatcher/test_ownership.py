@@ -50,6 +50,8 @@ def _ownership(journal: FakeJournal, clocks: Clocks, name: str = "r1") -> Owners
 
 
 def test_leases_are_current_only_for_part_of_the_ttl_after_a_renewal() -> None:
+    """§5 O4: current for 0.8 TTL after a renewal began; a new process is not current."""
+
     async def scenario() -> None:
         clocks = Clocks()
         own = _ownership(FakeJournal(), clocks)
@@ -73,6 +75,8 @@ def test_leases_are_current_only_for_part_of_the_ttl_after_a_renewal() -> None:
 def test_a_failed_renewal_leaves_the_leases_lapsed_and_says_so_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """§5 O4: a renewal the journal refused changes nothing; one ERROR per lapse."""
+
     async def scenario() -> None:
         clocks = Clocks()
         journal = FakeJournal()
@@ -95,7 +99,7 @@ def test_a_failed_renewal_leaves_the_leases_lapsed_and_says_so_once(
 
 
 def test_a_restart_under_the_same_id_ends_the_previous_process_leases_at_once() -> None:
-    """Same --replica-id: the old process is gone, its operations become orphans
+    """§5 O3. Same --replica-id: the old process is gone, its operations become orphans
     now, not a TTL later; another id's leases stay."""
 
     async def scenario() -> None:
@@ -120,7 +124,7 @@ def _dispatcher(journal: FakeJournal, own: Ownership) -> Dispatcher:
 
 
 def test_a_replica_whose_leases_lapsed_writes_nothing_even_on_its_own_operation() -> None:
-    """The zombie rule: after a pause (monotonic clock far ahead), every step
+    """§5 O4, §8.7. The zombie rule: after a pause (monotonic clock far ahead), every step
     raises LeasesNotCurrent before reading further; the journal is unchanged."""
 
     async def scenario() -> None:
@@ -144,6 +148,8 @@ def test_a_replica_whose_leases_lapsed_writes_nothing_even_on_its_own_operation(
 
 
 def test_a_live_lease_of_another_replica_is_left_alone_and_a_lapsed_one_adopted() -> None:
+    """§5 O1/O3: a bystander steps nothing; an adopter claims (token + 1) then steps."""
+
     async def scenario() -> None:
         clocks = Clocks()
         journal = FakeJournal()
