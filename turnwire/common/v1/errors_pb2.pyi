@@ -145,6 +145,27 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     metadata "limit" names which (calls_per_principal, streams_per_principal,
     streams_total) and "max" its value; a RetryInfo says when to try again.
     """
+    ERROR_REASON_OPERATION_NOT_AMBIGUOUS: _ErrorReason.ValueType  # 60
+    """--- The operator's API (AdminService, PROTOCOL.md §10; issue 13). ---
+    FAILED_PRECONDITION: a verdict is only for an operation whose execution
+    is UNKNOWN; this one's is known (metadata "execution").
+    """
+    ERROR_REASON_OPERATION_NOT_TERMINAL: _ErrorReason.ValueType  # 61
+    """FAILED_PRECONDITION: the operation is not terminal yet (metadata
+    "state"); a verdict or a requeue waits until it is.
+    """
+    ERROR_REASON_VERDICT_CONFLICT: _ErrorReason.ValueType  # 62
+    """FAILED_PRECONDITION: a different verdict is already recorded on the
+    operation (metadata "recorded": EXECUTED or NOT_EXECUTED, "by"). A
+    verdict is final (V3): nothing was stored.
+    """
+    ERROR_REASON_REQUEUE_NOT_ALLOWED: _ErrorReason.ValueType  # 63
+    """FAILED_PRECONDITION: requeue is only for an operation proven
+    NOT_STARTED or given a NOT_EXECUTED verdict (metadata "execution",
+    "verdict"); anything else could run the turn twice.
+    """
+    ERROR_REASON_RUNNER_NOT_FOUND: _ErrorReason.ValueType  # 64
+    """NOT_FOUND: no configured runner has this name (metadata "runner")."""
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call was refused, or why an operation ended the way it did."""
@@ -270,6 +291,27 @@ ERROR_REASON_CONCURRENCY_LIMIT: ErrorReason.ValueType  # 57
 metadata "limit" names which (calls_per_principal, streams_per_principal,
 streams_total) and "max" its value; a RetryInfo says when to try again.
 """
+ERROR_REASON_OPERATION_NOT_AMBIGUOUS: ErrorReason.ValueType  # 60
+"""--- The operator's API (AdminService, PROTOCOL.md §10; issue 13). ---
+FAILED_PRECONDITION: a verdict is only for an operation whose execution
+is UNKNOWN; this one's is known (metadata "execution").
+"""
+ERROR_REASON_OPERATION_NOT_TERMINAL: ErrorReason.ValueType  # 61
+"""FAILED_PRECONDITION: the operation is not terminal yet (metadata
+"state"); a verdict or a requeue waits until it is.
+"""
+ERROR_REASON_VERDICT_CONFLICT: ErrorReason.ValueType  # 62
+"""FAILED_PRECONDITION: a different verdict is already recorded on the
+operation (metadata "recorded": EXECUTED or NOT_EXECUTED, "by"). A
+verdict is final (V3): nothing was stored.
+"""
+ERROR_REASON_REQUEUE_NOT_ALLOWED: ErrorReason.ValueType  # 63
+"""FAILED_PRECONDITION: requeue is only for an operation proven
+NOT_STARTED or given a NOT_EXECUTED verdict (metadata "execution",
+"verdict"); anything else could run the turn twice.
+"""
+ERROR_REASON_RUNNER_NOT_FOUND: ErrorReason.ValueType  # 64
+"""NOT_FOUND: no configured runner has this name (metadata "runner")."""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
 ERROR_DOMAIN_FIELD_NUMBER: _builtins.int

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from turnwire.common.v1 import turn_pb2 as turnwire_dot_common_dot_v1_dot_turn__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)turnwire/coordinator/v1/coordinator.proto\x12\x17turnwire.coordinator.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dturnwire/common/v1/turn.proto\"\xc5\x03\n\x04Turn\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12+\n\x05model\x18\x02 \x01(\x0b\x32\x1c.turnwire.common.v1.ModelRef\x12\x32\n\x0binput_items\x18\x03 \x03(\x0b\x32\x1d.turnwire.common.v1.InputItem\x12*\n\x05\x66iles\x18\x04 \x03(\x0b\x32\x1b.turnwire.common.v1.FileRef\x12\x46\n\ritem_metadata\x18\x05 \x03(\x0b\x32/.turnwire.coordinator.v1.Turn.ItemMetadataEntry\x12*\n\x04kind\x18\x06 \x01(\x0e\x32\x1c.turnwire.common.v1.TurnKind\x12*\n\x06limits\x18\x07 \x01(\x0b\x32\x1a.turnwire.common.v1.Limits\x12\x37\n\rreplay_policy\x18\x08 \x01(\x0e\x32 .turnwire.common.v1.ReplayPolicy\x12\x14\n\x0cmax_attempts\x18\t \x01(\r\x1a\x33\n\x11ItemMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x91\x06\n\tOperation\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x36\n\x05state\x18\x02 \x01(\x0e\x32\'.turnwire.coordinator.v1.OperationState\x12\x30\n\texecution\x18\x03 \x01(\x0e\x32\x1d.turnwire.common.v1.Execution\x12\x15\n\rattempt_count\x18\x04 \x01(\r\x12\x33\n\x0flast_attempt_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06runner\x18\x06 \x01(\t\x12\x16\n\x0eincarnation_id\x18\x07 \x01(\t\x12\x33\n\x0bstop_reason\x18\x08 \x01(\x0e\x32\x1e.turnwire.common.v1.StopReason\x12.\n\x06result\x18\t \x01(\x0b\x32\x1e.turnwire.common.v1.TurnResult\x12,\n\x05\x65rror\x18\n \x01(\x0b\x32\x1d.turnwire.common.v1.TurnError\x12.\n\ncreated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\rreplay_policy\x18\x0e \x01(\x0e\x32 .turnwire.common.v1.ReplayPolicy\x12*\n\x04kind\x18\x0f \x01(\x0e\x32\x1c.turnwire.common.v1.TurnKind\x12\x14\n\x0cmax_attempts\x18\x10 \x01(\r\x12\x18\n\x10\x63\x61ncel_requested\x18\x11 \x01(\x08\x12\x1b\n\x13last_event_sequence\x18\x12 \x01(\x04\x12\x0c\n\x04pool\x18\x13 \x01(\t\x12\x17\n\x0f\x65nvelope_digest\x18\x14 \x01(\t\x12\x13\n\x0bwaiting_for\x18\x15 \x01(\t\"Y\n\x11SubmitTurnRequest\x12\x17\n\x0fidempotency_key\x18\x01 \x01(\t\x12+\n\x04turn\x18\x02 \x01(\x0b\x32\x1d.turnwire.coordinator.v1.Turn\"]\n\x12SubmitTurnResponse\x12\x35\n\toperation\x18\x01 \x01(\x0b\x32\".turnwire.coordinator.v1.Operation\x12\x10\n\x08replayed\x18\x02 \x01(\x08\"+\n\x13GetOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"M\n\x14GetOperationResponse\x12\x35\n\toperation\x18\x01 \x01(\x0b\x32\".turnwire.coordinator.v1.Operation\"w\n\x15ListOperationsRequest\x12\x37\n\x06states\x18\x01 \x03(\x0e\x32\'.turnwire.coordinator.v1.OperationState\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"i\n\x16ListOperationsResponse\x12\x36\n\noperations\x18\x01 \x03(\x0b\x32\".turnwire.coordinator.v1.Operation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\".\n\x16\x43\x61ncelOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"P\n\x17\x43\x61ncelOperationResponse\x12\x35\n\toperation\x18\x01 \x01(\x0b\x32\".turnwire.coordinator.v1.Operation\"E\n\x15WatchOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x04\"\xaa\x02\n\x0eOperationEvent\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12;\n\nfrom_state\x18\x03 \x01(\x0e\x32\'.turnwire.coordinator.v1.OperationState\x12\x39\n\x08to_state\x18\x04 \x01(\x0e\x32\'.turnwire.coordinator.v1.OperationState\x12\x30\n\texecution\x18\x05 \x01(\x0e\x32\x1d.turnwire.common.v1.Execution\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x07 \x01(\t\x12&\n\x02\x61t\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x87\x01\n\x16WatchOperationResponse\x12\x36\n\x05\x65vent\x18\x01 \x01(\x0b\x32\'.turnwire.coordinator.v1.OperationEvent\x12\x35\n\toperation\x18\x02 \x01(\x0b\x32\".turnwire.coordinator.v1.Operation\"\x82\x01\n\x15SubmitAndWatchRequest\x12:\n\x06submit\x18\x01 \x01(\x0b\x32*.turnwire.coordinator.v1.SubmitTurnRequest\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x04\x12\x15\n\rterminal_only\x18\x03 \x01(\x08\"\x99\x01\n\x16SubmitAndWatchResponse\x12\x36\n\x05\x65vent\x18\x01 \x01(\x0b\x32\'.turnwire.coordinator.v1.OperationEvent\x12\x35\n\toperation\x18\x02 \x01(\x0b\x32\".turnwire.coordinator.v1.Operation\x12\x10\n\x08replayed\x18\x03 \x01(\x08*\x8c\x03\n\x0eOperationState\x12\x1f\n\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16OPERATION_STATE_QUEUED\x10\x01\x12\x1f\n\x1bOPERATION_STATE_DISPATCHING\x10\x02\x12$\n OPERATION_STATE_DISPATCH_UNKNOWN\x10\x03\x12\x1b\n\x17OPERATION_STATE_RUNNING\x10\x04\x12\x1e\n\x1aOPERATION_STATE_CANCELLING\x10\x05\x12\x1d\n\x19OPERATION_STATE_SUCCEEDED\x10\x06\x12\x1a\n\x16OPERATION_STATE_FAILED\x10\x07\x12\x1d\n\x19OPERATION_STATE_CANCELLED\x10\x08\x12\x1d\n\x19OPERATION_STATE_TIMED_OUT\x10\t\x12\"\n\x1eOPERATION_STATE_PROTOCOL_ERROR\x10\n\x12\x1c\n\x18OPERATION_STATE_REJECTED\x10\x0b\x32\xb4\x05\n\x0bTurnService\x12\x65\n\nSubmitTurn\x12*.turnwire.coordinator.v1.SubmitTurnRequest\x1a+.turnwire.coordinator.v1.SubmitTurnResponse\x12k\n\x0cGetOperation\x12,.turnwire.coordinator.v1.GetOperationRequest\x1a-.turnwire.coordinator.v1.GetOperationResponse\x12q\n\x0eListOperations\x12..turnwire.coordinator.v1.ListOperationsRequest\x1a/.turnwire.coordinator.v1.ListOperationsResponse\x12t\n\x0f\x43\x61ncelOperation\x12/.turnwire.coordinator.v1.CancelOperationRequest\x1a\x30.turnwire.coordinator.v1.CancelOperationResponse\x12s\n\x0eWatchOperation\x12..turnwire.coordinator.v1.WatchOperationRequest\x1a/.turnwire.coordinator.v1.WatchOperationResponse0\x01\x12s\n\x0eSubmitAndWatch\x12..turnwire.coordinator.v1.SubmitAndWatchRequest\x1a/.turnwire.coordinator.v1.SubmitAndWatchResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)turnwire/coordinator/v1/coordinator.proto\x12\x17turnwire.coordinator.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dturnwire/common/v1/turn.proto\"\xc5\x03\n\x04Turn\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12+\n\x05model\x18\x02 \x01(\x0b\x32\x1c.turnwire.common.v1.ModelRef\x12\x32\n\x0binput_items\x18\x03 \x03(\x0b\x32\x1d.turnwire.common.v1.InputItem\x12*\n\x05\x66iles\x18\x04 \x03(\x0b\x32\x1b.turnwire.common.v1.FileRef\x12\x46\n\ritem_metadata\x18\x05 \x03(\x0b\x32/.turnwire.coordinator.v1.Turn.ItemMetadataEntry\x12*\n\x04kind\x18\x06 \x01(\x0e\x32\x1c.turnwire.common.v1.TurnKind\x12*\n\x06limits\x18\x07 \x01(\x0b\x32\x1a.turnwire.common.v1.Limits\x12\x37\n\rreplay_policy\x18\x08 \x01(\x0e\x32 .turnwire.common.v1.ReplayPolicy\x12\x14\n\x0cmax_attempts\x18\t \x01(\r\x1a\x33\n\x11ItemMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xf8\x06\n\tOperation\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x36\n\x05state\x18\x02 \x01(\x0e\x32\'.turnwire.coordinator.v1.OperationState\x12\x30\n\texecution\x18\x03 \x01(\x0e\x32\x1d.turnwire.common.v1.Execution\x12\x15\n\rattempt_count\x18\x04 \x01(\r\x12\x33\n\x0flast_attempt_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06runner\x18\x06 \x01(\t\x12\x16\n\x0eincarnation_id\x18\x07 \x01(\t\x12\x33\n\x0bstop_reason\x18\x08 \x01(\x0e\x32\x1e.turnwire.common.v1.StopReason\x12.\n\x06result\x18\t \x01(\x0b\x32\x1e.turnwire.common.v1.TurnResult\x12,\n\x05\x65rror\x18\n \x01(\x0b\x32\x1d.turnwire.common.v1.TurnError\x12.\n\ncreated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\rreplay_policy\x18\x0e \x01(\x0e\x32 .turnwire.common.v1.ReplayPolicy\x12*\n\x04kind\x18\x0f \x01(\x0e\x32\x1c.turnwire.common.v1.TurnKind\x12\x14\n\x0cmax_attempts\x18\x10 \x01(\r\x12\x18\n\x10\x63\x61ncel_requested\x18\x11 \x01(\x08\x12\x1b\n\x13last_event_sequence\x18\x12 \x01(\x04\x12\x0c\n\x04pool\x18\x13 \x01(\t\x12\x17\n\x0f\x65nvelope_digest\x18\x14 \x01(\t\x12\x13\n\x0bwaiting_for\x18\x15 \x01(\t\x12\x39\n\x07verdict\x18\x16 \x01(\x0b\x32(.turnwire.coordinator.v1.OperatorVerdict\x12\x15\n\rrequeued_from\x18\x17 \x01(\t\x12\x13\n\x0brequeued_as\x18\x18 \x01(\t\"\x88\x01\n\x0fOperatorVerdict\x12\x31\n\x07verdict\x18\x01 \x01(\x0e\x32 .turnwire.coordinator.v1.Verdict\x12\n\n\x02\x62y\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12&\n\x02\x61t\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"Y\n\x11SubmitTurnRequest\x12\x17\n\x0fidempotency_key\x18\x01 \x01(\t\x12+\n\x04turn\x18\x02 \x01(\x0b\x32\x1d.turnwire.coordinator.v1.Turn\"]\n\x12SubmitTurnResponse\x12\x35\n\toperation\x18\x01 \x01(\x0b\x32\".turnwire.coordinator.v1.Operation\x12\x10\n\x08replayed\x18\x02 \x01(\x08\"+\n\x13GetOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"M\n\x14GetOperationResponse\x12\x35\n\toperation\x18\x01 \x01(\x0b\x32\".turnwire.coordinator.v1.Operation\"w\n\x15ListOperationsRequest\x12\x37\n\x06states\x18\x01 \x03(\x0e\x32\'.turnwire.coordinator.v1.OperationState\x12\x11\n\tpage_size\x18\x02 \x01(\r\x12\x12\n\npage_token\x18\x03 \x01(\t\"i\n\x16ListOperationsResponse\x12\x36\n\noperations\x18\x01 \x03(\x0b\x32\".turnwire.coordinator.v1.Operation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\".\n\x16\x43\x61ncelOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\"P\n\x17\x43\x61ncelOperationResponse\x12\x35\n\toperation\x18\x01 \x01(\x0b\x32\".turnwire.coordinator.v1.Operation\"E\n\x15WatchOperationRequest\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x04\"\xaa\x02\n\x0eOperationEvent\x12\x14\n\x0coperation_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12;\n\nfrom_state\x18\x03 \x01(\x0e\x32\'.turnwire.coordinator.v1.OperationState\x12\x39\n\x08to_state\x18\x04 \x01(\x0e\x32\'.turnwire.coordinator.v1.OperationState\x12\x30\n\texecution\x18\x05 \x01(\x0e\x32\x1d.turnwire.common.v1.Execution\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x07 \x01(\t\x12&\n\x02\x61t\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x87\x01\n\x16WatchOperationResponse\x12\x36\n\x05\x65vent\x18\x01 \x01(\x0b\x32\'.turnwire.coordinator.v1.OperationEvent\x12\x35\n\toperation\x18\x02 \x01(\x0b\x32\".turnwire.coordinator.v1.Operation\"\x82\x01\n\x15SubmitAndWatchRequest\x12:\n\x06submit\x18\x01 \x01(\x0b\x32*.turnwire.coordinator.v1.SubmitTurnRequest\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x04\x12\x15\n\rterminal_only\x18\x03 \x01(\x08\"\x99\x01\n\x16SubmitAndWatchResponse\x12\x36\n\x05\x65vent\x18\x01 \x01(\x0b\x32\'.turnwire.coordinator.v1.OperationEvent\x12\x35\n\toperation\x18\x02 \x01(\x0b\x32\".turnwire.coordinator.v1.Operation\x12\x10\n\x08replayed\x18\x03 \x01(\x08*\x8c\x03\n\x0eOperationState\x12\x1f\n\x1bOPERATION_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16OPERATION_STATE_QUEUED\x10\x01\x12\x1f\n\x1bOPERATION_STATE_DISPATCHING\x10\x02\x12$\n OPERATION_STATE_DISPATCH_UNKNOWN\x10\x03\x12\x1b\n\x17OPERATION_STATE_RUNNING\x10\x04\x12\x1e\n\x1aOPERATION_STATE_CANCELLING\x10\x05\x12\x1d\n\x19OPERATION_STATE_SUCCEEDED\x10\x06\x12\x1a\n\x16OPERATION_STATE_FAILED\x10\x07\x12\x1d\n\x19OPERATION_STATE_CANCELLED\x10\x08\x12\x1d\n\x19OPERATION_STATE_TIMED_OUT\x10\t\x12\"\n\x1eOPERATION_STATE_PROTOCOL_ERROR\x10\n\x12\x1c\n\x18OPERATION_STATE_REJECTED\x10\x0b*R\n\x07Verdict\x12\x17\n\x13VERDICT_UNSPECIFIED\x10\x00\x12\x14\n\x10VERDICT_EXECUTED\x10\x01\x12\x18\n\x14VERDICT_NOT_EXECUTED\x10\x02\x32\xb4\x05\n\x0bTurnService\x12\x65\n\nSubmitTurn\x12*.turnwire.coordinator.v1.SubmitTurnRequest\x1a+.turnwire.coordinator.v1.SubmitTurnResponse\x12k\n\x0cGetOperation\x12,.turnwire.coordinator.v1.GetOperationRequest\x1a-.turnwire.coordinator.v1.GetOperationResponse\x12q\n\x0eListOperations\x12..turnwire.coordinator.v1.ListOperationsRequest\x1a/.turnwire.coordinator.v1.ListOperationsResponse\x12t\n\x0f\x43\x61ncelOperation\x12/.turnwire.coordinator.v1.CancelOperationRequest\x1a\x30.turnwire.coordinator.v1.CancelOperationResponse\x12s\n\x0eWatchOperation\x12..turnwire.coordinator.v1.WatchOperationRequest\x1a/.turnwire.coordinator.v1.WatchOperationResponse0\x01\x12s\n\x0eSubmitAndWatch\x12..turnwire.coordinator.v1.SubmitAndWatchRequest\x1a/.turnwire.coordinator.v1.SubmitAndWatchResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,40 +35,44 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TURN_ITEMMETADATAENTRY']._loaded_options = None
   _globals['_TURN_ITEMMETADATAENTRY']._serialized_options = b'8\001'
-  _globals['_OPERATIONSTATE']._serialized_start=2846
-  _globals['_OPERATIONSTATE']._serialized_end=3242
+  _globals['_OPERATIONSTATE']._serialized_start=3088
+  _globals['_OPERATIONSTATE']._serialized_end=3484
+  _globals['_VERDICT']._serialized_start=3486
+  _globals['_VERDICT']._serialized_end=3568
   _globals['_TURN']._serialized_start=135
   _globals['_TURN']._serialized_end=588
   _globals['_TURN_ITEMMETADATAENTRY']._serialized_start=537
   _globals['_TURN_ITEMMETADATAENTRY']._serialized_end=588
   _globals['_OPERATION']._serialized_start=591
-  _globals['_OPERATION']._serialized_end=1376
-  _globals['_SUBMITTURNREQUEST']._serialized_start=1378
-  _globals['_SUBMITTURNREQUEST']._serialized_end=1467
-  _globals['_SUBMITTURNRESPONSE']._serialized_start=1469
-  _globals['_SUBMITTURNRESPONSE']._serialized_end=1562
-  _globals['_GETOPERATIONREQUEST']._serialized_start=1564
-  _globals['_GETOPERATIONREQUEST']._serialized_end=1607
-  _globals['_GETOPERATIONRESPONSE']._serialized_start=1609
-  _globals['_GETOPERATIONRESPONSE']._serialized_end=1686
-  _globals['_LISTOPERATIONSREQUEST']._serialized_start=1688
-  _globals['_LISTOPERATIONSREQUEST']._serialized_end=1807
-  _globals['_LISTOPERATIONSRESPONSE']._serialized_start=1809
-  _globals['_LISTOPERATIONSRESPONSE']._serialized_end=1914
-  _globals['_CANCELOPERATIONREQUEST']._serialized_start=1916
-  _globals['_CANCELOPERATIONREQUEST']._serialized_end=1962
-  _globals['_CANCELOPERATIONRESPONSE']._serialized_start=1964
-  _globals['_CANCELOPERATIONRESPONSE']._serialized_end=2044
-  _globals['_WATCHOPERATIONREQUEST']._serialized_start=2046
-  _globals['_WATCHOPERATIONREQUEST']._serialized_end=2115
-  _globals['_OPERATIONEVENT']._serialized_start=2118
-  _globals['_OPERATIONEVENT']._serialized_end=2416
-  _globals['_WATCHOPERATIONRESPONSE']._serialized_start=2419
-  _globals['_WATCHOPERATIONRESPONSE']._serialized_end=2554
-  _globals['_SUBMITANDWATCHREQUEST']._serialized_start=2557
-  _globals['_SUBMITANDWATCHREQUEST']._serialized_end=2687
-  _globals['_SUBMITANDWATCHRESPONSE']._serialized_start=2690
-  _globals['_SUBMITANDWATCHRESPONSE']._serialized_end=2843
-  _globals['_TURNSERVICE']._serialized_start=3245
-  _globals['_TURNSERVICE']._serialized_end=3937
+  _globals['_OPERATION']._serialized_end=1479
+  _globals['_OPERATORVERDICT']._serialized_start=1482
+  _globals['_OPERATORVERDICT']._serialized_end=1618
+  _globals['_SUBMITTURNREQUEST']._serialized_start=1620
+  _globals['_SUBMITTURNREQUEST']._serialized_end=1709
+  _globals['_SUBMITTURNRESPONSE']._serialized_start=1711
+  _globals['_SUBMITTURNRESPONSE']._serialized_end=1804
+  _globals['_GETOPERATIONREQUEST']._serialized_start=1806
+  _globals['_GETOPERATIONREQUEST']._serialized_end=1849
+  _globals['_GETOPERATIONRESPONSE']._serialized_start=1851
+  _globals['_GETOPERATIONRESPONSE']._serialized_end=1928
+  _globals['_LISTOPERATIONSREQUEST']._serialized_start=1930
+  _globals['_LISTOPERATIONSREQUEST']._serialized_end=2049
+  _globals['_LISTOPERATIONSRESPONSE']._serialized_start=2051
+  _globals['_LISTOPERATIONSRESPONSE']._serialized_end=2156
+  _globals['_CANCELOPERATIONREQUEST']._serialized_start=2158
+  _globals['_CANCELOPERATIONREQUEST']._serialized_end=2204
+  _globals['_CANCELOPERATIONRESPONSE']._serialized_start=2206
+  _globals['_CANCELOPERATIONRESPONSE']._serialized_end=2286
+  _globals['_WATCHOPERATIONREQUEST']._serialized_start=2288
+  _globals['_WATCHOPERATIONREQUEST']._serialized_end=2357
+  _globals['_OPERATIONEVENT']._serialized_start=2360
+  _globals['_OPERATIONEVENT']._serialized_end=2658
+  _globals['_WATCHOPERATIONRESPONSE']._serialized_start=2661
+  _globals['_WATCHOPERATIONRESPONSE']._serialized_end=2796
+  _globals['_SUBMITANDWATCHREQUEST']._serialized_start=2799
+  _globals['_SUBMITANDWATCHREQUEST']._serialized_end=2929
+  _globals['_SUBMITANDWATCHRESPONSE']._serialized_start=2932
+  _globals['_SUBMITANDWATCHRESPONSE']._serialized_end=3085
+  _globals['_TURNSERVICE']._serialized_start=3571
+  _globals['_TURNSERVICE']._serialized_end=4263
 # @@protoc_insertion_point(module_scope)

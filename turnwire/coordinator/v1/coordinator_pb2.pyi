@@ -57,6 +57,30 @@ OPERATION_STATE_PROTOCOL_ERROR: OperationState.ValueType  # 10
 OPERATION_STATE_REJECTED: OperationState.ValueType  # 11
 Global___OperationState: _TypeAlias = OperationState  # noqa: Y015
 
+class _Verdict:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _VerdictEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Verdict.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    VERDICT_UNSPECIFIED: _Verdict.ValueType  # 0
+    VERDICT_EXECUTED: _Verdict.ValueType  # 1
+    """The operator established that the turn executed."""
+    VERDICT_NOT_EXECUTED: _Verdict.ValueType  # 2
+    """The operator established that the turn did not execute."""
+
+class Verdict(_Verdict, metaclass=_VerdictEnumTypeWrapper):
+    """An operator's answer to "did it run?" for an operation whose execution is
+    UNKNOWN (PROTOCOL.md §10).
+    """
+
+VERDICT_UNSPECIFIED: Verdict.ValueType  # 0
+VERDICT_EXECUTED: Verdict.ValueType  # 1
+"""The operator established that the turn executed."""
+VERDICT_NOT_EXECUTED: Verdict.ValueType  # 2
+"""The operator established that the turn did not execute."""
+Global___Verdict: _TypeAlias = Verdict  # noqa: Y015
+
 @_typing.final
 class Turn(_message.Message):
     """What a client submits."""
@@ -154,6 +178,9 @@ class Operation(_message.Message):
     POOL_FIELD_NUMBER: _builtins.int
     ENVELOPE_DIGEST_FIELD_NUMBER: _builtins.int
     WAITING_FOR_FIELD_NUMBER: _builtins.int
+    VERDICT_FIELD_NUMBER: _builtins.int
+    REQUEUED_FROM_FIELD_NUMBER: _builtins.int
+    REQUEUED_AS_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     state: Global___OperationState.ValueType
     execution: _turn_pb2.Execution.ValueType
@@ -183,6 +210,12 @@ class Operation(_message.Message):
     not answered 4 calls in a row", ...); empty when it is not waiting. A
     snapshot taken when the message was built: it changes without an event.
     """
+    requeued_from: _builtins.str
+    """Set on an operation an operator requeued (AdminService.RequeueOperation):
+    the operation it was made from, with the same envelope.
+    """
+    requeued_as: _builtins.str
+    """Set on an operation that was requeued: the new operation made from it."""
     @_builtins.property
     def last_attempt_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -199,6 +232,13 @@ class Operation(_message.Message):
     def updated_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def finished_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def verdict(self) -> Global___OperatorVerdict:
+        """Set when an operator recorded a verdict on this terminal, UNKNOWN
+        operation (AdminService.RecordVerdict, PROTOCOL.md §10). An audit record
+        beside the operation: state, execution and events stay as recorded.
+        """
+
     def __init__(
         self,
         *,
@@ -223,14 +263,50 @@ class Operation(_message.Message):
         pool: _builtins.str = ...,
         envelope_digest: _builtins.str = ...,
         waiting_for: _builtins.str = ...,
+        verdict: Global___OperatorVerdict | None = ...,
+        requeued_from: _builtins.str = ...,
+        requeued_as: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "error", b"error", "finished_at", b"finished_at", "last_attempt_at", b"last_attempt_at", "result", b"result", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "error", b"error", "finished_at", b"finished_at", "last_attempt_at", b"last_attempt_at", "result", b"result", "updated_at", b"updated_at", "verdict", b"verdict"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "envelope_digest", b"envelope_digest", "error", b"error", "execution", b"execution", "finished_at", b"finished_at", "incarnation_id", b"incarnation_id", "kind", b"kind", "last_attempt_at", b"last_attempt_at", "last_event_sequence", b"last_event_sequence", "max_attempts", b"max_attempts", "operation_id", b"operation_id", "pool", b"pool", "replay_policy", b"replay_policy", "result", b"result", "runner", b"runner", "state", b"state", "stop_reason", b"stop_reason", "updated_at", b"updated_at", "waiting_for", b"waiting_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "envelope_digest", b"envelope_digest", "error", b"error", "execution", b"execution", "finished_at", b"finished_at", "incarnation_id", b"incarnation_id", "kind", b"kind", "last_attempt_at", b"last_attempt_at", "last_event_sequence", b"last_event_sequence", "max_attempts", b"max_attempts", "operation_id", b"operation_id", "pool", b"pool", "replay_policy", b"replay_policy", "requeued_as", b"requeued_as", "requeued_from", b"requeued_from", "result", b"result", "runner", b"runner", "state", b"state", "stop_reason", b"stop_reason", "updated_at", b"updated_at", "verdict", b"verdict", "waiting_for", b"waiting_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Operation: _TypeAlias = Operation  # noqa: Y015
+
+@_typing.final
+class OperatorVerdict(_message.Message):
+    """One verdict record, append-only in the journal."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERDICT_FIELD_NUMBER: _builtins.int
+    BY_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    AT_FIELD_NUMBER: _builtins.int
+    verdict: Global___Verdict.ValueType
+    by: _builtins.str
+    """The admin principal that recorded it (from its token)."""
+    reason: _builtins.str
+    """Why, as the operator wrote it."""
+    @_builtins.property
+    def at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        verdict: Global___Verdict.ValueType = ...,
+        by: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "by", b"by", "reason", b"reason", "verdict", b"verdict"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OperatorVerdict: _TypeAlias = OperatorVerdict  # noqa: Y015
 
 @_typing.final
 class SubmitTurnRequest(_message.Message):
