@@ -103,6 +103,7 @@ class TurnEnvelope(_message.Message):
     LIMITS_FIELD_NUMBER: _builtins.int
     REPLAY_POLICY_FIELD_NUMBER: _builtins.int
     PRINCIPAL_FIELD_NUMBER: _builtins.int
+    TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     kind: _turn_pb2.TurnKind.ValueType
     replay_policy: _turn_pb2.ReplayPolicy.ValueType
@@ -120,6 +121,16 @@ class TurnEnvelope(_message.Message):
     def item_metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
     def limits(self) -> _turn_pb2.Limits: ...
+    @_builtins.property
+    def trace_context(self) -> Global___TraceContext:
+        """The W3C Trace Context of the call that submitted the turn (docs/TRACING.md),
+        fixed at acceptance like every other byte here: the coordinator's later
+        spans (dispatch, settle, after a restart too), the runner and the
+        executor continue that trace. Unset when the caller sent none and the
+        coordinator does not trace. Never part of the request digest: a replayed
+        submit changes nothing stored, its own trace context included.
+        """
+
     def __init__(
         self,
         *,
@@ -133,14 +144,43 @@ class TurnEnvelope(_message.Message):
         limits: _turn_pb2.Limits | None = ...,
         replay_policy: _turn_pb2.ReplayPolicy.ValueType = ...,
         principal: _builtins.str = ...,
+        trace_context: Global___TraceContext | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "model", b"model", "routing", b"routing"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "model", b"model", "routing", b"routing", "trace_context", b"trace_context"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files", "input_items", b"input_items", "item_metadata", b"item_metadata", "kind", b"kind", "limits", b"limits", "model", b"model", "operation_id", b"operation_id", "principal", b"principal", "replay_policy", b"replay_policy", "routing", b"routing"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files", "input_items", b"input_items", "item_metadata", b"item_metadata", "kind", b"kind", "limits", b"limits", "model", b"model", "operation_id", b"operation_id", "principal", b"principal", "replay_policy", b"replay_policy", "routing", b"routing", "trace_context", b"trace_context"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TurnEnvelope: _TypeAlias = TurnEnvelope  # noqa: Y015
+
+@_typing.final
+class TraceContext(_message.Message):
+    """A W3C Trace Context (https://www.w3.org/TR/trace-context/), as the
+    `traceparent` and `tracestate` headers carry it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRACEPARENT_FIELD_NUMBER: _builtins.int
+    TRACESTATE_FIELD_NUMBER: _builtins.int
+    traceparent: _builtins.str
+    """"00-<32 hex trace id>-<16 hex parent span id>-<2 hex flags>"."""
+    tracestate: _builtins.str
+    """Vendor entries, as given (may be empty)."""
+    def __init__(
+        self,
+        *,
+        traceparent: _builtins.str = ...,
+        tracestate: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["traceparent", b"traceparent", "tracestate", b"tracestate"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TraceContext: _TypeAlias = TraceContext  # noqa: Y015
 
 @_typing.final
 class Routing(_message.Message):
