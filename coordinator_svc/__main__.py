@@ -186,6 +186,16 @@ def _serve_wiring_flags(serve: argparse.ArgumentParser) -> None:
         "refused (env TURNWIRE_TOKENS_FILE)",
     )
     serve.add_argument(
+        "--console-listen",
+        type=_listen,
+        default=_env("TURNWIRE_CONSOLE_LISTEN"),
+        metavar="HOST:PORT",
+        help="also serve the operator's web console here (docs/CONSOLE.md; sign in with an "
+        "admin token); plaintext HTTP only on a loopback address, HTTPS with the --tls-* "
+        "flags; port 0 picks a free one and prints it (env TURNWIRE_CONSOLE_LISTEN; "
+        "default: off)",
+    )
+    serve.add_argument(
         "--tokens-reload-seconds",
         type=_non_negative_float,
         default=_env("TURNWIRE_TOKENS_RELOAD_SECONDS", "2"),
@@ -359,6 +369,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         replica_id=args.replica_id,
         lease_ttl=float(args.lease_ttl),
         watch_poll_seconds=float(args.watch_poll_seconds),
+        console_listen=args.console_listen,
     )
 
 
@@ -398,6 +409,8 @@ async def _serve_until_signalled(config: CoordinatorConfig, grace: float) -> int
     loop.add_signal_handler(signal.SIGHUP, running.reload_tokens)
     try:
         announce(running.address, config.address_file)
+        if running.console is not None:
+            print(f"console on {running.console.url}", flush=True)
         await stop.wait()
         logging.getLogger("coordinator_svc").info("signal received; shutting down")
     finally:

@@ -12,7 +12,8 @@ Start order (each step only after the one before succeeded):
 4. start the dispatcher: C12 recovery runs here, before any new work (on a
    shared PostgreSQL journal: this replica's first lease; it adopts the
    operations of replicas whose leases lapsed as it finds them, §5);
-5. serve TurnService with health and reflection; report the address.
+5. serve TurnService with health and reflection; report the address;
+6. with ``console_listen``, serve the operator's console (coordinator_svc/console).
 
 Stop order is the reverse: health NOT_SERVING, end open watches, stop
 accepting calls (in-flight ones get ``grace`` seconds), stop the dispatcher,
@@ -33,6 +34,7 @@ from coordinator_svc.api.auth import RELOAD_POLL_SECONDS, Authenticator
 from coordinator_svc.api.call_limits import CallLimits
 from coordinator_svc.api.servicer import SERVICE_NAME, TurnServicer, add_to_server, utc_now
 from coordinator_svc.config import CoordinatorConfig
+from coordinator_svc.console import RunningConsole, check_console_address, start_console
 from coordinator_svc.core.quotas import Quotas
 from coordinator_svc.dispatcher import Dispatcher
 from coordinator_svc.dispatcher.ownership import Ownership, ReplicaSettings
@@ -75,6 +77,7 @@ class RunningCoordinator:
     journal_lock: JournalLock | None = None
     listener: ChangeListener | None = None
     retention: JournalRetentionTask | None = None  # §9 K1, the scheduled pruning
+    console: RunningConsole | None = None  # issue 13, --console-listen
 
     def follow_tokens_file(self, poll_seconds: float = RELOAD_POLL_SECONDS) -> None:
         """Reload the tokens file whenever it changes (issue 11), until stop()."""
@@ -91,6 +94,8 @@ class RunningCoordinator:
         self._stopped = True
         if self._token_follower is not None:
             self._token_follower.cancel()
+        if self.console is not None:
+            await asyncio.to_thread(self.console.stop)
         if self.listener is not None:
             await asyncio.to_thread(self.listener.stop)
         try:
@@ -141,6 +146,8 @@ async def start_coordinator(
     check_transport_security(config)
     check_replica_config(config)
     ensure_port_free(config.listen)
+    if config.console_listen is not None:
+        ensure_port_free(config.console_listen)
     wiring = _Wiring(config, authenticator, tuple(interceptors), tuple(server_interceptors), clock)
     owned = journal is None
     journal = journal if journal is not None else open_journal(config.journal_url)
@@ -160,6 +167,14 @@ async def start_coordinator(
         running.retention = JournalRetentionTask.started(
             config.journal_url, config.retention, wiring.clock, cache.forget if cache else None
         )
+    if config.console_listen is not None:
+        try:
+            running.console = start_console(
+                config.console_listen, running.address, authenticator, config.tls
+            )
+        except BaseException:
+            await running.stop()
+            raise
     log.info(
         "coordinator serving on %s (journal %s, %d runner(s))",
         running.address,
@@ -272,6 +287,8 @@ def check_transport_security(config: CoordinatorConfig) -> None:
     only with the credentials they demand (ValueError says which is missing)."""
     if config.tls is None:
         require_loopback_for_plaintext(config.listen, "plaintext listen address")
+    if config.console_listen is not None:
+        check_console_address(config.console_listen, config.tls)
     if config.runners and config.runner_credentials is None:
         raise SecurityConfigError(
             "runners are configured but the coordinator has no runner credentials: give "

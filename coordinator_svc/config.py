@@ -129,3 +129,6 @@ class CoordinatorConfig:
     # How often an open watch re-reads the journal when nothing woke it (a
     # commit here, or another replica's, heard through PostgreSQL NOTIFY).
     watch_poll_seconds: float = 1.0
+    # Issue 13: where the operator's web console listens (None: off). Plaintext
+    # only on loopback; with ``tls`` it serves HTTPS (coordinator_svc/console).
+    console_listen: str | None = None
