@@ -29,17 +29,40 @@ code) and ``reason`` (the contract's ErrorInfo reason, or "" when none came):
     │   │                      REQUEST_MALFORMED
     │   └── UseANewIdempotencyKey   IDEMPOTENCY_KEY_REUSED (nothing changed)
     ├── CheckCredentials       CREDENTIALS_MISSING, CREDENTIALS_UNKNOWN
-    ├── NotFound               OPERATION_NOT_FOUND (also another principal's id)
+    ├── NotFound               OPERATION_NOT_FOUND (also another principal's id),
+    │                          RUNNER_NOT_FOUND
     ├── NoRunnerAvailable      NO_RUNNER_FOR_TURN
+    ├── NotAllowed             AdminService: OPERATION_NOT_TERMINAL,
+    │                          OPERATION_NOT_AMBIGUOUS, VERDICT_CONFLICT,
+    │                          REQUEUE_NOT_ALLOWED (nothing changed)
     ├── WaitLonger             wait() timed out; .operation is the latest state
     └── ReportABug             an answer the contract does not allow
+
+The operator's calls (AdminService: every principal's operations, ambiguous
+turns with their evidence, verdicts, requeue, runners, drain) are
+``AdminClient`` / ``AsyncAdminClient`` (``turnwire.client.admin``); they need
+a token with the ``admin`` scope.
 """
 
+from turnwire.client.admin import AdminClient, AsyncAdminClient
+from turnwire.client.admin_values import (
+    AdminOperation,
+    AdminOperationPage,
+    Attempt,
+    AttemptOutcome,
+    EvidencePage,
+    OperationEvidence,
+    Requeued,
+    Runner,
+    RunnerChanged,
+    VerdictRecorded,
+)
 from turnwire.client.aio import AsyncTurnwireClient
 from turnwire.client.failures import (
     CheckCredentials,
     FixTheRequest,
     NoRunnerAvailable,
+    NotAllowed,
     NotFound,
     ReportABug,
     RetryLater,
@@ -56,33 +79,48 @@ from turnwire.client.values import (
     OperationEvent,
     OperationPage,
     OperationState,
+    OperatorVerdict,
     ReplayPolicy,
     StopReason,
     Submission,
     TurnError,
     TurnKind,
     TurnResult,
+    Verdict,
 )
 
 __all__ = [
     "NO_RETRY",
+    "AdminClient",
+    "AdminOperation",
+    "AdminOperationPage",
+    "AsyncAdminClient",
     "AsyncTurnwireClient",
+    "Attempt",
+    "AttemptOutcome",
     "CheckCredentials",
+    "EvidencePage",
     "Execution",
     "FileRef",
     "FixTheRequest",
     "InputItem",
     "ModelRef",
     "NoRunnerAvailable",
+    "NotAllowed",
     "NotFound",
     "Operation",
     "OperationEvent",
+    "OperationEvidence",
     "OperationPage",
     "OperationState",
+    "OperatorVerdict",
     "ReplayPolicy",
     "ReportABug",
+    "Requeued",
     "RetryLater",
     "RetryPolicy",
+    "Runner",
+    "RunnerChanged",
     "StopReason",
     "Submission",
     "Turn",
@@ -93,6 +131,8 @@ __all__ = [
     "TurnwireClient",
     "TurnwireError",
     "UseANewIdempotencyKey",
+    "Verdict",
+    "VerdictRecorded",
     "WaitLonger",
     "new_idempotency_key",
 ]

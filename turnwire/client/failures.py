@@ -70,7 +70,18 @@ class CheckCredentials(TurnwireError):
 
 
 class NotFound(TurnwireError):
-    """No such operation for this principal (another principal's id reads the same)."""
+    """No such operation for this principal (another principal's id reads the same);
+    from AdminService also ``RUNNER_NOT_FOUND`` (no configured runner has the name)."""
+
+
+class NotAllowed(TurnwireError):
+    """AdminService refused an act the operation's state does not allow
+    (FAILED_PRECONDITION); nothing changed. ``reason`` names the rule:
+    ``OPERATION_NOT_TERMINAL`` (wait for its end), ``OPERATION_NOT_AMBIGUOUS``
+    (its execution is known: no verdict), ``VERDICT_CONFLICT`` (another verdict
+    is recorded and final; ``metadata["recorded"]``, ``["by"]``),
+    ``REQUEUE_NOT_ALLOWED`` (not proven NOT_STARTED and no NOT_EXECUTED verdict).
+    """
 
 
 class NoRunnerAvailable(TurnwireError):
@@ -109,6 +120,12 @@ _BY_REASON: Mapping[str, type[TurnwireError]] = MappingProxyType(
         "CREDENTIALS_UNKNOWN": CheckCredentials,
         "OPERATION_NOT_FOUND": NotFound,
         "NO_RUNNER_FOR_TURN": NoRunnerAvailable,
+        # AdminService (PROTOCOL.md §10).
+        "RUNNER_NOT_FOUND": NotFound,
+        "OPERATION_NOT_TERMINAL": NotAllowed,
+        "OPERATION_NOT_AMBIGUOUS": NotAllowed,
+        "VERDICT_CONFLICT": NotAllowed,
+        "REQUEUE_NOT_ALLOWED": NotAllowed,
     }
 )
 

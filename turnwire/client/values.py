@@ -92,6 +92,14 @@ class ReplayPolicy(enum.StrEnum):
     SAFE = "SAFE"
 
 
+class Verdict(enum.StrEnum):
+    """An operator's answer to "did it run?" on an UNKNOWN operation (PROTOCOL.md §10)."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    EXECUTED = "EXECUTED"
+    NOT_EXECUTED = "NOT_EXECUTED"
+
+
 class StopReason(enum.StrEnum):
     """Why a turn was asked to stop; the first reason wins (R6)."""
 
@@ -126,6 +134,28 @@ class TurnError:
 
 
 @dataclass(frozen=True)
+class OperatorVerdict:
+    """One verdict record (AdminService.RecordVerdict): an audit note beside the
+    operation; its recorded state, execution and events stay as they were."""
+
+    verdict: Verdict
+    by: str
+    reason: str
+    at: datetime | None = None
+
+    @classmethod
+    def from_proto(cls, message: coordinator_pb2.OperatorVerdict) -> OperatorVerdict:
+        return cls(
+            verdict=_enum_from_proto(
+                Verdict, coordinator_pb2.Verdict.DESCRIPTOR, "VERDICT_", message.verdict
+            ),
+            by=message.by,
+            reason=message.reason,
+            at=_timestamp(message.at),
+        )
+
+
+@dataclass(frozen=True)
 class Operation:
     """One accepted turn as the coordinator reports it (§7)."""
 
@@ -151,6 +181,11 @@ class Operation:
     envelope_digest: str = ""
     # While not terminal: what it waits for right now, in words ("" if nothing).
     waiting_for: str = ""
+    # An operator's verdict on an UNKNOWN execution (None if none was recorded).
+    verdict: OperatorVerdict | None = None
+    # Requeue links (AdminService.RequeueOperation): made from / requeued as.
+    requeued_from: str = ""
+    requeued_as: str = ""
 
     @property
     def is_terminal(self) -> bool:
@@ -192,6 +227,11 @@ class Operation:
             pool=message.pool,
             envelope_digest=message.envelope_digest,
             waiting_for=message.waiting_for,
+            verdict=(
+                OperatorVerdict.from_proto(message.verdict) if message.HasField("verdict") else None
+            ),
+            requeued_from=message.requeued_from,
+            requeued_as=message.requeued_as,
         )
 
 
