@@ -40,6 +40,7 @@ EXTENSIONS: tuple[tuple[str, str], ...] = (
     ("chaos", "turnwire.cli.chaos"),
     ("check", "turnwire.harness.oracle_cli"),
     ("certs", "turnwire.cli.certs"),
+    ("admin", "turnwire.cli.admin"),
 )
 
 _DESCRIPTION = """\
@@ -137,6 +138,7 @@ _ADVICE: dict[ExitCode, str] = {
     ExitCode.UNAVAILABLE: "coordinator unavailable, try again later",
     ExitCode.NO_RUNNER: "no runner serves this pool and kind",
     ExitCode.STILL_RUNNING: "not finished yet (it keeps running)",
+    ExitCode.NOT_ALLOWED: "not allowed now (nothing changed)",
     ExitCode.UNEXPECTED: "unexpected answer, please report it",
 }
 

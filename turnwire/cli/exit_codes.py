@@ -8,6 +8,7 @@ from turnwire.client import (
     CheckCredentials,
     FixTheRequest,
     NoRunnerAvailable,
+    NotAllowed,
     NotFound,
     Operation,
     OperationState,
@@ -28,6 +29,7 @@ class ExitCode(enum.IntEnum):
     UNAVAILABLE = 7
     NO_RUNNER = 8
     STILL_RUNNING = 9
+    NOT_ALLOWED = 10
     INTERRUPTED = 130
 
 
@@ -45,6 +47,9 @@ exit status:
   7    coordinator unavailable after retries: try again later
   8    no runner serves the turn's pool and kind
   9    --timeout passed while waiting: the turn is not finished yet
+  10   `turnwire admin`: the operation's state does not allow it (not
+       terminal, not ambiguous, another verdict recorded, not provably
+       unexecuted); nothing changed
   130  interrupted (Ctrl-C); the turn itself is not cancelled
 """
 
@@ -72,6 +77,7 @@ _BY_ERROR: tuple[tuple[type[TurnwireError], ExitCode], ...] = (
     (RetryLater, ExitCode.UNAVAILABLE),
     (NoRunnerAvailable, ExitCode.NO_RUNNER),
     (WaitLonger, ExitCode.STILL_RUNNING),
+    (NotAllowed, ExitCode.NOT_ALLOWED),
 )
 
 

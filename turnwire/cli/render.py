@@ -16,6 +16,7 @@ from turnwire.client import (
     Operation,
     OperationEvent,
     OperationState,
+    OperatorVerdict,
     ReplayPolicy,
     StopReason,
     Submission,
@@ -147,8 +148,30 @@ def operation_fields(operation: Operation) -> list[tuple[str, str]]:
         ("updated", clock_time(operation.updated_at)),
         ("finished", clock_time(operation.finished_at) if operation.finished_at else None),
         ("events", str(operation.last_event_sequence)),
+        ("verdict", verdict_note(operation.verdict) if operation.verdict is not None else None),
+        ("requeued from", operation.requeued_from or None),
+        ("requeued as", operation.requeued_as or None),
     ]
     return [(name, value) for name, value in rows if value is not None]
+
+
+def verdict_note(verdict: OperatorVerdict) -> str:
+    """An operator's verdict in one line: what, who, when, why."""
+    return (
+        f"{verdict.verdict.value} by {verdict.by} at {clock_time(verdict.at)}: {verdict.reason}"
+        " (an operator's record; state and execution stay as recorded)"
+    )
+
+
+def verdict_json(verdict: OperatorVerdict | None) -> dict[str, Any] | None:
+    if verdict is None:
+        return None
+    return {
+        "verdict": verdict.verdict.value,
+        "by": verdict.by,
+        "reason": verdict.reason,
+        "at": _iso(verdict.at),
+    }
 
 
 def operation_detail(operation: Operation) -> str:
@@ -230,6 +253,9 @@ def operation_json(operation: Operation) -> dict[str, Any]:
         "last_event_sequence": operation.last_event_sequence,
         "envelope_digest": operation.envelope_digest,
         "waiting_for": operation.waiting_for,
+        "verdict": verdict_json(operation.verdict),
+        "requeued_from": operation.requeued_from,
+        "requeued_as": operation.requeued_as,
     }
 
 
