@@ -169,6 +169,7 @@ def _serve_wiring_flags(serve: argparse.ArgumentParser) -> None:
         help="also write the bound address here (env TURNWIRE_COORDINATOR_ADDRESS_FILE)",
     )
     _journal_flag(serve)
+    _metrics_flags(serve)
     serve.add_argument(
         "--runner",
         dest="runners",
@@ -201,6 +202,35 @@ def _serve_wiring_flags(serve: argparse.ArgumentParser) -> None:
         default=_env("TURNWIRE_TOKENS_RELOAD_SECONDS", "2"),
         help="how often to look for a changed tokens file and reload it (0: only on SIGHUP; "
         "env TURNWIRE_TOKENS_RELOAD_SECONDS; default 2)",
+    )
+
+
+def _metrics_listen(text: str) -> str:
+    from turnwire.observability.metrics_http import parse_metrics_listen
+
+    try:
+        return parse_metrics_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _metrics_flags(serve: argparse.ArgumentParser) -> None:
+    """Issue 13: Prometheus metrics (docs/METRICS.md)."""
+    serve.add_argument(
+        "--metrics-listen",
+        type=_metrics_listen,
+        default=_env("TURNWIRE_METRICS_LISTEN"),
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at /metrics on HOST:PORT (docs/METRICS.md): HTTPS with "
+        "the --tls-* certificate, or plain HTTP on a loopback address only with --plaintext; "
+        "port 0 picks a free one and prints it (env TURNWIRE_METRICS_LISTEN; default: off)",
+    )
+    serve.add_argument(
+        "--metrics-address-file",
+        default=_env("TURNWIRE_METRICS_ADDRESS_FILE"),
+        metavar="FILE",
+        help="also write the metrics endpoint's bound HOST:PORT here "
+        "(env TURNWIRE_METRICS_ADDRESS_FILE)",
     )
 
 
@@ -370,6 +400,8 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         lease_ttl=float(args.lease_ttl),
         watch_poll_seconds=float(args.watch_poll_seconds),
         console_listen=args.console_listen,
+        metrics_listen=args.metrics_listen,
+        metrics_address_file=args.metrics_address_file,
     )
 
 
@@ -411,6 +443,8 @@ async def _serve_until_signalled(config: CoordinatorConfig, grace: float) -> int
         announce(running.address, config.address_file)
         if running.console is not None:
             print(f"console on {running.console.url}", flush=True)
+        if running.metrics is not None:
+            print(f"metrics on {running.metrics.url}", flush=True)
         await stop.wait()
         logging.getLogger("coordinator_svc").info("signal received; shutting down")
     finally:

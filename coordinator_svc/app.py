@@ -39,6 +39,7 @@ from coordinator_svc.core.quotas import Quotas
 from coordinator_svc.dispatcher import Dispatcher
 from coordinator_svc.dispatcher.ownership import Ownership, ReplicaSettings
 from coordinator_svc.feed import ChangeFeed
+from coordinator_svc.metrics import CoordinatorMetrics
 from coordinator_svc.ports import Journal, LeasingJournal
 from coordinator_svc.replica_flags import default_replica_id
 from coordinator_svc.storage import open_journal
@@ -46,6 +47,11 @@ from coordinator_svc.storage.cached import CachedJournal
 from coordinator_svc.storage.journal_lock import JournalLock, lock_journal
 from coordinator_svc.storage.notifications import ChangeListener
 from coordinator_svc.storage.retention import JournalRetentionTask
+from turnwire.observability.metrics_http import (
+    MetricsEndpoint,
+    check_metrics_listen,
+    start_metrics_endpoint,
+)
 from turnwire.secure_channels import server_credentials
 from turnwire.serving import (
     DEFAULT_PENDING_CALLS,
@@ -77,6 +83,8 @@ class RunningCoordinator:
     journal_lock: JournalLock | None = None
     listener: ChangeListener | None = None
     retention: JournalRetentionTask | None = None  # §9 K1, the scheduled pruning
+    metrics: MetricsEndpoint | None = None  # issue 13, --metrics-listen
+    instruments: CoordinatorMetrics | None = None  # what /metrics serves
     console: RunningConsole | None = None  # issue 13, --console-listen
 
     def follow_tokens_file(self, poll_seconds: float = RELOAD_POLL_SECONDS) -> None:
@@ -94,6 +102,10 @@ class RunningCoordinator:
         self._stopped = True
         if self._token_follower is not None:
             self._token_follower.cancel()
+        if self.metrics is not None:  # first: a scrape never reads a stopping process
+            await asyncio.to_thread(self.metrics.stop)
+        if self.instruments is not None:
+            self.instruments.close()
         if self.console is not None:
             await asyncio.to_thread(self.console.stop)
         if self.listener is not None:
@@ -123,6 +135,7 @@ class _Wiring:
     interceptors: tuple[grpc.aio.ClientInterceptor, ...]
     server_interceptors: tuple[grpc.aio.ServerInterceptor, ...]
     clock: Callable[[], datetime]
+    metrics: CoordinatorMetrics | None = None
 
 
 async def start_coordinator(
@@ -146,10 +159,26 @@ async def start_coordinator(
     check_transport_security(config)
     check_replica_config(config)
     ensure_port_free(config.listen)
+    if config.metrics_listen is not None:
+        ensure_port_free(config.metrics_listen)
     if config.console_listen is not None:
         ensure_port_free(config.console_listen)
-    wiring = _Wiring(config, authenticator, tuple(interceptors), tuple(server_interceptors), clock)
     owned = journal is None
+    # Issue 13: instruments only when /metrics is served (nothing on the hot path otherwise);
+    # a journal handed in (a test's fake) has no URL to count operations in.
+    metrics = (
+        CoordinatorMetrics(config.journal_url if owned else None, config.runners)
+        if config.metrics_listen is not None
+        else None
+    )
+    wiring = _Wiring(
+        config,
+        authenticator,
+        (*interceptors, *((metrics.client_interceptor,) if metrics else ())),
+        (*server_interceptors, *((metrics.server_interceptor,) if metrics else ())),
+        clock,
+        metrics,
+    )
     journal = journal if journal is not None else open_journal(config.journal_url)
     lock: JournalLock | None = None
     try:
@@ -175,6 +204,18 @@ async def start_coordinator(
         except BaseException:
             await running.stop()
             raise
+    if metrics is not None and config.metrics_listen is not None:
+        running.instruments = metrics
+        try:
+            running.metrics = start_metrics_endpoint(
+                config.metrics_listen,
+                metrics.registry,
+                tls=config.tls,
+                address_file=config.metrics_address_file,
+            )
+        except BaseException:
+            await running.stop()
+            raise
     log.info(
         "coordinator serving on %s (journal %s, %d runner(s))",
         running.address,
@@ -193,7 +234,7 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
     # the dispatcher's reads are of operations it owns (the compare-and-set
     # catches any other writer). On a shared journal the public API reads the
     # database, so it sees what the other replicas wrote.
-    journal = CachedJournal(journal)
+    journal = wiring.metrics.journal(journal) if wiring.metrics else CachedJournal(journal)
     ownership = None
     if replica is not None:
         if not isinstance(journal.inner, LeasingJournal):
@@ -261,6 +302,8 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
     running = RunningCoordinator(
         server.address, journal, dispatcher, feed, servicer, server, config, wiring.authenticator
     )
+    if wiring.metrics is not None:
+        wiring.metrics.watch(dispatcher, asyncio.get_running_loop())
     if listening:
 
         def changed(operation_id: str, version: int) -> None:
@@ -287,6 +330,8 @@ def check_transport_security(config: CoordinatorConfig) -> None:
     only with the credentials they demand (ValueError says which is missing)."""
     if config.tls is None:
         require_loopback_for_plaintext(config.listen, "plaintext listen address")
+    if config.metrics_listen is not None:
+        check_metrics_listen(config.metrics_listen, config.tls)
     if config.console_listen is not None:
         check_console_address(config.console_listen, config.tls)
     if config.runners and config.runner_credentials is None:

@@ -132,3 +132,7 @@ class CoordinatorConfig:
     # Issue 13: where the operator's web console listens (None: off). Plaintext
     # only on loopback; with ``tls`` it serves HTTPS (coordinator_svc/console).
     console_listen: str | None = None
+    # Issue 13: where /metrics is served (None: off; turnwire/observability/metrics_http.py)
+    # and a file to write its bound address to.
+    metrics_listen: str | None = None
+    metrics_address_file: str | None = None

@@ -25,6 +25,7 @@ from runner_svc.retention_flags import add_retention_arguments, retention_from_a
 from runner_svc.storage.sqlite_store import StoreError
 from turnwire import event_loop
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, parse_byte_count
+from turnwire.observability.metrics_http import parse_metrics_listen
 from turnwire.serving import AddressInUseError, announce
 from turnwire.transport_security import (
     DEFAULT_COORDINATOR_IDENTITIES,
@@ -127,7 +128,35 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--address-file", default=None, help="write the bound HOST:PORT to this file once listening"
     )
+    _add_metrics_arguments(serve)
     serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+
+
+def _metrics_listen(text: str) -> str:
+    try:
+        return parse_metrics_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_metrics_arguments(serve: argparse.ArgumentParser) -> None:
+    """Issue 13: Prometheus metrics (docs/METRICS.md)."""
+    serve.add_argument(
+        "--metrics-listen",
+        type=_metrics_listen,
+        default=_env("METRICS_LISTEN", None),
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at /metrics on HOST:PORT (docs/METRICS.md): HTTPS with "
+        "the --tls-* certificate, or plain HTTP on a loopback address only with --plaintext; "
+        "port 0 picks a free one and prints it (default: off) [TURNWIRE_RUNNER_METRICS_LISTEN]",
+    )
+    serve.add_argument(
+        "--metrics-address-file",
+        default=_env("METRICS_ADDRESS_FILE", None),
+        metavar="FILE",
+        help="also write the metrics endpoint's bound HOST:PORT here "
+        "[TURNWIRE_RUNNER_METRICS_ADDRESS_FILE]",
+    )
 
 
 def _add_access_arguments(serve: argparse.ArgumentParser) -> None:
@@ -212,9 +241,13 @@ async def _serve(args: argparse.Namespace) -> int:
         max_receive_bytes=args.max_receive_bytes,
         admission_window_seconds=args.admission_window,
         retention=retention_from_args(args),
+        metrics_listen=args.metrics_listen,
+        metrics_address_file=Path(args.metrics_address_file) if args.metrics_address_file else None,
     )
     runner = await start_runner(config)
     announce(runner.address, None)
+    if runner.metrics is not None:
+        print(f"metrics on {runner.metrics.url}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -11,6 +11,7 @@ import grpc
 
 from runner_svc.executor_sweep import end_earlier_executors
 from runner_svc.executors import Executor, load_executor
+from runner_svc.metrics import MeteredRunnerService, MeteredRunnerStore, RunnerMetrics
 from runner_svc.service import RunnerService, ServiceSettings
 from runner_svc.storage.async_store import AsyncRunnerStore
 from runner_svc.storage.retention import RunnerRetention, RunnerRetentionTask
@@ -20,8 +21,13 @@ from runner_svc.transport.access import RunnerGate
 from runner_svc.transport.servicer import SERVICE_NAME, RunnerServicer
 from turnwire.ids import new_incarnation_id
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, MessageLimits
+from turnwire.observability.metrics_http import (
+    MetricsEndpoint,
+    check_metrics_listen,
+    start_metrics_endpoint,
+)
 from turnwire.secure_channels import server_credentials
-from turnwire.serving import RunningServer, start_server
+from turnwire.serving import RunningServer, ensure_port_free, start_server
 from turnwire.transport_security import RunnerAccess, require_loopback_for_plaintext
 
 log = logging.getLogger("runner_svc.app")
@@ -47,6 +53,9 @@ class RunnerConfig:
     admission_window_seconds: float = 7.0
     # §9 K2-K4: how long released rows and tombstones, then their keys, are kept.
     retention: RunnerRetention = field(default_factory=RunnerRetention)
+    # Issue 13: where /metrics is served (None: off) and a file for its bound address.
+    metrics_listen: str | None = None
+    metrics_address_file: Path | None = None
 
 
 @dataclass
@@ -60,6 +69,7 @@ class RunningRunner:
     gate: RunnerGate
     _stopped: bool = False
     retention: RunnerRetentionTask | None = None
+    metrics: MetricsEndpoint | None = None  # issue 13, --metrics-listen
 
     async def stop(self, drain: bool = True) -> None:
         """R8: close admission, drain (bounded), end watches, stop serving, close the store."""
@@ -67,6 +77,8 @@ class RunningRunner:
             return
         self._stopped = True
         log.info("incarnation %s stopping (drain=%s)", self.incarnation_id, drain)
+        if self.metrics is not None:  # first: a scrape never reads a stopping runner
+            await asyncio.to_thread(self.metrics.stop)
         if self.retention is not None:
             await self.retention.stop()  # after its batch in progress, before the store closes
         self.service.stop_admission()
@@ -104,9 +116,18 @@ async def start_runner(
     if config.writable_slots < 0 or config.read_only_slots < 0:
         raise ValueError("slot counts cannot be negative")
     MessageLimits(config.max_receive_bytes)  # raises ValueError if too small to be useful
+    if config.metrics_listen is not None:  # issue 13: refused before anything opens
+        check_metrics_listen(config.metrics_listen, config.access.tls)
+        ensure_port_free(config.metrics_listen)
+    # Instruments only when /metrics is served: nothing on the hot path otherwise.
+    metrics = RunnerMetrics() if config.metrics_listen is not None else None
     chosen = executor or load_executor(config.executor, ledger_path=config.ledger_path)
     incarnation_id = new_incarnation_id()
-    store = SqliteRunnerStore.open(Path(config.store_path), incarnation_id)
+    store = (MeteredRunnerStore if metrics else SqliteRunnerStore).open(
+        Path(config.store_path), incarnation_id
+    )
+    if metrics is not None and isinstance(store, MeteredRunnerStore):
+        store.commit_seconds = metrics.store_seconds
     try:  # R10: nothing an earlier incarnation launched runs on when this one serves
         await asyncio.to_thread(end_earlier_executors, store)
     except BaseException:
@@ -117,7 +138,11 @@ async def start_runner(
         read_only_slots=config.read_only_slots,
         admission_window_seconds=config.admission_window_seconds,
     )
-    service = RunnerService(AsyncRunnerStore(store), chosen, settings)
+    service = (MeteredRunnerService if metrics else RunnerService)(
+        AsyncRunnerStore(store), chosen, settings
+    )
+    if metrics is not None and isinstance(service, MeteredRunnerService):
+        service.dispatch_counter = metrics.dispatches
     servicer = RunnerServicer(service, max_receive_bytes=config.max_receive_bytes)
 
     def register(server: grpc.aio.Server) -> None:
@@ -130,6 +155,7 @@ async def start_runner(
             register,
             [SERVICE_NAME],
             wrap_handlers=gate.wrap,
+            interceptors=(metrics.server_interceptor,) if metrics else (),
             # A burst (say, of anonymous calls) reaches the gate and gets its typed
             # answer: start_server leaves room for it in gRPC's queue of waiting calls.
             options=(("grpc.max_receive_message_length", config.max_receive_bytes),),
@@ -142,6 +168,20 @@ async def start_runner(
     except BaseException:
         await service.close()
         raise
+    endpoint = None
+    if metrics is not None and config.metrics_listen is not None:
+        metrics.watch(service, gate, asyncio.get_running_loop())
+        try:
+            endpoint = start_metrics_endpoint(
+                config.metrics_listen,
+                metrics.registry,
+                tls=config.access.tls,
+                address_file=config.metrics_address_file,
+            )
+        except BaseException:
+            await server.stop(None)
+            await service.close()
+            raise
     service.start_floor_keeper()
     retention = RunnerRetentionTask.started(
         service.store, config.retention, window_seconds=settings.admission_window_seconds
@@ -168,4 +208,5 @@ async def start_runner(
         config.drain_seconds,
         gate,
         retention=retention,
+        metrics=endpoint,
     )

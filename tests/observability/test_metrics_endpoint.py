@@ -1,0 +1,114 @@
+"""The /metrics endpoint's rules (issue 13): bad --metrics-listen values exit 2 with
+a clear message on both services, plaintext metrics stay on loopback, and with
+TLS material the endpoint speaks HTTPS only (scraped with the deployment CA)."""
+
+from __future__ import annotations
+
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client import Counter
+
+from coordinator_svc.__main__ import main as coordinator_main
+from runner_svc.__main__ import main as runner_main
+from tests.support import runner_access
+from turnwire.certs import CA_CERT, issue_deployment
+from turnwire.observability.metrics_check import scrape
+from turnwire.observability.metrics_http import new_registry, start_metrics_endpoint
+from turnwire.transport_security import SecurityConfigError, TlsMaterial
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.mark.parametrize("value", ["nonsense", "127.0.0.1", "127.0.0.1:99999", ":9100"])
+def test_coordinator_refuses_a_malformed_metrics_listen_with_exit_2(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        coordinator_main(["serve", "--metrics-listen", value])
+    assert exited.value.code == 2
+    assert "--metrics-listen" in capsys.readouterr().err
+
+
+def test_runner_refuses_a_malformed_metrics_listen_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        runner_main(["serve", "--store", str(tmp_path / "s.db"), "--metrics-listen", "nope"])
+    assert exited.value.code == 2
+    assert "--metrics-listen must be HOST:PORT" in capsys.readouterr().err
+
+
+def test_plaintext_metrics_off_loopback_are_refused_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without TLS a non-loopback address is refused (exit 2) and nothing is opened:
+    no journal, no store. Nothing binds it either: the check comes first."""
+    journal = tmp_path / "journal.db"
+    code = coordinator_main(
+        [
+            "serve",
+            "--plaintext",
+            "--journal-url",
+            f"sqlite:///{journal}",
+            "--metrics-listen",
+            "0.0.0.0:0",
+        ]
+    )
+    assert code == 2
+    assert "is not a loopback address" in capsys.readouterr().err
+    assert not journal.exists()
+    store = tmp_path / "store.db"
+    code = runner_main(
+        [
+            "serve",
+            "--store",
+            str(store),
+            "--listen",
+            "127.0.0.1:0",
+            "--plaintext",
+            "--coordinator-secret-file",
+            str(runner_access.secret_file()),
+            "--metrics-listen",
+            "0.0.0.0:0",
+        ]
+    )
+    assert code == 2
+    assert "is not a loopback address" in capsys.readouterr().err
+    assert not store.exists()
+
+
+def test_with_tls_material_metrics_are_served_over_https_only(tmp_path: Path) -> None:
+    issue_deployment(tmp_path)
+    tls = TlsMaterial.from_files(
+        tmp_path / "coordinator.pem", tmp_path / "coordinator.key", tmp_path / CA_CERT
+    )
+    registry = new_registry()
+    Counter("turnwire_probe_total", "A probe.", registry=registry).inc(3)
+    address_file = tmp_path / "metrics.addr"
+    endpoint = start_metrics_endpoint("127.0.0.1:0", registry, tls=tls, address_file=address_file)
+    try:
+        assert endpoint.url == f"https://{endpoint.address}/metrics"
+        assert address_file.read_text().strip() == endpoint.address
+        text = scrape(endpoint.address, ca_file=tmp_path / CA_CERT)
+        assert "turnwire_probe_total 3.0" in text
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            urllib.request.urlopen(f"http://{endpoint.address}/metrics", timeout=5).read()
+        with pytest.raises(urllib.error.URLError) as untrusted:
+            urllib.request.urlopen(endpoint.url, timeout=5, context=ssl.create_default_context())
+        assert isinstance(untrusted.value.reason, ssl.SSLCertVerificationError)
+    finally:
+        endpoint.stop()
+
+
+def test_a_taken_metrics_port_is_an_error_not_a_shared_port(tmp_path: Path) -> None:
+    first = start_metrics_endpoint("127.0.0.1:0", new_registry())
+    try:
+        with pytest.raises(Exception, match="cannot listen on") as taken:
+            start_metrics_endpoint(first.address, new_registry())
+        assert not isinstance(taken.value, SecurityConfigError)
+    finally:
+        first.stop()
