@@ -347,9 +347,42 @@ async function showOperation(operationId) {
   $("op-no-attempts").hidden = attempts.length > 0;
   const actions = $("op-actions");
   actions.replaceChildren();
-  if (executionOf(op.execution) === "UNKNOWN" && !(op.verdict && op.verdict.verdict) && op.finished_at) {
+  const decided = op.verdict && op.verdict.verdict;
+  if (executionOf(op.execution) === "UNKNOWN" && !decided && op.finished_at) {
     actions.append(el("h2", {}, "Record a verdict"), verdictForm(op.operation_id));
   }
+  const provenNotRun =
+    executionOf(op.execution) === "NOT_STARTED" || (decided && verdictOf(op.verdict.verdict) === "NOT_EXECUTED");
+  if (op.finished_at && provenNotRun && !op.requeued_as) {
+    actions.append(el("h2", {}, "Requeue"), requeueForm(op.operation_id));
+  }
+}
+
+function requeueForm(operationId) {
+  const form = el(
+    "form",
+    { class: "verdict-form" },
+    el("p", { class: "muted" }, "It did not run: submit its envelope again as a new operation."),
+    el("label", {}, "Why", el("input", { name: "reason", required: true, maxlength: 2000 })),
+    el("button", { type: "submit" }, "Requeue as a new operation"),
+    el("p", { class: "form-result", role: "status" }),
+  );
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const result = form.querySelector(".form-result");
+    try {
+      const reply = await api(`/api/operations/${encodeURIComponent(operationId)}/requeue`, {
+        body: { reason: form.elements.reason.value.trim() },
+      });
+      const made = reply.operation.operation.operation_id;
+      result.replaceChildren("Requeued as ", el("a", { href: `#/operations/${made}` }, made));
+      result.className = "form-result ok";
+    } catch (failure) {
+      result.textContent = describe(failure);
+      result.className = "form-result error";
+    }
+  });
+  return form;
 }
 
 // --- the ambiguous queue and the verdict form ------------------------------------------
@@ -447,21 +480,25 @@ function drainControl(runner) {
     return el("span", {},
       el("span", { class: "badge drained" }, "DRAINED"),
       ` by ${runner.drained_by}: ${runner.drain_reason} `,
-      el("button", { type: "button", class: "secondary", onclick: () => drain(runner.name, false) }, "Undrain"));
+      el("button", { type: "button", class: "secondary", onclick: () => drain(runner.name, null) }, "Undrain"));
   }
-  return el("button", { type: "button", class: "secondary", onclick: () => drain(runner.name, true) }, "Drain");
+  const form = el("form", { class: "drain-form" },
+    el("input", { name: "reason", placeholder: "why drain?", required: true, maxlength: 2000 }),
+    el("button", { type: "submit", class: "secondary" }, "Drain"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    drain(runner.name, form.elements.reason.value.trim());
+  });
+  return form;
 }
 
-async function drain(name, on) {
-  let body = {};
-  if (on) {
-    const reason = window.prompt(`Drain ${name}: no new turns go to it. Why?`);
-    if (!reason) return;
-    body = { reason };
-  }
+async function drain(name, reason) {
+  // reason null: undrain
+  const action = reason === null ? "undrain" : "drain";
   try {
-    await api(`/api/runners/${encodeURIComponent(name)}/${on ? "drain" : "undrain"}`, { body });
+    await api(`/api/runners/${encodeURIComponent(name)}/${action}`, { body: reason === null ? {} : { reason } });
     await showRunners();
+    flash(`${name}: ${action === "drain" ? "drained: no new turns go to it" : "undrained"}`);
   } catch (failure) {
     flash(describe(failure), true);
   }
@@ -482,7 +519,8 @@ async function showRunners() {
         el("td", {}, el("code", {}, clip(runner.store_id, 12))),
         el("td", { "data-testid": "writable" }, capacity(runner.writable_in_use, runner.writable_slots)),
         el("td", { "data-testid": "read-only" }, capacity(runner.read_only_in_use, runner.read_only_slots)),
-        el("td", {}, badge("health", runner.answering ? "ANSWERING" : "SILENT"), " ", runner.health),
+        el("td", {}, badge("health", runner.answering ? "ANSWERING" : "SILENT"), " ",
+          el("span", { class: "note" }, runner.answering && runner.health === "answering" ? "" : runner.health)),
         el("td", {}, drainControl(runner)),
       ),
     ),

@@ -1,0 +1,193 @@
+"""A live coordinator with its console, and one runner, on 127.0.0.1:0 (in-process).
+
+Served from a background event loop, as tests/sdk/live_stack.py does; the
+tests talk to it over real sockets (HTTP to the console, gRPC to the API).
+Three tokens: ``ADMIN_TOKEN`` (principal ``ops``, scope admin), ``TENANT_TOKEN``
+(``alice``, the default submit/read/cancel) for submitting turns, and the
+same tenant token is what a non-admin caller presents to the console.
+
+``make_ambiguous()`` produces one operation whose execution is honestly
+UNKNOWN: the first Dispatch reaches the runner (which runs it) but its reply
+is lost, and the runner then stays unreachable for status and cancel until
+the reconcile deadline (0.5 s here) ends the turn TIMED_OUT, UNKNOWN (C8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import http.client
+import json
+import threading
+import time
+from collections.abc import Coroutine
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from coordinator_svc.config import CoordinatorConfig, DispatchTimings, RunnerEndpoint
+from tests.support import runner_access
+from tests.support.fault_interceptor import DROP_RESPONSE, Fault, FaultInterceptor
+from turnwire.client import TurnwireClient
+
+ADMIN_TOKEN = "tok-ops-console-admin"
+TENANT_TOKEN = "tok-alice-console"
+STARTUP_SECONDS = 30.0
+# What the coordinator may not hear from the runner while a turn is made ambiguous.
+_SILENCED = ("GetOperationStatus", "BatchGetOperationStatus", "WatchOperations", "Cancel")
+
+
+class ConsoleStack:
+    """One runner (echo executor), one coordinator with ``--console-listen 127.0.0.1:0``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: Any = None
+        self._coordinator: Any = None
+        # The first Dispatch's reply is lost and the runner goes silent (make_ambiguous).
+        self.faults = FaultInterceptor()
+        self.faults.faults.append(
+            Fault("Dispatch", DROP_RESPONSE, nth=1, on_fire=lambda: self.faults.block(*_SILENCED))
+        )
+        self.address = ""
+        self.console_url = ""
+        self.console_address = ""
+
+    def _run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(STARTUP_SECONDS)
+
+    def __enter__(self) -> ConsoleStack:
+        self._thread.start()
+        try:
+            self._run(self._start())
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    async def _start(self) -> None:
+        from coordinator_svc.app import start_coordinator
+        from coordinator_svc.storage.schema import migrate
+        from runner_svc.app import RunnerConfig, start_runner
+
+        self._runner = await start_runner(
+            RunnerConfig(
+                store_path=self.directory / "runner.db",
+                access=runner_access.ACCESS,
+                executor="echo",
+            )
+        )
+        tokens = self.directory / "tokens"
+        lines = [
+            ("ops", ADMIN_TOKEN, " scopes=admin"),
+            ("alice", TENANT_TOKEN, ""),
+        ]
+        tokens.write_text(
+            "".join(
+                f"{principal} {hashlib.sha256(token.encode()).hexdigest()}{scopes}\n"
+                for principal, token, scopes in lines
+            )
+        )
+        tokens.chmod(0o600)
+        journal_url = f"sqlite:///{self.directory / 'journal.db'}"
+        migrate(journal_url)
+        config = CoordinatorConfig(
+            listen="127.0.0.1:0",
+            journal_url=journal_url,
+            runners=(RunnerEndpoint(name="r1", address=self._runner.address),),
+            tokens_file=str(tokens),
+            runner_credentials=runner_access.CREDENTIALS,
+            timings=replace(DispatchTimings(), reconcile_deadline=0.5, backoff_max=0.2),
+            console_listen="127.0.0.1:0",
+        )
+        self._coordinator = await start_coordinator(config, interceptors=self.faults.all())
+        self.address = self._coordinator.address
+        assert self._coordinator.console is not None
+        self.console_url = self._coordinator.console.url
+        self.console_address = self._coordinator.console.address
+
+    async def _stop(self) -> None:
+        if self._coordinator is not None:
+            await self._coordinator.stop()
+        if self._runner is not None:
+            await self._runner.stop(drain=False)
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            if self._thread.is_alive():
+                self._run(self._stop())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(STARTUP_SECONDS)
+            self._loop.close()
+
+    # --- turns -------------------------------------------------------------------------
+
+    def client(self) -> TurnwireClient:
+        return TurnwireClient(self.address, TENANT_TOKEN)
+
+    def make_ambiguous(self) -> str:
+        """The first turn of the stack: TIMED_OUT with execution UNKNOWN (see above)."""
+        with self.client() as client:
+            operation_id = client.submit(items=["did it run?"]).operation.operation_id
+            final = client.wait(operation_id, timeout=20)
+        self.faults.unblock()
+        assert final.execution.name == "UNKNOWN", final
+        return operation_id
+
+    def run_turns(self, *parameters: dict[str, str]) -> list[str]:
+        """One turn per ``parameters`` (echo executor knobs), each waited to its end."""
+        ids = []
+        with self.client() as client:
+            for params in parameters:
+                operation_id = client.submit(items=["hello"], parameters=params)
+                ids.append(operation_id.operation.operation_id)
+            for operation_id_text in ids:
+                client.wait(operation_id_text, timeout=20)
+        return ids
+
+    # --- the console over HTTP -----------------------------------------------------------
+
+    def http(
+        self,
+        method: str,
+        path: str,
+        *,
+        token: str | None = ADMIN_TOKEN,
+        body: Any = None,
+        raw_body: bytes | None = None,
+        content_type: str = "application/json",
+    ) -> tuple[int, dict[str, str], bytes]:
+        """One request to the console: (status, headers, body bytes)."""
+        host, _, port = self.console_address.rpartition(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=15)
+        headers = {}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        payload = raw_body if raw_body is not None else None
+        if body is not None:
+            payload = json.dumps(body).encode()
+        if payload is not None:
+            headers["Content-Type"] = content_type
+        try:
+            connection.request(method, path, body=payload, headers=headers)
+            response = connection.getresponse()
+            return response.status, dict(response.getheaders()), response.read()
+        finally:
+            connection.close()
+
+    def api(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+        status, _, body = self.http(method, path, **kwargs)
+        return status, json.loads(body)
+
+
+def wait_until(predicate: Any, seconds: float, what: str) -> None:
+    """Poll ``predicate`` every 50 ms until true, at most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"not within {seconds} s: {what}")
