@@ -42,6 +42,8 @@ from runner_svc.floor_keeper import FloorKeeper
 from runner_svc.jobs import JobRunner
 from runner_svc.service_types import (
     MAX_REPLY_HOLD_SECONDS,
+    STORE_UNREADABLE,
+    STORE_UNWRITTEN,
     CancelOutcome,
     DispatchCall,
     DispatchOutcome,
@@ -50,9 +52,11 @@ from runner_svc.service_types import (
     RunnerInfo,
     ServiceSettings,
 )
+from runner_svc.service_watch import watch_changes
 from runner_svc.storage.async_store import AsyncRunnerStore
 from runner_svc.storage.sqlite_store import StoreError
 from turnwire.crashpoints import crash_point
+from turnwire.observability.logs import note_turn, turn_context
 from turnwire.runner.v1 import runner_pb2
 
 # The values are defined in service_types; importing them from here still works.
@@ -71,12 +75,6 @@ __all__ = [
 log = logging.getLogger("runner_svc.service")
 
 VERSION = "0.1.0"
-# Refusal messages go on the wire: the store's own text (paths, SQL, driver
-# exception names) stays in the log.
-_STORE_UNREADABLE = "the runner store could not be read; nothing was decided"
-_STORE_UNWRITTEN = "the runner store could not be written; nothing changed"
-# Rows a watch replays per read of the store.
-_WATCH_BATCH = 500
 
 
 class RunnerService:
@@ -160,6 +158,7 @@ class RunnerService:
 
     async def _dispatch(self, call: DispatchCall) -> DispatchOutcome:
         envelope = verified_envelope(call)
+        note_turn(call.operation_id, principal=envelope.principal)  # for the log lines
         facts = DispatchFacts(
             call.operation_id,
             call.envelope_digest,
@@ -348,12 +347,14 @@ class RunnerService:
 
     async def _release_all(self, releases: tuple[tuple[str, str, int], ...]) -> None:
         for operation_id, incarnation_id, token in releases:
-            try:
-                await self.release(operation_id, incarnation_id, token)
-            except RunnerRefusal as refusal:
-                log.info("carried release of %r not applied: %s", operation_id, refusal)
-            except Exception:  # a bug: logged with its trace, the others still applied
-                log.exception("carried release of %r failed", operation_id)
+            # Each its own turn in the log, not the Dispatch's that carried it.
+            with turn_context(operation_id, incarnation=incarnation_id):
+                try:
+                    await self.release(operation_id, incarnation_id, token)
+                except RunnerRefusal as refusal:
+                    log.info("carried release of %r not applied: %s", operation_id, refusal)
+                except Exception:  # a bug: logged with its trace, the others still applied
+                    log.exception("carried release of %r failed", operation_id)
 
     # --- status, info, watch ---------------------------------------------------------
 
@@ -373,7 +374,7 @@ class RunnerService:
             rows = await self.store.get_many(operation_ids)
         except StoreError as exc:
             log.error("store read failed for a batch of %d: %s", len(operation_ids), exc)
-            raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, _STORE_UNREADABLE) from exc
+            raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, STORE_UNREADABLE) from exc
         missing = [op for op in operation_ids if op not in rows]
         pruned = await self._pruned(missing) if missing else set()
         # §9 K3: a pruned id gets no entry at all (neither present nor absent); the
@@ -389,7 +390,7 @@ class RunnerService:
             return await self.store.pruned_among(operation_ids)
         except StoreError as exc:
             log.error("store read failed for pruned keys: %s", exc)
-            raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, _STORE_UNREADABLE) from exc
+            raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, STORE_UNREADABLE) from exc
 
     def pool_use(self) -> tuple[PoolUse, ...]:
         """Each slot pool's size and use now (GetRunnerInfo, every watch message)."""
@@ -410,67 +411,24 @@ class RunnerService:
             self.store.openings,
         )
 
-    async def watch(self, after_sequence: int) -> AsyncIterator[OperationView | None]:
-        """Every row change after the cursor, then live ones; None is a heartbeat.
-
-        Live changes are pushed by the store (AsyncRunnerStore.subscribe), so a
-        write costs a watcher no read. The store is read only to replay from
-        the cursor at the start, and again whenever the feed overflowed (a slow
-        consumer): from memory while the cursor is in the store's window of
-        recent changes, else from SQL.
-        """
-        cursor = after_sequence
-        opening = True
-        # Subscribed before the first read: a change lands in the read, the feed or both.
-        with self.store.subscribe(self.settings.watch_buffer, self._watch_sends) as feed:
-            replaying = True
-            while not self._closing:
-                if replaying or feed.behind:
-                    feed.restart()  # what it held is in this read
-                    rows = await self._changes_after(cursor)
-                    replaying = len(rows) >= _WATCH_BATCH  # more may follow
-                else:
-                    rows = feed.take()
-                sent = False
-                for row in rows:
-                    # A pushed row at or below the cursor was in a read already.
-                    if row.sequence <= cursor:
-                        continue
-                    # The cursor moves past rows the watch does not send too: a
-                    # replay whose whole batch is such rows must read on, not
-                    # read that batch again forever.
-                    cursor = row.sequence
-                    if self._watch_sends(row):
-                        sent = True
-                        yield self._view(row)
-                if opening and not sent:
-                    yield None  # a stream with nothing to replay opens with a heartbeat
-                opening = False
-                if replaying and not sent:
-                    # A long run of rows it does not send, read from memory, would
-                    # otherwise hold the loop for every batch of it.
-                    await asyncio.sleep(0)
-                if replaying or feed.behind or sent:
-                    continue
-                try:
-                    # Not wait_for: on 3.11 it can swallow the cancel of a closed stream.
-                    async with asyncio.timeout(self.settings.heartbeat_seconds):
-                        await feed.wait()
-                except TimeoutError:
-                    yield None
+    def watch(self, after_sequence: int) -> AsyncIterator[OperationView | None]:
+        """Every row change after the cursor, then live ones; None is a heartbeat
+        (runner_svc.service_watch)."""
+        return watch_changes(
+            self.store,
+            after_sequence,
+            buffer=self.settings.watch_buffer,
+            heartbeat_seconds=self.settings.heartbeat_seconds,
+            sends=self._watch_sends,
+            view=self._view,
+            closing=lambda: self._closing,
+        )
 
     def _watch_sends(self, row: OperationRow) -> bool:
         """Whether a watch sends this row: not while a held Dispatch reply will carry
         it (dispatch()), and not once released (only the coordinator that recorded
         the turn's end releases it, C10: it has nothing to learn from the release)."""
         return row.operation_id not in self._holding and not row.released
-
-    async def _changes_after(self, cursor: int) -> list[OperationRow]:
-        try:
-            return await self.store.changes_after(cursor, _WATCH_BATCH)
-        except StoreError as exc:
-            log.error("store read failed for a watch after %d: %s", cursor, exc)
-            raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, _STORE_UNREADABLE) from exc
 
     # --- shutdown (R8) -------------------------------------------------------------
 
@@ -507,7 +465,7 @@ class RunnerService:
             return await self.store.get(operation_id)
         except StoreError as exc:
             log.error("store read failed for %s: %s", operation_id, exc)
-            raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, _STORE_UNREADABLE) from exc
+            raise RunnerRefusal(Refusal.STORE_UNAVAILABLE, STORE_UNREADABLE) from exc
 
     async def _write(self, operation_id: str, change: RowEvent) -> OperationRow:
         try:
@@ -519,7 +477,7 @@ class RunnerService:
     @staticmethod
     def _unwritten(operation_id: str, change: RowEvent, exc: Exception) -> RunnerRefusal:
         log.error("store write failed for %s (%s): %s", operation_id, type(change).__name__, exc)
-        return RunnerRefusal(Refusal.STORE_WRITE_FAILED, _STORE_UNWRITTEN)
+        return RunnerRefusal(Refusal.STORE_WRITE_FAILED, STORE_UNWRITTEN)
 
     def _view(self, row: OperationRow) -> OperationView:
         job = self.jobs.jobs.get(row.operation_id)

@@ -14,6 +14,11 @@ from runner_svc.storage.async_store import FEED_CAPACITY
 # 50 ms by default.
 MAX_REPLY_HOLD_SECONDS = 1.0
 
+# Refusal messages go on the wire: the store's own text (paths, SQL, driver
+# exception names) stays in the log.
+STORE_UNREADABLE = "the runner store could not be read; nothing was decided"
+STORE_UNWRITTEN = "the runner store could not be written; nothing changed"
+
 
 @dataclass(frozen=True)
 class ServiceSettings:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from runner_svc import service as service_module
+from runner_svc import service_watch
 from runner_svc.core.model import Execution, OperationRow, RowState, SlotKind, StopReason
 from runner_svc.core.transitions import (
     Admit,
@@ -271,7 +271,7 @@ def test_a_replay_past_a_whole_batch_of_rows_it_does_not_send_moves_on(
     forever, and from memory that never yields, so the runner's loop stopped serving
     anything (seen under bench/coordinator_ab.py: 16 Dispatches that never arrived,
     after a round in which every change was held or released)."""
-    monkeypatch.setattr(service_module, "_WATCH_BATCH", 3)  # a batch is three rows here
+    monkeypatch.setattr(service_watch, "WATCH_BATCH", 3)  # a batch is three rows here
     path = tmp_path / "r.db"
 
     async def main() -> None:
