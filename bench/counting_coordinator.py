@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import collections
 import json
-import logging
 import os
 import signal
 import sys
@@ -47,6 +46,7 @@ from coordinator_svc.__main__ import build_parser, config_from_args  # noqa: E40
 from coordinator_svc.app import RunningCoordinator, start_coordinator  # noqa: E402
 from coordinator_svc.storage import migrate, open_journal  # noqa: E402
 from turnwire import event_loop  # noqa: E402
+from turnwire.observability.logs import configure_logging  # noqa: E402
 from turnwire.serving import announce  # noqa: E402
 
 EXIT_FAILED = 1
@@ -136,11 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     split = argv.index("serve")
     own = outer.parse_args(argv[:split])
     args = build_parser().parse_args(argv[split:])
-    logging.basicConfig(
-        level=args.log_level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.log_level, args.log_format)  # as serve does
     try:
         config_from_args(args)  # a config that does not hold together: exit 2, like serve
     except ValueError as error:

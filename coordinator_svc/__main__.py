@@ -48,6 +48,7 @@ from coordinator_svc.security_flags import (
 from coordinator_svc.tokens_cli import add_tokens_parser, run_tokens_add
 from turnwire import event_loop
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, MessageLimits, parse_byte_count
+from turnwire.observability.logs import add_log_format_flag, configure_logging
 
 PROG = "python -m coordinator_svc"
 DEFAULT_LISTEN = "127.0.0.1:50051"
@@ -286,6 +287,7 @@ def _serve_behaviour_flags(serve: argparse.ArgumentParser) -> None:
         default=_env("TURNWIRE_LOG_LEVEL", "INFO"),
         help="(env TURNWIRE_LOG_LEVEL; default INFO)",
     )
+    add_log_format_flag(serve, "TURNWIRE_LOG_FORMAT")
 
 
 def _limits(text: str) -> PrincipalLimits:
@@ -459,11 +461,7 @@ def _serve(args: argparse.Namespace) -> int:
     from coordinator_svc.storage import migrate
     from turnwire.serving import AddressInUseError
 
-    logging.basicConfig(
-        level=args.log_level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.log_level, args.log_format)
     try:
         config = config_from_args(args)
         check_transport_security(config)

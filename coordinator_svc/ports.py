@@ -48,6 +48,13 @@ from coordinator_svc.core.model import (
     OpState,
     TurnKind,
 )
+from coordinator_svc.core.operator import (
+    DrainRecord,
+    OperationFilter,
+    OperatorNotes,
+    RequeueRecord,
+    VerdictRecord,
+)
 from turnwire.runner.v1 import runner_pb2
 
 
@@ -222,6 +229,61 @@ class LeasingJournal(Journal, Protocol):
         A claim is a write: the returned record has a new ``version``. It
         appends no event; treating a taken-over DISPATCHING operation as
         DISPATCH_UNKNOWN (§5, C12) is the caller's commit."""
+        ...
+
+
+@runtime_checkable
+class AdminJournal(Protocol):
+    """What the operator's API needs from the journal (PROTOCOL.md §10, issue 13):
+    listing across principals, and the operator's records kept beside the
+    operations (verdicts, requeue links, drains), never in them. Adapters:
+    ``storage.admin_sql.SqlAdmin`` (mixed into SqlJournal),
+    ``storage.admin_fake.FakeAdmin`` (into FakeJournal); CachedJournal passes
+    through. Cases: ``turnwire.testing.journal_cases_admin``.
+    """
+
+    async def list_operations(
+        self, where: OperationFilter, limit: int, after: PageCursor | None
+    ) -> list[OperationRecord]:
+        """Every principal's operations matching ``where``, ordered by
+        (created_at, operation_id), strictly after ``after``."""
+        ...
+
+    async def record_verdict(self, verdict: VerdictRecord) -> tuple[VerdictRecord, bool]:
+        """V2/V3: store ``verdict`` as the operation's verdict unless it has one.
+        Returns (the operation's verdict as stored, True if this call stored it).
+        InvalidWrite (nothing stored) unless the operation exists, is terminal
+        and its execution is UNKNOWN. Concurrent calls store one record."""
+        ...
+
+    async def verdicts(self, operation_id: str) -> list[VerdictRecord]:
+        """Every verdict record of the operation, oldest first."""
+        ...
+
+    async def operator_notes(self, operation_ids: Sequence[str]) -> dict[str, OperatorNotes]:
+        """Verdict and requeue links of each operation that has any (others absent)."""
+        ...
+
+    async def requeue(
+        self, link: RequeueRecord, operation: OperationRecord, first_event: EventRecord
+    ) -> tuple[OperationRecord, bool]:
+        """V5/V6: store ``operation`` (as ``submit`` does) and ``link`` in one
+        transaction. If the original was requeued already: (that operation, True),
+        nothing stored. InvalidWrite (nothing stored) unless the original exists,
+        is terminal, and is NOT_STARTED or has a NOT_EXECUTED verdict."""
+        ...
+
+    async def drain(self, record: DrainRecord) -> tuple[DrainRecord, bool]:
+        """V8: mark the runner drained unless it is. Returns (the drain as stored,
+        True if this call stored it)."""
+        ...
+
+    async def undrain(self, runner: str) -> DrainRecord | None:
+        """Remove the runner's drain; the removed record, or None if it had none."""
+        ...
+
+    async def drains(self) -> list[DrainRecord]:
+        """Every drained runner, by name."""
         ...
 
 

@@ -25,6 +25,7 @@ from runner_svc.retention_flags import add_retention_arguments, retention_from_a
 from runner_svc.storage.sqlite_store import StoreError
 from turnwire import event_loop
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, parse_byte_count
+from turnwire.observability.logs import LOG_LEVELS, add_log_format_flag, configure_logging
 from turnwire.observability.metrics_http import parse_metrics_listen
 from turnwire.serving import AddressInUseError, announce
 from turnwire.transport_security import (
@@ -61,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
         required=_env("STORE", None) is None,
         help="SQLite file of the dedupe store [TURNWIRE_RUNNER_STORE]",
     )
-    migrate.add_argument("--log-level", default="INFO")
+    migrate.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO")
+    add_log_format_flag(migrate, _ENV + "LOG_FORMAT")
     return parser
 
 
@@ -129,7 +131,16 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         "--address-file", default=None, help="write the bound HOST:PORT to this file once listening"
     )
     _add_metrics_arguments(serve)
-    serve.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    serve.add_argument(
+        "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="the least to log"
+    )
+    add_log_format_flag(serve, _ENV + "LOG_FORMAT")
+    serve.add_argument(
+        "--name",
+        default=_env("NAME", None),
+        help="this runner's name as its coordinator's --runner NAME=... calls it; every log "
+        "line carries it as runner [TURNWIRE_RUNNER_NAME]",
+    )
 
 
 def _metrics_listen(text: str) -> str:
@@ -280,10 +291,8 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+    configure_logging(
+        args.log_level, args.log_format, process_fields={"runner": getattr(args, "name", None)}
     )
     try:
         if args.command == "migrate":

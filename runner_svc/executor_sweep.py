@@ -27,6 +27,7 @@ from runner_svc.core.model import RowState
 from runner_svc.executors import groups
 from runner_svc.storage.executor_records import ExecutorRecords, RecordedExecutor
 from runner_svc.storage.sqlite_store import SqliteRunnerStore
+from turnwire.observability.logs import turn_extra
 
 log = logging.getLogger("runner_svc.executor_sweep")
 
@@ -77,6 +78,7 @@ def end_earlier_executors(
                 groups.MARKER_VARIABLE,
                 marker,
                 list(check.pids),
+                extra=turn_extra(record.operation_id, incarnation=record.incarnation_id),
             )
             records.mark_ended(record.record_id, "gone: its group id is reused", clock())
         else:
@@ -110,6 +112,7 @@ def _ended(
         record.pgid,
         list(check.pids),
         execution,
+        extra=turn_extra(record.operation_id, incarnation=record.incarnation_id),
     )
     how = f"killed (SIGKILL to group {record.pgid}) at the start of incarnation {incarnation_id}"
     records.mark_ended(record.record_id, how, now)

@@ -21,6 +21,7 @@ written (whether or not its start confirmation was).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -84,6 +85,7 @@ from runner_svc.storage.async_store import AsyncRunnerStore, QueuedWrite
 from runner_svc.storage.sqlite_store import StoreError
 from turnwire.crashpoints import crash_point
 from turnwire.errors import REASONS
+from turnwire.observability.logs import turn_context
 from turnwire.runner.v1 import runner_pb2
 
 log = logging.getLogger("runner_svc.jobs")
@@ -162,8 +164,17 @@ class JobRunner:
         )
         job = Job(operation_id, kind, attempt, envelope, envelope_bytes, state)
         self.jobs[operation_id] = job
-        job.task = asyncio.create_task(self._run(job), name=f"job-{operation_id}")
+        with self._turn(job):  # the job's lines (and its tasks') name its turn
+            job.task = asyncio.create_task(self._run(job), name=f"job-{operation_id}")
         return job
+
+    def _turn(self, job: Job) -> contextlib.AbstractContextManager[None]:
+        return turn_context(
+            job.operation_id,
+            attempt=job.attempt,
+            incarnation=self.incarnation_id,
+            principal=job.envelope.principal,
+        )
 
     async def cancel(self, job: Job, row: OperationRow) -> None:
         """A Cancel for this job (R6). The caller holds the operation's lock and
@@ -404,20 +415,23 @@ class JobRunner:
     async def drain(self, drain_seconds: float) -> None:
         """Record SHUTDOWN where no reason exists, wait, then cancel, then give up."""
         for job in list(self.jobs.values()):
-            async with self.lock(job.operation_id):
-                await self._feed(job, DrainStarted())
+            with self._turn(job):
+                async with self.lock(job.operation_id):
+                    await self._feed(job, DrainStarted())
         if await self._wait_all(drain_seconds):
             return
         log.warning("drain deadline passed: cancelling %d jobs", len(self._pending()))
         for job in self._pending():
-            await self._feed(job, DrainDeadlinePassed())
+            with self._turn(job):
+                await self._feed(job, DrainDeadlinePassed())
         if await self._wait_all(self._grace + 1.0):
             return
         for job in self._pending():
-            log.error(
-                "operation %s did not settle; abandoning (it will read INTERRUPTED)",
-                job.operation_id,
-            )
+            with self._turn(job):
+                log.error(
+                    "operation %s did not settle; abandoning (it will read INTERRUPTED)",
+                    job.operation_id,
+                )
             if job.task is not None:
                 job.task.cancel()
         await self._wait_all(1.0)

@@ -39,6 +39,7 @@ from coordinator_svc.ports import RunnerGateway
 from turnwire.backoff import backoff_seconds
 from turnwire.crashpoints import crash_point
 from turnwire.limits import MessageLimits
+from turnwire.observability.logs import turn_context
 from turnwire.transport_security import RunnerCredentials
 
 log = logging.getLogger("coordinator_svc.dispatcher")
@@ -250,13 +251,16 @@ class RunnerCalls:
         """
         client = self.clients[command.runner]
         t = self._timings
-        for attempt in range(RELEASE_TRIES):
-            if await client.release(operation_id, command):
-                return True
-            await asyncio.sleep(
-                backoff_seconds(attempt, initial=t.backoff_initial, cap=t.backoff_max)
+        # Its own turn context: an owed Release goes alone from a timer that
+        # another turn's work armed (dispatcher/releases.py).
+        with turn_context(operation_id, runner=command.runner, incarnation=command.incarnation_id):
+            for attempt in range(RELEASE_TRIES):
+                if await client.release(operation_id, command):
+                    return True
+                await asyncio.sleep(
+                    backoff_seconds(attempt, initial=t.backoff_initial, cap=t.backoff_max)
+                )
+            log.warning(
+                "%s: Release to %s failed %d times", operation_id, command.runner, RELEASE_TRIES
             )
-        log.warning(
-            "%s: Release to %s failed %d times", operation_id, command.runner, RELEASE_TRIES
-        )
         return False

@@ -84,7 +84,7 @@ from coordinator_svc.dispatcher.ownership import Ownership
 from coordinator_svc.dispatcher.performing import CommandPerformer
 from coordinator_svc.dispatcher.recovery import bound_to, recover
 from coordinator_svc.dispatcher.replica import CANCEL_MARKED_STATES, ReplicaDuties
-from coordinator_svc.dispatcher.visibility import describe_wait, log_transition
+from coordinator_svc.dispatcher.visibility import describe_wait, log_transition, note_record
 from coordinator_svc.dispatcher.waiting_room import WaitingRoom
 from coordinator_svc.dispatcher.watching import RunnerWatch
 from coordinator_svc.feed import ChangeFeed
@@ -98,6 +98,7 @@ from coordinator_svc.ports import (
 )
 from turnwire.crashpoints import crash_point
 from turnwire.limits import MessageLimits
+from turnwire.observability.logs import turn_context
 from turnwire.transport_security import RunnerCredentials
 
 log = logging.getLogger("coordinator_svc.dispatcher")
@@ -261,9 +262,11 @@ class Dispatcher:
             else:
                 # Its own task: a caller that gives up (deadline, reset) must not cut
                 # the bookkeeping short once the writes are out (the slot, the drive).
-                task = asyncio.get_running_loop().create_task(
-                    self._store_with_first_attempt(record, event, submit, first)
-                )
+                # The task runs in the turn's log context (it copies it here).
+                with turn_context(record.operation_id, principal=record.principal):
+                    task = asyncio.get_running_loop().create_task(
+                        self._store_with_first_attempt(record, event, submit, first)
+                    )
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
                 stored = await asyncio.shield(task)
@@ -322,7 +325,8 @@ class Dispatcher:
 
     async def request_cancel(self, record: OperationRecord) -> OperationRecord:
         """C11: store the cancel (first stop reason wins); act on it in the background."""
-        step = await self._step(record.operation_id, CancelRequested())
+        with turn_context(record.operation_id, principal=record.principal):
+            step = await self._step(record.operation_id, CancelRequested())
         if step is None:
             return record
         if step.decision.commands or step.decision.again:
@@ -376,6 +380,24 @@ class Dispatcher:
     ) -> OperationRecord | None:
         """Step, perform, feed replies back: until nothing is left (bounded).
         Returns the record as last seen (None if never loaded)."""
+        # Every line logged while driving it (here, in the runner calls, in
+        # the tasks they start) names this turn (turnwire.observability.logs).
+        with turn_context(operation_id):
+            if first is not None:
+                note_record(first.record)
+            return await self._drive_steps(
+                operation_id, event, first=first, exclusive=exclusive, lane=lane
+            )
+
+    async def _drive_steps(
+        self,
+        operation_id: str,
+        event: Event | None,
+        *,
+        first: Step | None,
+        exclusive: bool,
+        lane: asyncio.Semaphore | None,
+    ) -> OperationRecord | None:
         queue: collections.deque[Event] = collections.deque([event] if event else [])
         last: OperationRecord | None = first.record if first is not None else None
         try:
@@ -530,6 +552,7 @@ class Dispatcher:
                         mark = taken  # a cancel stored for its owner (§5)
                     else:
                         record = taken
+                note_record(record)
                 attempts: tuple[AttemptRecord, ...] = ()
                 if record.attempt_count:
                     attempts = tuple(await self._journal.attempts(operation_id))
@@ -561,6 +584,7 @@ class Dispatcher:
                     log.warning("%s: lease lost; sending nothing more", operation_id)
                     self._forget(operation_id)
                     return Step(record, nothing("lease lost"))
+                note_record(stored)
                 if mark is not None:
                     self._feed.publish(operation_id)  # not ours: no slot, no count
                 else:

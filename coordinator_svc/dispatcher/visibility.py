@@ -19,6 +19,7 @@ from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core.model import EventRecord, OperationRecord, OpState
 from coordinator_svc.core.routing import serves
 from coordinator_svc.core.scheduler import Scheduler
+from turnwire.observability.logs import note_turn, turn_extra
 
 # The dispatcher's logger: the transition lines are its own.
 log = logging.getLogger("coordinator_svc.dispatcher")
@@ -81,17 +82,36 @@ def runner_down(runner: str, failures: int, watches: Sequence[WatchState]) -> st
     return said
 
 
+def note_record(record: OperationRecord) -> None:
+    """The turn's log context learns what the record says (attempt, runner, ...)."""
+    note_turn(
+        record.operation_id,
+        attempt=record.attempt_count,
+        runner=record.runner,
+        incarnation=record.incarnation_id,
+        principal=record.principal,
+    )
+
+
 def log_transition(before: OperationRecord, after: OperationRecord, event: EventRecord) -> None:
-    """One INFO line per committed transition: what an operator greps for."""
+    """One INFO line per committed transition: what an operator greps for. The
+    turn's fields are the committed record's (operation_id, attempt, runner,
+    incarnation, principal: turnwire.observability.logs), not repeated in it."""
+    if not log.isEnabledFor(logging.INFO):
+        return
     log.info(
-        "%s %s->%s runner=%s incarnation=%s attempt=%d execution=%s reason=%s %s",
+        "%s %s->%s execution=%s reason=%s %s",
         after.operation_id,
         before.state,
         after.state,
-        after.runner,
-        after.incarnation_id,
-        after.attempt_count,
         after.execution,
         event.reason or "-",
         event.detail,
+        extra=turn_extra(
+            after.operation_id,
+            attempt=after.attempt_count,
+            runner=after.runner,
+            incarnation=after.incarnation_id,
+            principal=after.principal,
+        ),
     )

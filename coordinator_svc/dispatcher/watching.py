@@ -37,6 +37,7 @@ from coordinator_svc.dispatcher.translate import (
 )
 from coordinator_svc.ports import RunnerGateway
 from turnwire.backoff import backoff_seconds
+from turnwire.observability.logs import turn_extra
 from turnwire.runner.v1 import runner_pb2
 
 if TYPE_CHECKING:
@@ -187,7 +188,14 @@ class RunnerWatch:
         try:
             op = runner_op(operation)
         except RunnerContractViolation as error:
-            log.warning("%s: %s", self._client.name, error)
+            log.warning(
+                "%s: %s",
+                self._client.name,
+                error,
+                extra=turn_extra(
+                    operation.operation_id, runner=self._client.name, incarnation=incarnation
+                ),
+            )
             return
         op_id = operation.operation_id
         if op.released:

@@ -54,6 +54,7 @@ from coordinator_svc.core.model import (
 )
 from coordinator_svc.ports import Journal, LeasingJournal, PageCursor
 from coordinator_svc.storage import rules
+from coordinator_svc.storage.admin_cached import CachedAdmin
 
 DEFAULT_CAPACITY = 4096
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
@@ -73,7 +74,7 @@ class _Entry:
     attempts: list[AttemptRecord] | None = None
 
 
-class CachedJournal:
+class CachedJournal(CachedAdmin):
     """The Journal port, answering reads of recently written operations from memory."""
 
     def __init__(

@@ -32,13 +32,14 @@ from coordinator_svc.ports import (
     StaleVersion,
 )
 from coordinator_svc.storage import rules
+from coordinator_svc.storage.admin_fake import FakeAdmin
 
 
 def _order_key(record: OperationRecord) -> tuple[datetime, str]:
     return (record.created_at, record.operation_id)
 
 
-class FakeJournal:
+class FakeJournal(FakeAdmin):
     """The Journal port in memory (see ``coordinator_svc.ports.Journal``)."""
 
     def __init__(self) -> None:

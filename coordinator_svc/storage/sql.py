@@ -50,6 +50,7 @@ from coordinator_svc.ports import (
     StaleVersion,
 )
 from coordinator_svc.storage import rules, schema
+from coordinator_svc.storage.admin_sql import SqlAdmin
 from coordinator_svc.storage.backends import (
     READ_ONLY,
     Backend,
@@ -91,7 +92,7 @@ class _StaleConnection(Exception):
     """A kept connection was found dead before anything was written on it."""
 
 
-class SqlJournal(SqlLeases):
+class SqlJournal(SqlLeases, SqlAdmin):
     """The Journal port on a SQL database. Make one with ``open_journal``."""
 
     def __init__(

@@ -154,3 +154,43 @@ events = sa.Table(
     sa.Column("reason", _NAME, nullable=False),
     sa.Column("detail", sa.Text, nullable=False),
 )
+
+# --- The operator's records (issue 13, PROTOCOL.md §10). Beside the operations,
+# never in them: an operation's state, execution and events are not rewritten.
+# No foreign keys: they are the audit trail and outlive §9's pruning.
+
+# V2/V3: one verdict per operation (sequence 1; the key leaves room for
+# superseding records should V3 ever change). Append-only: 0006's triggers
+# refuse UPDATE and DELETE.
+operator_verdicts = sa.Table(
+    "operator_verdicts",
+    metadata,
+    sa.Column("operation_id", _ID, primary_key=True),
+    sa.Column("sequence", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("verdict", _ENUM, nullable=False),
+    sa.Column("recorded_by", _NAME, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("recorded_at", UtcDateTime, nullable=False),
+    sa.CheckConstraint("verdict IN ('EXECUTED', 'NOT_EXECUTED')", name="verdict"),
+)
+
+# V6: an operation requeued at most once; the new one made from at most one.
+operation_requeues = sa.Table(
+    "operation_requeues",
+    metadata,
+    sa.Column("operation_id", _ID, primary_key=True),
+    sa.Column("requeued_as", _ID, nullable=False, unique=True),
+    sa.Column("requeued_by", _NAME, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("requeued_at", UtcDateTime, nullable=False),
+)
+
+# V8: a row while the runner is drained.
+runner_drains = sa.Table(
+    "runner_drains",
+    metadata,
+    sa.Column("runner", _NAME, primary_key=True),
+    sa.Column("drained_by", _NAME, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("drained_at", UtcDateTime, nullable=False),
+)

@@ -14,6 +14,7 @@ from runner_svc.service import DispatchCall, RunnerService
 from runner_svc.transport import convert
 from runner_svc.transport.errors import abort_refusal
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES
+from turnwire.observability.logs import turn_context
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
 
 log = logging.getLogger("runner_svc.transport")
@@ -38,7 +39,8 @@ class RunnerServicer(runner_pb2_grpc.RunnerServiceServicer):
         self, request: runner_pb2.GetOperationStatusRequest, context: Any
     ) -> runner_pb2.GetOperationStatusResponse:
         try:
-            view = await self.service.status(request.operation_id)
+            with turn_context(request.operation_id, incarnation=self._incarnation):
+                view = await self.service.status(request.operation_id)
         except RunnerRefusal as refusal:
             await abort_refusal(context, refusal, self._incarnation, request.operation_id)
         reply = runner_pb2.GetOperationStatusResponse(
@@ -92,16 +94,20 @@ class RunnerServicer(runner_pb2_grpc.RunnerServiceServicer):
                 for r in request.releases
             ),
         )
-        try:
-            outcome = await self.service.dispatch(call)
-        except RunnerRefusal as refusal:
-            log.info(
-                "dispatch %s refused (incarnation %s): %s",
-                request.operation_id,
-                self._incarnation,
-                refusal,
-            )
-            await abort_refusal(context, refusal, self._incarnation, request.operation_id)
+        # Every line about this Dispatch, its job included, names the turn.
+        with turn_context(
+            request.operation_id, attempt=request.attempt, incarnation=self._incarnation
+        ):
+            try:
+                outcome = await self.service.dispatch(call)
+            except RunnerRefusal as refusal:
+                log.info(
+                    "dispatch %s refused (incarnation %s): %s",
+                    request.operation_id,
+                    self._incarnation,
+                    refusal,
+                )
+                await abort_refusal(context, refusal, self._incarnation, request.operation_id)
         return runner_pb2.DispatchResponse(
             incarnation_id=self._incarnation,
             operation=convert.operation(outcome.view),
@@ -111,18 +117,19 @@ class RunnerServicer(runner_pb2_grpc.RunnerServiceServicer):
     async def Cancel(
         self, request: runner_pb2.CancelRequest, context: Any
     ) -> runner_pb2.CancelResponse:
-        try:
-            outcome = await self.service.cancel(
-                request.operation_id, request.expected_incarnation_id, request.fencing_token
-            )
-        except RunnerRefusal as refusal:
-            log.info(
-                "cancel %s refused (incarnation %s): %s",
-                request.operation_id,
-                self._incarnation,
-                refusal,
-            )
-            await abort_refusal(context, refusal, self._incarnation, request.operation_id)
+        with turn_context(request.operation_id, incarnation=self._incarnation):
+            try:
+                outcome = await self.service.cancel(
+                    request.operation_id, request.expected_incarnation_id, request.fencing_token
+                )
+            except RunnerRefusal as refusal:
+                log.info(
+                    "cancel %s refused (incarnation %s): %s",
+                    request.operation_id,
+                    self._incarnation,
+                    refusal,
+                )
+                await abort_refusal(context, refusal, self._incarnation, request.operation_id)
         return runner_pb2.CancelResponse(
             incarnation_id=self._incarnation,
             operation=convert.operation(outcome.view),
@@ -133,9 +140,10 @@ class RunnerServicer(runner_pb2_grpc.RunnerServiceServicer):
         self, request: runner_pb2.ReleaseRequest, context: Any
     ) -> runner_pb2.ReleaseResponse:
         try:
-            released = await self.service.release(
-                request.operation_id, request.expected_incarnation_id, request.fencing_token
-            )
+            with turn_context(request.operation_id, incarnation=self._incarnation):
+                released = await self.service.release(
+                    request.operation_id, request.expected_incarnation_id, request.fencing_token
+                )
         except RunnerRefusal as refusal:
             await abort_refusal(context, refusal, self._incarnation, request.operation_id)
         return runner_pb2.ReleaseResponse(incarnation_id=self._incarnation, released=released)

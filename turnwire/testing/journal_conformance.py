@@ -8,19 +8,21 @@ inherited case. What the suite checks, and what a pass means, is in the
 ``turnwire.testing`` docstring.
 
 Adding a case: a ``test_`` method on the case class of its topic
-(``journal_cases_submit``, ``journal_cases_commit``, ``journal_cases_lease``)
+(``journal_cases_submit``, ``journal_cases_commit``, ``journal_cases_lease``,
+``journal_cases_admin``)
 taking the ``journal_store`` fixture; every suite that includes that class
 then runs it.
 """
 
 from __future__ import annotations
 
+from turnwire.testing.journal_cases_admin import AdminCases
 from turnwire.testing.journal_cases_commit import CommitCases
 from turnwire.testing.journal_cases_lease import LeaseCases
 from turnwire.testing.journal_cases_submit import SubmitAndReadCases
 
 
-class JournalConformance(SubmitAndReadCases, CommitCases):
+class JournalConformance(SubmitAndReadCases, CommitCases, AdminCases):
     """Every ``ports.Journal`` case. Subclass as ``Test<YourJournal>`` and
     override the ``journal_factory`` fixture (see ``journal_store.JournalFactory``)."""
 

@@ -83,7 +83,10 @@ def emptied(url: str) -> str:
     engine = sa.create_engine(url)
     try:
         with engine.begin() as connection:
-            connection.exec_driver_sql("TRUNCATE events, attempts, operation_envelopes, operations")
+            connection.exec_driver_sql(
+                "TRUNCATE events, attempts, operation_envelopes, operations,"
+                " operator_verdicts, operation_requeues, runner_drains"
+            )
     finally:
         engine.dispose()
     return url

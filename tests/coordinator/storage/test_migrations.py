@@ -25,7 +25,16 @@ from coordinator_svc.storage.tables import (
 )
 from tests.coordinator.storage.records import first_event, new_operation, transition
 
-JOURNAL_TABLES = {"operations", "operation_envelopes", "attempts", "events"}
+JOURNAL_TABLES = {
+    "operations",
+    "operation_envelopes",
+    "attempts",
+    "events",
+    # The operator's records (0006, PROTOCOL.md §10).
+    "operator_verdicts",
+    "operation_requeues",
+    "runner_drains",
+}
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
