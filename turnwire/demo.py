@@ -29,6 +29,7 @@ from turnwire.client import AsyncTurnwireClient, Operation
 from turnwire.deployment import LocalDeployment
 from turnwire.faults import FaultControlClient, parse_rule
 from turnwire.harness import Verdict, check_run
+from turnwire.observability.metrics_check import MetricsReport, scrape_deployment
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT", "PROTOCOL_ERROR", "REJECTED"}
 
@@ -49,6 +50,8 @@ class DemoReport:
     faults: Counter[str] = field(default_factory=Counter)
     restarted: str = ""
     verdict: Verdict | None = None
+    # Issue 13: every process's /metrics, scraped at the end (None: metrics were off).
+    metrics: MetricsReport | None = None
 
     @property
     def by_state(self) -> Counter[str]:
@@ -145,6 +148,8 @@ async def run_demo(deployment: LocalDeployment, plan: DemoPlan) -> DemoReport:
         progress(f"all {plan.turns} submitted; healing the network")
         await _heal(controls, report)
         await _settle(client, report, plan.settle_timeout)
+    if deployment.metrics:
+        report.metrics = await asyncio.to_thread(scrape_deployment, deployment)
     # The oracle judges what the run left on disk, not what the API said.
     report.verdict = await asyncio.to_thread(
         check_run,
@@ -176,7 +181,8 @@ def render(report: DemoReport) -> str:
         ("oracle (PROTOCOL.md §8 1-6)", verdict.status.value),
     ]
     width = max(len(name) for name, _ in rows)
-    return "\n".join(f"  {name:<{width}}  {value:>8}" for name, value in rows)
+    table = "\n".join(f"  {name:<{width}}  {value:>8}" for name, value in rows)
+    return table if report.metrics is None else table + "\n" + report.metrics.render()
 
 
 def verdict(report: DemoReport) -> int:
@@ -188,6 +194,10 @@ def verdict(report: DemoReport) -> int:
     if result.figures.duplicates or result.figures.lost or result.violations:
         print(render_violations(result), file=sys.stderr)
         print("PROMISE BROKEN: see the histories above", file=sys.stderr)
+        return 1
+    if report.metrics is not None and report.metrics.missing:
+        missing = ", ".join(report.metrics.missing)
+        print(f"METRICS MISSING (docs/METRICS.md lists them): {missing}", file=sys.stderr)
         return 1
     print("promise held: no turn executed twice, none lost, every status true")
     return 0

@@ -98,6 +98,9 @@ class LocalDeployment:
     # Extra ``--runner`` spec options per runner name, e.g.
     # {"runner-2": "kinds=read_only"} (coordinator_svc.config.parse_runner_spec).
     runner_options: Mapping[str, str] = field(default_factory=dict)
+    # Issue 13: every coordinator and runner serves /metrics on 127.0.0.1:0 and
+    # writes where to DATA/<name>.metrics.addr (HTTPS with the deployment CA under tls).
+    metrics: bool = False
 
     @property
     def ledger(self) -> Path:
@@ -185,6 +188,21 @@ class LocalDeployment:
     def _log(self, name: str) -> Path:
         return self.data_dir / "logs" / f"{name}.log"
 
+    def _metrics_file(self, name: str) -> Path:
+        return self.data_dir / f"{name}.metrics.addr"
+
+    def _metrics_flags(self, name: str) -> list[str]:
+        """--metrics-listen on a free loopback port, its address in a file (none if off)."""
+        if not self.metrics:
+            return []
+        self._metrics_file(name).unlink(missing_ok=True)  # a restart writes its own
+        file = str(self._metrics_file(name))
+        return ["--metrics-listen", "127.0.0.1:0", "--metrics-address-file", file]
+
+    def metrics_address(self, name: str) -> str:
+        """Where the process ``name`` serves /metrics (its file, written before it listens)."""
+        return self._metrics_file(name).read_text().strip()
+
     def _runner_process(
         self, name: str, store: Path, listen: str, env: Mapping[str, str] | None = None
     ) -> ManagedProcess:
@@ -196,7 +214,9 @@ class LocalDeployment:
             "--ledger", str(self.ledger),
             "--writable-slots", str(self.writable_slots),
             "--read-only-slots", str(self.read_only_slots),
+            "--name", name,  # on every line of its log (JSON: not a terminal)
             *self._runner_security_flags(name),
+            *self._metrics_flags(name),
         )  # fmt: skip
         return ManagedProcess(
             name,
@@ -287,6 +307,7 @@ class LocalDeployment:
                 else ["--plaintext", "--runner-secret-file", str(self.runner_secret_file)]
             ),
             "--migrate",
+            *self._metrics_flags(name),
             *runner_flags,
             *self.coordinator_args,
             *extra_args,

@@ -110,11 +110,16 @@ def run(args: argparse.Namespace) -> int:
         executor=args.executor,
         with_proxies=args.demo,
         tls=not args.plaintext,
+        metrics=True,  # issue 13: every service's /metrics on a loopback port, printed below
     )
     try:
         deployment.start()
         for process in deployment.processes():
             print(f"  {process.name:<12} pid {process.pid:<7} {process.address}", flush=True)
+        scheme = "https" if deployment.ca_file is not None else "http"
+        for name in ["coordinator", *(slot.name for slot in deployment.runners)]:
+            address = deployment.metrics_address(name)
+            print(f"  {name:<12} metrics {scheme}://{address}/metrics", flush=True)
         print(f"token for principal 'demo': {deployment.token}", flush=True)
         if deployment.ca_file is not None:
             print(f"TLS: the public API and every runner hop; CA {deployment.ca_file}", flush=True)

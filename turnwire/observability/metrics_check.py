@@ -12,10 +12,14 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from turnwire.observability.metrics_http import METRICS_PATH
+
+if TYPE_CHECKING:
+    from turnwire.deployment import LocalDeployment
 
 # Served by both services.
 COMMON_FAMILIES = ("turnwire_grpc_server_handling_seconds",)
@@ -96,3 +100,90 @@ def scrape(address: str, ca_file: Path | None = None, timeout: float = 10.0) -> 
     with urllib.request.urlopen(url, timeout=timeout, context=context) as reply:
         body: bytes = reply.read()
     return body.decode("utf-8")
+
+
+@dataclass(frozen=True)
+class ProcessMetrics:
+    """One process's scrape: every family it served, and the expected ones it did not."""
+
+    name: str
+    address: str
+    families: dict[str, FamilySummary]
+    missing: tuple[str, ...]
+    expected: int
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class MetricsReport:
+    processes: tuple[ProcessMetrics, ...]
+
+    @property
+    def missing(self) -> list[str]:
+        """``process: family`` for every expected family not served (or not scraped)."""
+        return [f"{p.name}: {family}" for p in self.processes for family in p.missing]
+
+    def render(self) -> str:
+        lines = ["metrics (each process's /metrics, scraped at the end of the run):"]
+        for process in self.processes:
+            found = process.expected - len(process.missing)
+            head = f"  {process.name:<12} {found:>2}/{process.expected} families"
+            if process.error:
+                lines.append(f"{head}  SCRAPE FAILED at {process.address}: {process.error}")
+                continue
+            lines.append(f"{head}  {_figures(process)}")
+        return "\n".join(lines)
+
+
+def _figures(process: ProcessMetrics) -> str:
+    """A few of the figures an operator looks at first, from the families' sums."""
+    fams = process.families
+
+    def total(name: str) -> int:
+        summary = fams.get(name)
+        return int(summary.total) if summary is not None else 0
+
+    if "turnwire_operations" in fams:
+        return (
+            f"attempts {total('turnwire_attempts')}, submit replays "
+            f"{total('turnwire_submit_replays')}, dispatch replays "
+            f"{total('turnwire_dispatch_replays')}, reconciled without resend "
+            f"{total('turnwire_reconciled_without_resend')}, unknown now "
+            f"{total('turnwire_operations_unknown')}, journal writes "
+            f"{total('turnwire_journal_commit_seconds')}"
+        )
+    return (
+        f"dispatches {total('turnwire_runner_dispatches')}, store commits "
+        f"{total('turnwire_store_commit_seconds')}, RPCs "
+        f"{total('turnwire_grpc_server_handling_seconds')}"
+    )
+
+
+def check_process(
+    name: str, address: str, expected: Sequence[str], ca_file: Path | None
+) -> ProcessMetrics:
+    """Scrape one process and compare with the families it must serve."""
+    try:
+        text = scrape(address, ca_file)
+    except Exception as exc:  # any failure to scrape is reported as such, never skipped
+        return ProcessMetrics(name, address, {}, tuple(expected), len(expected), str(exc))
+    families = summarize(text)
+    missing = tuple(family for family in expected if family not in families)
+    return ProcessMetrics(name, address, families, missing, len(expected))
+
+
+def scrape_deployment(deployment: LocalDeployment) -> MetricsReport:
+    """Scrape the coordinator and every runner of a deployment started with ``metrics``."""
+    targets: list[tuple[str, Sequence[str]]] = [("coordinator", COORDINATOR_FAMILIES)]
+    targets += [(slot.name, RUNNER_FAMILIES) for slot in deployment.runners]
+    processes = []
+    for name, expected in targets:
+        try:
+            address = deployment.metrics_address(name)
+        except OSError as exc:
+            processes.append(
+                ProcessMetrics(name, "?", {}, tuple(expected), len(expected), f"no address: {exc}")
+            )
+            continue
+        processes.append(check_process(name, address, expected, deployment.ca_file))
+    return MetricsReport(tuple(processes))
