@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import signal
 import sys
 from collections.abc import Sequence
@@ -38,6 +37,7 @@ from turnwire.faults.rules import (
     parse_rule,
     rule_from_json,
 )
+from turnwire.observability.logs import add_log_format_flag, configure_logging
 from turnwire.serving import AddressInUseError, announce
 from turnwire.transport_security import SecurityConfigError, tls_from_flags
 
@@ -96,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--tls-cert", help="mutual TLS on both hops: this proxy's certificate")
     proxy.add_argument("--tls-key", help="its private key (mode 600)")
     proxy.add_argument("--tls-ca", help="the CA both the callers' and the upstream's chain to")
+    add_log_format_flag(proxy, "TURNWIRE_LOG_FORMAT")
 
     rules = commands.add_parser("rules", help="list or change a running proxy's rules")
     actions = rules.add_subparsers(dest="rules_command", required=True, metavar="ACTION")
@@ -134,9 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _run_proxy(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
-    )
+    configure_logging("INFO", args.log_format)
     rules = [parse_rule(text) for text in args.rule]  # refuse a bad rule before listening
     tls = tls_from_flags(args.tls_cert, args.tls_key, args.tls_ca)
     proxy = await start_proxy(

@@ -13,6 +13,7 @@ import logging
 import grpc
 
 from turnwire.faults.rules import Action, Decision, operation_ids
+from turnwire.observability.logs import turn_extra
 
 LOGGER = logging.getLogger("turnwire.faults")
 
@@ -43,4 +44,6 @@ def log_fault(decision: Decision, method: str, request: bytes, outcome: str) -> 
         method,
         op,
         outcome,
+        # One turn's call: its line carries operation_id (docs/LOGS.md).
+        extra=turn_extra(ids[0]) if len(ids) == 1 else None,
     )
