@@ -48,6 +48,7 @@ from coordinator_svc.security_flags import (
 from coordinator_svc.tokens_cli import add_tokens_parser, run_tokens_add
 from turnwire import event_loop
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, MessageLimits, parse_byte_count
+from turnwire.observability import tracing
 from turnwire.observability.logs import add_log_format_flag, configure_logging
 
 PROG = "python -m coordinator_svc"
@@ -288,6 +289,7 @@ def _serve_behaviour_flags(serve: argparse.ArgumentParser) -> None:
         help="(env TURNWIRE_LOG_LEVEL; default INFO)",
     )
     add_log_format_flag(serve, "TURNWIRE_LOG_FORMAT")
+    tracing.add_endpoint_flag(serve, "TURNWIRE_OTEL_ENDPOINT")
 
 
 def _limits(text: str) -> PrincipalLimits:
@@ -477,6 +479,8 @@ def _serve(args: argparse.Namespace) -> int:
             migrate(config.journal_url)
         except Exception as exc:  # alembic and drivers raise many kinds; all mean "not migrated"
             return _fail(EXIT_FAILED, f"migration failed: {exc}")
+    if args.otel_endpoint:
+        tracing.start(tracing.COORDINATOR_SERVICE, args.otel_endpoint)
     try:
         return event_loop.run(_serve_until_signalled(config, args.shutdown_grace))
     except TokensFileError as exc:
@@ -485,6 +489,8 @@ def _serve(args: argparse.Namespace) -> int:
         return _fail(EXIT_FAILED, str(exc))
     except ValueError as exc:  # TURNWIRE_EVENT_LOOP names no loop we have
         return _fail(EXIT_USAGE, str(exc))
+    finally:
+        tracing.shutdown()  # the last spans go out before the process ends
 
 
 def _current_revision(url: str) -> str | None:

@@ -25,6 +25,7 @@ from runner_svc.retention_flags import add_retention_arguments, retention_from_a
 from runner_svc.storage.sqlite_store import StoreError
 from turnwire import event_loop
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, parse_byte_count
+from turnwire.observability import tracing
 from turnwire.observability.logs import LOG_LEVELS, add_log_format_flag, configure_logging
 from turnwire.observability.metrics_http import parse_metrics_listen
 from turnwire.serving import AddressInUseError, announce
@@ -127,6 +128,7 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     )
     _add_access_arguments(serve)
     add_retention_arguments(serve)
+    tracing.add_endpoint_flag(serve, _ENV + "OTEL_ENDPOINT")
     serve.add_argument(
         "--address-file", default=None, help="write the bound HOST:PORT to this file once listening"
     )
@@ -297,10 +299,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "migrate":
             return _migrate(args)
+        if args.otel_endpoint:
+            tracing.start(tracing.RUNNER_SERVICE, args.otel_endpoint)
         return event_loop.run(_serve(args))
     except (StoreError, ExecutorSweepError, AddressInUseError, ValueError) as exc:
         print(f"runner: {exc}", file=sys.stderr, flush=True)
         return 2
+    finally:
+        tracing.shutdown()  # the last spans go out before the process ends
 
 
 if __name__ == "__main__":

@@ -24,9 +24,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import assert_never
+from typing import Any, assert_never
 
 from runner_svc.core.admission import SlotPools
 from runner_svc.core.job_lifecycle import (
@@ -85,6 +85,7 @@ from runner_svc.storage.async_store import AsyncRunnerStore, QueuedWrite
 from runner_svc.storage.sqlite_store import StoreError
 from turnwire.crashpoints import crash_point
 from turnwire.errors import REASONS
+from turnwire.observability import tracing
 from turnwire.observability.logs import turn_context
 from turnwire.runner.v1 import runner_pb2
 
@@ -165,7 +166,7 @@ class JobRunner:
         job = Job(operation_id, kind, attempt, envelope, envelope_bytes, state)
         self.jobs[operation_id] = job
         with self._turn(job):  # the job's lines (and its tasks') name its turn
-            job.task = asyncio.create_task(self._run(job), name=f"job-{operation_id}")
+            job.task = asyncio.create_task(self._traced_run(job), name=f"job-{operation_id}")
         return job
 
     def _turn(self, job: Job) -> contextlib.AbstractContextManager[None]:
@@ -174,6 +175,17 @@ class JobRunner:
             attempt=job.attempt,
             incarnation=self.incarnation_id,
             principal=job.envelope.principal,
+        )
+
+    def _traced_run(self, job: Job) -> Coroutine[Any, Any, None]:
+        """The job's run inside a span of the turn's trace (launch, executor,
+        settlement) when tracing is on; the run itself when off (docs/TRACING.md)."""
+        return tracing.traced_execution(
+            self._run(job),
+            "turnwire.runner.execute",
+            job.envelope,
+            attempt=job.attempt,
+            incarnation_id=self.incarnation_id,
         )
 
     async def cancel(self, job: Job, row: OperationRow) -> None:
@@ -276,8 +288,15 @@ class JobRunner:
 
     async def _start_executor(self, job: Job) -> JobEvent:
         op = job.operation_id
+        traceparent, tracestate = tracing.executor_trace_context(job.envelope)
         request = ExecutionRequest(
-            op, self.incarnation_id, job.attempt, job.envelope, job.envelope_bytes
+            op,
+            self.incarnation_id,
+            job.attempt,
+            job.envelope,
+            job.envelope_bytes,
+            traceparent=traceparent,
+            tracestate=tracestate,
         )
         try:
             handle = await self.executor.start(request)
@@ -391,7 +410,8 @@ class JobRunner:
             started_at=command.started_at,
         )
         try:
-            await self.store.write(job.operation_id, change)
+            with tracing.span("turnwire.runner.settle", job.operation_id, state=decision.state):
+                await self.store.write(job.operation_id, change)
         except (StoreError, IllegalRowEvent) as exc:
             log.error(
                 "settlement of %s as %s NOT saved (incarnation %s): %s; slot held until restart",

@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc
 
+from turnwire.observability import tracing
 from turnwire.transport_security import (
     RunnerCredentials,
     TlsMaterial,
@@ -50,7 +51,8 @@ def runner_aio_channel(
 ) -> grpc.aio.Channel:
     """A grpc.aio channel to a runner. With ``attach_secret`` an interceptor adds the
     secret to every call; a hot path passes ``credentials.call_metadata`` itself."""
-    chain = list(interceptors)
+    # A span per call, its trace context in metadata, when tracing is on (issue 13).
+    chain = [*tracing.client_interceptors(), *interceptors]
     if attach_secret and credentials.secret is not None:
         chain = [*_aio_secret(credentials.call_metadata), *chain]
     if credentials.tls is not None:

@@ -63,6 +63,7 @@ from turnwire.common.v1 import errors_pb2
 from turnwire.coordinator.v1 import coordinator_pb2
 from turnwire.ids import new_operation_id, sha256_hex
 from turnwire.limits import MessageLimits
+from turnwire.observability import tracing
 from turnwire.runner.v1 import runner_pb2
 
 DEFAULT_LIMITS = MessageLimits()
@@ -208,8 +209,14 @@ def idempotency_key_digest(principal: str, key: str) -> str:
     return sha256_hex(principal.encode("utf-8") + b"\0" + key.encode("utf-8"))
 
 
-def build_envelope(valid: ValidTurn, operation_id: str, principal: str) -> bytes:
-    """The exact bytes every attempt will send (§1): built once, here."""
+def build_envelope(
+    valid: ValidTurn,
+    operation_id: str,
+    principal: str,
+    trace_context: runner_pb2.TraceContext | None = None,
+) -> bytes:
+    """The exact bytes every attempt will send (§1): built once, here. With the
+    submitting call's trace context, when it had one (docs/TRACING.md)."""
     turn = valid.turn
     envelope = runner_pb2.TurnEnvelope(
         operation_id=operation_id,
@@ -225,6 +232,8 @@ def build_envelope(valid: ValidTurn, operation_id: str, principal: str) -> bytes
         envelope.model.CopyFrom(turn.model)
     if turn.HasField("limits"):
         envelope.limits.CopyFrom(turn.limits)
+    if trace_context is not None:
+        envelope.trace_context.CopyFrom(trace_context)
     return envelope.SerializeToString(deterministic=True)
 
 
@@ -234,9 +243,10 @@ def new_operation(
     principal: str,
     operation_id: str,
     now: datetime,
+    trace_context: runner_pb2.TraceContext | None = None,
 ) -> tuple[OperationRecord, EventRecord]:
     """The QUEUED record and its first event (sequence 1), ready for journal.submit."""
-    envelope = build_envelope(valid, operation_id, principal)
+    envelope = build_envelope(valid, operation_id, principal, trace_context)
     record = OperationRecord(
         operation_id=operation_id,
         principal=principal,
@@ -277,8 +287,11 @@ async def accept(
     clock: Callable[[], datetime],
     default_max_attempts: int,
     limits: MessageLimits = DEFAULT_LIMITS,
+    trace_context: runner_pb2.TraceContext | None = None,
 ) -> Accepted:
-    """C1: validate, persist in one transaction, then wake the dispatcher."""
+    """C1: validate, persist in one transaction, then wake the dispatcher.
+    ``trace_context`` goes into the envelope (docs/TRACING.md); it never
+    decides whether the turn is accepted, nor whether it is a replay."""
     valid = validate(request, default_max_attempts, limits)
     if not dispatch.has_runner_for(valid.pool, valid.kind):
         raise ApiError(
@@ -288,7 +301,12 @@ async def accept(
             pool=valid.pool,
             kind=valid.kind.value,
         )
-    record, event = new_operation(request, valid, principal, new_operation_id(), clock())
+    operation_id, now = new_operation_id(), clock()
+    record, event = new_operation(request, valid, principal, operation_id, now, trace_context)
+    if trace_context is not None and len(record.envelope) > limits.max_envelope_bytes:
+        # Tracing never refuses a turn: one that fits without its trace context
+        # goes without it (docs/TRACING.md).
+        record, event = new_operation(request, valid, principal, operation_id, now)
     if len(record.envelope) > limits.max_envelope_bytes:
         # Its Dispatch could never reach a runner (turnwire.limits): refuse it now
         # rather than accept a turn that can only end unsent.
@@ -302,7 +320,8 @@ async def accept(
     if refusal is not None:
         return await _over_quota(journal, record, refusal)
     # The dispatcher may write the turn's first attempt with it (issue 10).
-    stored, replayed = await dispatch.store_accepted(record, event, journal.submit)
+    with tracing.span("turnwire.journal.submit", record.operation_id):
+        stored, replayed = await dispatch.store_accepted(record, event, journal.submit)
     if replayed:
         dispatch.quota_refund(principal)
         return Accepted(stored, True)

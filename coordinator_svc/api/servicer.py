@@ -48,6 +48,7 @@ from turnwire.common.v1 import errors_pb2
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from turnwire.guard import add_guarded_service
 from turnwire.limits import MessageLimits
+from turnwire.observability.tracing import submitted_trace_context
 
 _log = logging.getLogger(__name__)
 _R = errors_pb2.ErrorReason
@@ -214,17 +215,21 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
         self, request: coordinator_pb2.SubmitTurnRequest, context: Any
     ) -> coordinator_pb2.SubmitTurnResponse:
         async def body(principal: str) -> coordinator_pb2.SubmitTurnResponse:
-            accepted = await self._accept(request, principal)
+            accepted = await self._accept(request, principal, context)
             return coordinator_pb2.SubmitTurnResponse(
                 operation=self._proto(accepted.operation), replayed=accepted.replayed
             )
 
         return await self._guard(context, body, Scope.SUBMIT)
 
-    async def _accept(self, request: coordinator_pb2.SubmitTurnRequest, principal: str) -> Accepted:
+    async def _accept(
+        self, request: coordinator_pb2.SubmitTurnRequest, principal: str, context: Any
+    ) -> Accepted:
         return await accept(
             request,
             principal,
+            # The caller's trace goes on in the envelope (docs/TRACING.md).
+            trace_context=submitted_trace_context(context.invocation_metadata()),
             journal=self._journal,
             dispatch=self._dispatch,
             feed=self._feed,
@@ -316,7 +321,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
     ) -> AsyncIterator[coordinator_pb2.SubmitAndWatchResponse]:
         async def body(principal: str) -> AsyncIterator[coordinator_pb2.SubmitAndWatchResponse]:
             # Any refusal raises here, before a message: SubmitTurn's status, nothing stored.
-            accepted = await self._accept(request.submit, principal)
+            accepted = await self._accept(request.submit, principal, context)
             replayed = accepted.replayed
 
             def respond(

@@ -84,6 +84,7 @@ from coordinator_svc.dispatcher.ownership import Ownership
 from coordinator_svc.dispatcher.performing import CommandPerformer
 from coordinator_svc.dispatcher.recovery import bound_to, recover
 from coordinator_svc.dispatcher.replica import CANCEL_MARKED_STATES, ReplicaDuties
+from coordinator_svc.dispatcher.spans import commit_span
 from coordinator_svc.dispatcher.visibility import describe_wait, log_transition, note_record
 from coordinator_svc.dispatcher.waiting_room import WaitingRoom
 from coordinator_svc.dispatcher.watching import RunnerWatch
@@ -573,7 +574,8 @@ class Dispatcher:
                         log.debug("%s %s: %s", operation_id, record.state, decision.note)
                     return Step(record, decision)
                 try:
-                    stored = await self._journal.commit(decision.change)
+                    with commit_span(decision.change):
+                        stored = await self._journal.commit(decision.change)
                 except StaleVersion:
                     self.metrics.stale_versions += 1
                     continue

@@ -17,6 +17,7 @@ from coordinator_svc.core import commands as cmd
 from coordinator_svc.core.events import CancelFailed, Event, PreflightFailed, ReleaseDone
 from coordinator_svc.core.model import OperationRecord
 from coordinator_svc.dispatcher.calls import RunnerCalls
+from coordinator_svc.dispatcher.spans import command_span
 
 log = logging.getLogger("coordinator_svc.dispatcher")
 
@@ -36,6 +37,11 @@ class CommandPerformer:
         self._schedule_at = schedule_at
 
     async def perform(self, record: OperationRecord, command: cmd.Command) -> list[Event]:
+        # The runner call inside a span of the turn's trace (docs/TRACING.md).
+        with command_span(record, command):
+            return await self._perform(record, command)
+
+    async def _perform(self, record: OperationRecord, command: cmd.Command) -> list[Event]:
         op_id = record.operation_id
         runner = getattr(command, "runner", None)
         if runner is not None and not self._calls.configured(runner):

@@ -27,6 +27,12 @@ class ExecutionRequest:
     attempt: int
     envelope: runner_pb2.TurnEnvelope  # parsed from envelope_bytes
     envelope_bytes: bytes
+    # The W3C trace context the execution continues (docs/TRACING.md): the
+    # runner's span while it traces, else the envelope's as the caller gave
+    # it; empty when there is none. The subprocess executor sets TRACEPARENT
+    # and TRACESTATE from them.
+    traceparent: str = ""
+    tracestate: str = ""
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,9 @@ leader gets PR_SET_PDEATHSIG=SIGKILL, the runner's watchdog process SIGKILLs
 the group if the runner dies, and the handle's `process` (group id, leader
 start time, boot id) is recorded in the store at launch so the next
 incarnation ends whatever is left before it serves. The command's
-environment carries TURNWIRE_EXECUTOR=<incarnation_id>/<operation_id>.
+environment carries TURNWIRE_EXECUTOR=<incarnation_id>/<operation_id>, and
+TRACEPARENT (and TRACESTATE) when the turn has a trace context to continue
+(docs/TRACING.md).
 """
 
 from __future__ import annotations
@@ -90,6 +92,23 @@ def stdin_payload(request: ExecutionRequest) -> bytes:
     return json.dumps(document, separators=(",", ":")).encode()
 
 
+_TRACE_VARIABLES = ("TRACEPARENT", "TRACESTATE")
+
+
+def command_environment(request: ExecutionRequest, marker: str) -> dict[str, str]:
+    """The runner's environment plus the group marker and the turn's
+    TRACEPARENT / TRACESTATE (OpenTelemetry's environment carrier), so the
+    command continues the turn's trace (docs/TRACING.md). The runner's own
+    trace variables are never passed on: they would name another trace."""
+    env = {name: value for name, value in os.environ.items() if name not in _TRACE_VARIABLES}
+    carried = (request.traceparent, request.tracestate)
+    for name, value in zip(_TRACE_VARIABLES, carried, strict=True):
+        if value:
+            env[name] = value
+    env[groups.MARKER_VARIABLE] = marker
+    return env
+
+
 class SubprocessExecutor:
     """Runs a shell command per execution (see the module docstring)."""
 
@@ -119,7 +138,7 @@ class SubprocessExecutor:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
-                env={**os.environ, groups.MARKER_VARIABLE: marker},
+                env=command_environment(request, marker),
                 preexec_fn=groups.death_signal_preexec(),
             )
         except (OSError, subprocess.SubprocessError) as error:

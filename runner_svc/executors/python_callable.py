@@ -17,6 +17,11 @@ type and text as the message.
 cancels that task (the outcome is CANCELLED unless the function swallows the
 cancellation and returns a result, which is then reported as it is).
 
+The request carries the turn's W3C trace context (``request.traceparent``,
+``request.tracestate``), and the function runs in the runner's context: with
+tracing on, OpenTelemetry's current span is the turn's execution span, so a
+span the function starts continues the turn's trace (docs/TRACING.md).
+
 Plain functions run in a dedicated thread so they cannot stall the loop.
 Python cannot interrupt a thread: cancel is recorded but the function runs
 on, and `wait()` settles only when it returns (so the runner frees the slot
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import importlib
 import inspect
 import threading
@@ -108,10 +114,13 @@ class CallableExecutor:
     async def _call_in_thread(self, request: ExecutionRequest, name: str) -> ExecutionOutcome:
         loop = asyncio.get_running_loop()
         settled: asyncio.Future[ExecutionOutcome] = loop.create_future()
+        # The caller's context goes with it (a thread starts with none), so the
+        # function's OpenTelemetry current span is the turn's (docs/TRACING.md).
+        context = contextvars.copy_context()
 
         def run() -> None:
             try:
-                outcome = outcome_from_return(self.function(request))
+                outcome = outcome_from_return(context.run(self.function, request))
             except BaseException as error:  # whatever it raises is the turn's failure
                 outcome = failed(EXECUTOR_FAILED, describe_exception(error))
             _deliver(loop, settled, outcome)

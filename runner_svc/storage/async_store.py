@@ -36,6 +36,7 @@ from runner_svc.core.model import OperationRow
 from runner_svc.core.transitions import RowEvent
 from runner_svc.storage.sqlite_store import SqliteRunnerStore
 from runner_svc.storage.write_batch import Outcome
+from turnwire.observability import tracing
 
 _T = TypeVar("_T")
 
@@ -191,7 +192,10 @@ class AsyncRunnerStore:
         return await self._call(self.store.changes_after, sequence, limit)
 
     async def write(self, operation_id: str, change: RowEvent) -> OperationRow:
-        row = await self.queue_write(operation_id, change).landed
+        # A span in the turn's trace when tracing is on (docs/TRACING.md).
+        change_name = type(change).__name__
+        with tracing.span("turnwire.runner.store_write", operation_id, change=change_name):
+            row = await self.queue_write(operation_id, change).landed
         assert row is not None  # never withdrawn: nobody else holds it
         return row
 
