@@ -57,7 +57,7 @@ async def _run_to_end(stub: Any, key: str, token: str) -> coordinator_pb2.Operat
         coordinator_pb2.SubmitAndWatchRequest(submit=submit_request(key), terminal_only=True),
         metadata=bearer(token),
     )
-    last = None
+    last: coordinator_pb2.Operation | None = None
     async with asyncio.timeout(STREAM_TIMEOUT):
         async for message in call:
             last = message.operation

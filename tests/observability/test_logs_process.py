@@ -45,7 +45,8 @@ def _read_until(fd: int, needle: bytes, timeout: float) -> bytes:
     while needle not in seen:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise AssertionError(f"{needle!r} never appeared; saw:\n{seen.decode(errors='replace')}")
+            shown = seen.decode(errors="replace")
+            raise AssertionError(f"{needle!r} never appeared; saw:\n{shown}")
         ready, _, _ = select.select([fd], [], [], left)
         if ready:
             try:
