@@ -27,9 +27,14 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
 import grpc
 
+from coordinator_svc.api.admin_drains import follow_drains, load_drains
+from coordinator_svc.api.admin_servicer import SERVICE_NAME as ADMIN_SERVICE_NAME
+from coordinator_svc.api.admin_servicer import AdminServicer, OperatorJournal, annotate
+from coordinator_svc.api.admin_servicer import add_to_server as add_admin_to_server
 from coordinator_svc.api.auth import RELOAD_POLL_SECONDS, Authenticator
 from coordinator_svc.api.call_limits import CallLimits
 from coordinator_svc.api.servicer import SERVICE_NAME, TurnServicer, add_to_server, utc_now
@@ -40,13 +45,14 @@ from coordinator_svc.dispatcher import Dispatcher
 from coordinator_svc.dispatcher.ownership import Ownership, ReplicaSettings
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.metrics import CoordinatorMetrics
-from coordinator_svc.ports import Journal, LeasingJournal
+from coordinator_svc.ports import AdminJournal, Journal, LeasingJournal
 from coordinator_svc.replica_flags import default_replica_id
 from coordinator_svc.storage import open_journal
 from coordinator_svc.storage.cached import CachedJournal
 from coordinator_svc.storage.journal_lock import JournalLock, lock_journal
 from coordinator_svc.storage.notifications import ChangeListener
 from coordinator_svc.storage.retention import JournalRetentionTask
+from turnwire.coordinator.v1.coordinator_pb2 import Operation
 from turnwire.observability.metrics_http import (
     MetricsEndpoint,
     check_metrics_listen,
@@ -83,6 +89,8 @@ class RunningCoordinator:
     journal_lock: JournalLock | None = None
     listener: ChangeListener | None = None
     retention: JournalRetentionTask | None = None  # §9 K1, the scheduled pruning
+    admin: AdminServicer | None = None  # AdminService (§10), when the journal keeps its records
+    drain_follower: asyncio.Task[None] | None = None  # a replica re-reads drains (§10 V8)
     metrics: MetricsEndpoint | None = None  # issue 13, --metrics-listen
     instruments: CoordinatorMetrics | None = None  # what /metrics serves
     console: RunningConsole | None = None  # issue 13, --console-listen
@@ -102,6 +110,8 @@ class RunningCoordinator:
         self._stopped = True
         if self._token_follower is not None:
             self._token_follower.cancel()
+        if self.drain_follower is not None:
+            self.drain_follower.cancel()
         if self.metrics is not None:  # first: a scrape never reads a stopping process
             await asyncio.to_thread(self.metrics.stop)
         if self.instruments is not None:
@@ -256,13 +266,25 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
         runner_credentials=config.runner_credentials,
         ownership=ownership,
     )
+    # Drains first (§10 V8): recovery and the first grants already honour them.
+    operator_journal = shared if isinstance(shared, AdminJournal) else None
+    if operator_journal is not None:
+        await load_drains(operator_journal, dispatcher)
     await dispatcher.start()
     # A replica on PostgreSQL hears the others' commits (0005's NOTIFY), so its
     # API may read through the cache like a lone coordinator's: a notification
     # drops an older copy; a watch whose poll ran out reads the journal itself.
     # Without notifications (a replica on the fake journal) it reads the journal.
     listening = ownership is not None and getattr(shared, "backend_name", "") == "postgresql"
+    # The public API's journal (below); it keeps the operator's records when the
+    # journal under it does (checked above), and then AdminService is served too.
+    api_journal = journal if ownership is None or listening else shared
+
+    async def notes(operations: Sequence[Operation]) -> None:
+        await annotate(cast(AdminJournal, api_journal), operations)
+
     servicer = TurnServicer(
+        notes=notes if operator_journal is not None else None,
         journal=journal if ownership is None or listening else shared,
         reread_on_poll=(lambda op_id: journal.forget([op_id])) if listening else None,
         dispatch=dispatcher,
@@ -274,11 +296,23 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
         call_limits=CallLimits(config.call_limits),
         watch_poll_seconds=config.watch_poll_seconds,
     )
+    admin = (
+        AdminServicer(
+            journal=cast(OperatorJournal, api_journal),
+            dispatch=dispatcher,
+            feed=feed,
+            authenticator=wiring.authenticator,
+            call_limits=servicer.call_limits,
+            clock=wiring.clock,
+        )
+        if operator_journal is not None
+        else None
+    )
     try:
         server = await start_server(
             config.listen,
-            lambda s: add_to_server(servicer, s),
-            [SERVICE_NAME],
+            lambda s: _add_services(s, servicer, admin),
+            [SERVICE_NAME] + ([ADMIN_SERVICE_NAME] if admin is not None else []),
             interceptors=wiring.server_interceptors,
             # SubmitTurn answers a turn too big for a runner's Dispatch with a typed
             # TURN_INVALID (acceptance); gRPC's own limit sits a little above so that
@@ -314,9 +348,21 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
             config.journal_url, changed, journal.clear, asyncio.get_running_loop()
         )
         running.listener.start()
+    running.admin = admin
+    if operator_journal is not None and ownership is not None:
+        running.drain_follower = asyncio.create_task(follow_drains(operator_journal, dispatcher))
     if config.tokens_reload_seconds > 0:
         running.follow_tokens_file(config.tokens_reload_seconds)
     return running
+
+
+def _add_services(
+    server: grpc.aio.Server, servicer: TurnServicer, admin: AdminServicer | None
+) -> None:
+    """TurnService, and AdminService beside it on the same port (§10)."""
+    add_to_server(servicer, server)
+    if admin is not None:
+        add_admin_to_server(admin, server)
 
 
 def pending_calls(config: CoordinatorConfig) -> int:

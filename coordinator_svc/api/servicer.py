@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 import grpc
 
 from coordinator_svc.api.acceptance import DEFAULT_LIMITS, Accepted, accept
+from coordinator_svc.api.admin_convert import NOTED_EXECUTIONS
 from coordinator_svc.api.auth import Authenticator, Scope
 from coordinator_svc.api.call_limits import CallLimits
 from coordinator_svc.api.control import DispatchControl
@@ -99,6 +100,12 @@ def _page_size(requested: int) -> int:
     return DEFAULT_PAGE_SIZE if requested == 0 else min(requested, MAX_PAGE_SIZE)
 
 
+def _may_have_notes(record: OperationRecord) -> bool:
+    """Only a terminal operation whose execution is UNKNOWN or NOT_STARTED can have a
+    verdict or have been requeued (§10 V2, V5): no journal read for the others."""
+    return record.state.terminal and record.execution in NOTED_EXECUTIONS
+
+
 def _acceptance_or_terminal(event: EventRecord) -> bool:
     """What SubmitAndWatch sends with terminal_only: the operation's first event
     (QUEUED, sequence 1: the acceptance) and its terminal one."""
@@ -144,11 +151,15 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
         limits: MessageLimits = DEFAULT_LIMITS,
         call_limits: CallLimits | None = None,
         reread_on_poll: Callable[[str], None] | None = None,
+        notes: Callable[[Sequence[coordinator_pb2.Operation]], Awaitable[None]] | None = None,
     ) -> None:
         """``reread_on_poll``: called with the operation when a watch's poll ran out
         with nothing heard, before it reads again (a replica's cache forgets the
         row, so a change whose notification was lost is read from the journal)."""
         self._reread_on_poll = reread_on_poll
+        # Shows operator verdicts and requeue links (AdminService, §10) on the
+        # Operations a read returns; None: a journal without operator records.
+        self._notes = notes
         self._limits = limits
         # Issue 11: calls open at once, per principal and streams server-wide.
         self.call_limits = call_limits or CallLimits()
@@ -203,6 +214,14 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
     def _proto(self, record: OperationRecord) -> coordinator_pb2.Operation:
         return operation_to_proto(record, self._dispatch.waiting_for(record))
 
+    async def _noted(
+        self, operations: Sequence[coordinator_pb2.Operation]
+    ) -> Sequence[coordinator_pb2.Operation]:
+        """``operations`` with their verdicts and requeue links filled in (§10)."""
+        if self._notes is not None:
+            await self._notes(operations)
+        return operations
+
     async def _owned(self, principal: str, operation_id: str) -> OperationRecord:
         _check_operation_id(operation_id)
         record = await self._journal.get_for_principal(principal, operation_id)
@@ -244,7 +263,8 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
     ) -> coordinator_pb2.GetOperationResponse:
         async def body(principal: str) -> coordinator_pb2.GetOperationResponse:
             record = await self._owned(principal, request.operation_id)
-            return coordinator_pb2.GetOperationResponse(operation=self._proto(record))
+            (operation,) = await self._noted([self._proto(record)])
+            return coordinator_pb2.GetOperationResponse(operation=operation)
 
         return await self._guard(context, body, Scope.READ)
 
@@ -264,7 +284,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
             records = await self._journal.list_for_principal(principal, states, size + 1, after)
             page = records[:size]
             response = coordinator_pb2.ListOperationsResponse(
-                operations=[self._proto(r) for r in page]
+                operations=await self._noted([self._proto(r) for r in page])
             )
             if len(records) > size:
                 last = page[-1]
@@ -281,7 +301,8 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
     ) -> coordinator_pb2.CancelOperationResponse:
         async def body(principal: str) -> coordinator_pb2.CancelOperationResponse:
             record = await self._cancel(principal, request.operation_id)
-            return coordinator_pb2.CancelOperationResponse(operation=self._proto(record))
+            (operation,) = await self._noted([self._proto(record)])
+            return coordinator_pb2.CancelOperationResponse(operation=operation)
 
         return await self._guard(context, body, Scope.CANCEL)
 
@@ -309,7 +330,10 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
         async def body(principal: str) -> AsyncIterator[coordinator_pb2.WatchOperationResponse]:
             record = await self._owned(principal, request.operation_id)
             respond = coordinator_pb2.WatchOperationResponse
-            async for response in self._watch(record.operation_id, request.after_sequence, respond):
+            # Any operation may be a requeued one (requeued_from): every message is noted.
+            async for response in self._watch(
+                record.operation_id, request.after_sequence, respond, noted=lambda r: True
+            ):
                 yield response
 
         async for response in self._guard_stream(context, body, Scope.READ):
@@ -339,7 +363,11 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
                 yield respond(event=event_to_proto(first), operation=self._proto(record))
                 cursor = first.sequence
             keep = _acceptance_or_terminal if request.terminal_only else None
-            async for response in self._watch(record.operation_id, cursor, respond, keep):
+            # A submitted turn is never a requeued one (a requeue's key is no client's):
+            # only its end can carry a verdict or a requeue link.
+            async for response in self._watch(
+                record.operation_id, cursor, respond, keep, noted=_may_have_notes
+            ):
                 yield response
 
         async for response in self._guard_stream(context, body, Scope.SUBMIT, Scope.READ):
@@ -351,6 +379,8 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
         after_sequence: int,
         respond: _Respond[_T],
         keep: Callable[[EventRecord], bool] | None = None,
+        *,
+        noted: Callable[[OperationRecord], bool] = lambda record: False,
     ) -> AsyncIterator[_T]:
         """The events after ``after_sequence``, each as ``respond(event=, operation=)``,
         until the terminal one; UNAVAILABLE / SHUTTING_DOWN when the server closes.
@@ -369,6 +399,8 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
                     sent = events if keep is None else [e for e in events if keep(e)]
                     if sent:
                         operation = self._proto(record)
+                        if noted(record):
+                            await self._noted([operation])
                         for event in sent:
                             yield respond(event=event_to_proto(event), operation=operation)
                             if event.to_state.terminal:

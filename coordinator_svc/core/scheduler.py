@@ -77,6 +77,8 @@ class Scheduler:
         self._queues: dict[SlotClass, FairQueue] = {}
         self._class_of: dict[str, SlotClass] = {}
         self._unreachable: frozenset[str] = frozenset()
+        # Drained by an operator (PROTOCOL §10 V8): no grants until undrained.
+        self._drained: frozenset[str] = frozenset()
 
     # --- what the runners have ---
 
@@ -107,10 +109,12 @@ class Scheduler:
         reported = self._reported.get(runner, {}).get(kind, 0)
         return max(self._in_use[(runner, kind)], reported)
 
-    def avoid(self, unreachable: Collection[str]) -> None:
+    def avoid(self, unreachable: Collection[str], drained: Collection[str] = ()) -> None:
         """Runners that stopped answering get no grants until they answer again
-        (their turns wait, saying so, instead of preflighting into silence)."""
-        self._unreachable = frozenset(unreachable)
+        (their turns wait, saying so, instead of preflighting into silence);
+        drained ones (§10 V8) none until an operator undrains them."""
+        self._unreachable = frozenset(unreachable) | frozenset(drained)
+        self._drained = frozenset(drained)
 
     # --- the ledger ---
 
@@ -256,7 +260,8 @@ class Scheduler:
         used = sum(self.in_use(r, kind) for r in serving)
         total = sum(self.size(r, kind) for r in serving)
         ahead = queue.ahead_of(operation_id) or 0
+        drained = sorted(r for r in serving if r in self._drained)
         return (
             f"waiting for a free {kind.value} slot in pool {pool}: {used} of {total} in use "
             f"on {len(serving)} runner(s); {ahead} waiting turn(s) go first"
-        )
+        ) + (f"; drained by an operator: {', '.join(drained)}" if drained else "")

@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -84,6 +84,7 @@ from coordinator_svc.dispatcher.ownership import Ownership
 from coordinator_svc.dispatcher.performing import CommandPerformer
 from coordinator_svc.dispatcher.recovery import bound_to, recover
 from coordinator_svc.dispatcher.replica import CANCEL_MARKED_STATES, ReplicaDuties
+from coordinator_svc.dispatcher.runner_states import RunnerState, runner_states
 from coordinator_svc.dispatcher.spans import commit_span
 from coordinator_svc.dispatcher.visibility import describe_wait, log_transition, note_record
 from coordinator_svc.dispatcher.waiting_room import WaitingRoom
@@ -200,6 +201,8 @@ class Dispatcher:
             journal, clock, timings.idle_poll, skip=self._looked_after, tick=self._due
         )
         self._replica = ReplicaDuties(self) if ownership is not None else None
+        # Runners an operator drained (§10 V8): no new turns; set by set_drained.
+        self.drained: frozenset[str] = frozenset()
         self._running = False
 
     # --- the API the service uses (coordinator_svc.api.control.DispatchControl) ---
@@ -449,7 +452,33 @@ class Dispatcher:
 
     def _avoid_unreachable(self) -> None:
         trouble = self._calls.trouble
-        self.room.scheduler.avoid({r for r, n in trouble.items() if n >= UNREACHABLE_AFTER})
+        unreachable = {r for r, n in trouble.items() if n >= UNREACHABLE_AFTER}
+        self.room.scheduler.avoid(unreachable, self.drained)
+
+    def set_drained(self, runners: Collection[str]) -> None:
+        """The runners drained now (§10 V8, from the journal): no grant and no first
+        attempt goes to them; turns bound there go on. Undraining routes at once."""
+        drained = frozenset(runners)
+        if drained != self.drained:
+            self.drained = drained
+            self._pump()
+
+    def runner_states(self) -> list[RunnerState]:
+        """Every configured runner as this coordinator sees it (ListRunners)."""
+        identities = {}
+        for watch in self._watches:
+            known = watch.identity
+            identities[watch.runner] = (
+                None if known is None else (known.incarnation_id, known.store_id)
+            )
+        return runner_states(
+            self._runners,
+            self.room.scheduler,
+            identities,
+            self._calls.trouble,
+            self._watches,
+            self.drained,
+        )
 
     async def _drive_grant(self, grant: Grant) -> None:
         tick = Tick(

@@ -1,0 +1,79 @@
+"""Every configured runner as this coordinator sees it now (AdminService.ListRunners).
+
+Read from what the dispatcher already keeps, nothing asked of the runner: its
+identity from the live watch stream (``watching``: unset while the stream is
+down), its slot sizes from GetRunnerInfo, the slots in use from the
+scheduler's ledger, and whether it answers from the failed-call streak and
+the watch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from coordinator_svc.config import RunnerEndpoint
+from coordinator_svc.core.model import TurnKind
+from coordinator_svc.core.scheduler import Scheduler
+from coordinator_svc.dispatcher.visibility import WatchState, runner_down
+
+
+@dataclass(frozen=True)
+class RunnerState:
+    name: str
+    address: str
+    pool: str
+    incarnation_id: str
+    store_id: str
+    writable_slots: int
+    read_only_slots: int
+    writable_in_use: int
+    read_only_in_use: int
+    answering: bool
+    health: str
+    drained: bool
+
+
+def runner_states(
+    runners: Sequence[RunnerEndpoint],
+    scheduler: Scheduler,
+    identities: Mapping[str, tuple[str, str] | None],
+    trouble: Mapping[str, int],
+    watches: Sequence[WatchState],
+    drained: Collection[str],
+) -> list[RunnerState]:
+    """``identities``: runner -> (incarnation, store id) while its watch is live."""
+    states = []
+    for runner in sorted(runners, key=lambda r: r.name):
+        identity = identities.get(runner.name)
+        down = runner_down(runner.name, trouble.get(runner.name, 0), watches)
+        answering = identity is not None and not down
+        if answering:
+            health = "answering"
+        elif down:
+            health = down
+        else:
+            health = f"runner {runner.name}: no live watch stream yet (identity unknown)"
+        states.append(
+            RunnerState(
+                name=runner.name,
+                address=runner.address,
+                pool=runner.pool,
+                incarnation_id=identity[0] if identity else "",
+                store_id=identity[1] if identity else "",
+                writable_slots=_size(scheduler, runner, TurnKind.WRITABLE),
+                read_only_slots=_size(scheduler, runner, TurnKind.READ_ONLY),
+                writable_in_use=scheduler.in_use(runner.name, TurnKind.WRITABLE),
+                read_only_in_use=scheduler.in_use(runner.name, TurnKind.READ_ONLY),
+                answering=answering,
+                health=health,
+                drained=runner.name in drained,
+            )
+        )
+    return states
+
+
+def _size(scheduler: Scheduler, runner: RunnerEndpoint, kind: TurnKind) -> int:
+    """The runner's slots of ``kind`` as GetRunnerInfo said; 0 while unknown."""
+    known = scheduler.known(runner.name) and kind in runner.kinds
+    return scheduler.size(runner.name, kind) if known else 0
