@@ -24,11 +24,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator_svc.api.auth import add_token
 from coordinator_svc.app import start_coordinator
-from coordinator_svc.config import CoordinatorConfig, RunnerEndpoint
+from coordinator_svc.config import CoordinatorConfig, DispatchTimings, RunnerEndpoint
 from coordinator_svc.storage import migrate
 from runner_svc.app import RunnerConfig, start_runner
 from tests.coordinator.api.harness import bearer, submit_request
 from tests.support import runner_access
+from tests.support.fault_interceptor import DROP_RESPONSE, Fault, FaultInterceptor
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from turnwire.observability.metrics_check import (
@@ -40,6 +41,14 @@ from turnwire.observability.metrics_check import (
 pytestmark = pytest.mark.timeout(60)
 
 STREAM_TIMEOUT = 20.0
+# What an unreachable runner answers nothing to (the watch included).
+UNREACHABLE = (
+    "GetOperationStatus",
+    "BatchGetOperationStatus",
+    "WatchOperations",
+    "GetRunnerInfo",
+    "Cancel",
+)
 TURNS = 3
 WRITABLE_SLOTS = 2
 
@@ -233,3 +242,72 @@ def test_runner_figures_match_the_run(scrapes: Scrapes) -> None:
         == TURNS
     )
     assert _value(s, "turnwire_runner_refused_callers_total") == 0
+
+
+def _ambiguous_run(tmp_path: Path) -> tuple[str, coordinator_pb2.Operation]:
+    """One turn whose Dispatch reply is lost, after which the runner answers nothing:
+    the coordinator cannot know whether it ran and, past the reconcile deadline, ends
+    it with execution UNKNOWN (C8). Returns the coordinator's scrape and the turn."""
+    faults = FaultInterceptor()
+    faults.faults.append(
+        Fault("Dispatch", DROP_RESPONSE, on_fire=lambda: faults.block(*UNREACHABLE))
+    )
+
+    async def scenario() -> tuple[str, coordinator_pb2.Operation]:
+        runner = await start_runner(
+            RunnerConfig(store_path=tmp_path / "runner.db", access=runner_access.ACCESS)
+        )
+        try:
+            journal_url = f"sqlite:///{tmp_path / 'journal.db'}"
+            migrate(journal_url)
+            tokens = tmp_path / "tokens"
+            alice = add_token(tokens, "alice")
+            coordinator = await start_coordinator(
+                CoordinatorConfig(
+                    listen="127.0.0.1:0",
+                    journal_url=journal_url,
+                    runners=(RunnerEndpoint(name="r1", address=runner.address),),
+                    tokens_file=str(tokens),
+                    runner_credentials=runner_access.CREDENTIALS,
+                    timings=DispatchTimings(
+                        preflight_timeout=0.3,
+                        backoff_initial=0.05,
+                        backoff_max=0.2,
+                        idle_poll=0.1,
+                        reconcile_deadline=1.0,
+                    ),
+                    metrics_listen="127.0.0.1:0",
+                ),
+                interceptors=faults.all(),
+            )
+            try:
+                assert coordinator.metrics is not None
+                async with grpc.aio.insecure_channel(coordinator.address) as channel:
+                    stub: Any = coordinator_pb2_grpc.TurnServiceStub(channel)
+                    ended = await _run_to_end(stub, "metrics-unknown", alice)
+                text = await asyncio.to_thread(_get, coordinator.metrics.url)
+            finally:
+                await coordinator.stop(grace=0.5)
+        finally:
+            await runner.stop(drain=False)
+        return text, ended
+
+    return asyncio.run(scenario())
+
+
+def test_an_unknown_execution_is_counted_by_its_reason(tmp_path: Path) -> None:
+    text, ended = _ambiguous_run(tmp_path)
+    assert ended.execution == turn_pb2.EXECUTION_UNKNOWN
+    state = coordinator_pb2.OperationState.Name(ended.state).removeprefix("OPERATION_STATE_")
+    s = _samples(text)
+    unknown = {
+        dict(labels)["reason"]: value
+        for (name, labels), value in s.items()
+        if name == "turnwire_operations_unknown"
+    }
+    assert unknown == {ended.error.reason: 1}
+    assert _value(s, "turnwire_operations_unknown", state=state, reason=ended.error.reason) == 1
+    assert _value(s, "turnwire_operations", state=state, execution="UNKNOWN") == 1
+    assert _value(s, "turnwire_operations_finished_total", state=state, execution="UNKNOWN") == 1
+    assert _value(s, "turnwire_dispatch_unknown_total") == 1
+    assert _value(s, "turnwire_reconciled_without_resend_total") == 0
