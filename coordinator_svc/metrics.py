@@ -314,9 +314,11 @@ class CoordinatorState(Collector):
             "Operations in the journal by state and execution (every pair, zeros included).",
             labels=["state", "execution"],
         )
-        totals: dict[tuple[str, str], int] = {
-            (s.value, e.value): 0 for s in OpState for e in Execution
-        }
+        # Zeros only for a journal that was read: an unreadable one shows no figures
+        # at all (turnwire_journal_readable 0), never a false "nothing there".
+        totals: dict[tuple[str, str], int] = (
+            {(s.value, e.value): 0 for s in OpState for e in Execution} if readable else {}
+        )
         unknown: dict[tuple[str, str], int] = {}
         for row in rows:
             totals[(row.state, row.execution)] = (

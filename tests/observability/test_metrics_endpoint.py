@@ -10,9 +10,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client import Counter
+from prometheus_client import Counter, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator_svc.__main__ import main as coordinator_main
+from coordinator_svc.core.model import Execution, OpState
+from coordinator_svc.metrics import CoordinatorState, JournalCounts
+from coordinator_svc.storage import migrate
 from runner_svc.__main__ import main as runner_main
 from tests.support import runner_access
 from turnwire.certs import CA_CERT, issue_deployment
@@ -112,3 +116,39 @@ def test_a_taken_metrics_port_is_an_error_not_a_shared_port(tmp_path: Path) -> N
         assert not isinstance(taken.value, SecurityConfigError)
     finally:
         first.stop()
+
+
+def _journal_scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """The journal families as a scrape shows them, through the coordinator's collector."""
+    registry = new_registry()
+    state = CoordinatorState(JournalCounts(url), ())
+    registry.register(state)
+    try:
+        text = generate_latest(registry).decode()
+    finally:
+        state.close()
+    found: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return found
+
+
+def test_an_unreadable_journal_shows_no_counts_rather_than_zeros(tmp_path: Path) -> None:
+    """A journal the scrape cannot count (here: never migrated) is reported as
+    unreadable, and the operation families carry no figure instead of false zeros."""
+    found = _journal_scrape(f"sqlite:///{tmp_path / 'not-migrated.db'}")
+    assert found["turnwire_journal_readable"] == [({}, 0.0)]
+    assert found["turnwire_journal_read_failures_total"] == [({}, 1.0)]
+    assert "turnwire_operations" not in found
+    assert "turnwire_operations_unknown" not in found
+
+
+@pytest.mark.postgres
+def test_operations_are_counted_on_a_postgresql_journal(postgres_url: str) -> None:
+    migrate(postgres_url)
+    found = _journal_scrape(postgres_url)
+    assert found["turnwire_journal_readable"] == [({}, 1.0)]
+    # Every (state, execution) pair, each zero in an empty journal.
+    assert len(found["turnwire_operations"]) == len(OpState) * len(Execution)
+    assert {value for _, value in found["turnwire_operations"]} == {0.0}
