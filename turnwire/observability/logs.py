@@ -128,6 +128,13 @@ def note_turn(
     turn = _current.get()
     if turn is None or turn.operation_id != operation_id:
         return
+    if (attempt, runner, incarnation, principal) == (
+        turn.attempt,
+        turn.runner,
+        turn.incarnation,
+        turn.principal,
+    ):
+        return  # the usual case on a step: nothing new
     refined = Turn(
         operation_id,
         _known(attempt) or turn.attempt,
@@ -186,6 +193,7 @@ _STANDARD: Final = frozenset(
     vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys()
     | {"message", "asctime", "taskName"}
 )
+_NOT_EXTRA: Final = _STANDARD | frozenset(TURN_FIELDS)
 
 
 def _iso_utc(created: float, _cache: dict[int, str] = {}) -> str:  # noqa: B006 - a cache
@@ -205,9 +213,14 @@ def _fields(record: logging.LogRecord) -> Iterator[tuple[str, Any]]:
         value = attrs.get(name)
         if value is not None:
             yield name, value
-    for name, value in attrs.items():
-        if name not in _STANDARD and name not in TURN_FIELDS and not name.startswith("_"):
-            yield name, value
+    extras = attrs.keys() - _NOT_EXTRA  # one set difference, usually empty
+    for name in sorted(extras):
+        if not name.startswith("_"):
+            yield name, attrs[name]
+
+
+# One encoder for every line: json.dumps with options builds a new one per call.
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, default=str)
 
 
 class JsonFormatter(logging.Formatter):
@@ -230,7 +243,7 @@ class JsonFormatter(logging.Formatter):
             line["exc"] = record.exc_text
         if record.stack_info:
             line["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(line, ensure_ascii=False, default=str)
+        return _ENCODER.encode(line)
 
 
 def _text_value(value: Any) -> str:
