@@ -144,6 +144,9 @@ def _live_run(tmp_path: Path) -> Scrapes:
                         metadata=bearer(bob),
                     )
                     assert waiting.operation.state == coordinator_pb2.OPERATION_STATE_QUEUED
+                    with pytest.raises(grpc.aio.AioRpcError) as refused:
+                        await stub.SubmitTurn(submit_request("x"), metadata=bearer("wrong"))
+                    assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
                 await _until_released(runner)
                 coordinator_text, runner_text, not_found = await asyncio.gather(
                     asyncio.to_thread(_get, coordinator.metrics.url),
@@ -217,6 +220,14 @@ def test_coordinator_figures_match_the_run(scrapes: Scrapes) -> None:
     assert (
         _value(s, "turnwire_grpc_server_handling_seconds_count", grpc_method="SubmitTurn", **api)
         == 2
+    )
+    # A refused call is timed under its own code.
+    refused = {**api, "grpc_code": "UNAUTHENTICATED"}
+    assert (
+        _value(
+            s, "turnwire_grpc_server_handling_seconds_count", grpc_method="SubmitTurn", **refused
+        )
+        == 1
     )
     runner_api = {"grpc_service": "turnwire.runner.v1.RunnerService", "grpc_code": "OK"}
     dispatches = _value(
