@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -166,3 +167,57 @@ def test_the_flag_sets_the_console_address() -> None:
     assert config_from_args(args).console_listen is None
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--console-listen", "nowhere"])
+
+
+def test_a_taken_port_is_refused_with_the_address(stack: ConsoleStack) -> None:
+    """A second console on a port already serving one: AddressInUseError naming it,
+    and nothing left listening or half-open."""
+    from coordinator_svc.api.auth import Authenticator
+    from coordinator_svc.console import start_console
+    from turnwire.serving import AddressInUseError
+
+    with pytest.raises(
+        AddressInUseError, match=f"cannot serve the console on {stack.console_address}"
+    ):
+        start_console(stack.console_address, stack.address, Authenticator())
+    assert stack.api("GET", "/api/session")[0] == 200  # the first one still serves
+
+
+def test_with_tls_material_the_console_serves_https(tmp_path: Path) -> None:
+    """--tls-*: HTTPS with the coordinator's certificate, on any address (here loopback);
+    a client trusting the deployment CA gets the page and the API, plain HTTP gets nothing."""
+    import hashlib
+    import http.client
+    import json
+    import ssl
+
+    from coordinator_svc.api.auth import Authenticator, Scope, TokenEntry
+    from coordinator_svc.console import start_console
+    from turnwire.certs import CA_CERT, issue_deployment
+    from turnwire.transport_security import TlsMaterial
+
+    issued = issue_deployment(tmp_path, coordinators=("coordinator",), hosts=("127.0.0.1",))
+    tls = TlsMaterial.from_files(
+        issued.cert_of("coordinator"), issued.key_of("coordinator"), tmp_path / CA_CERT
+    )
+    digest = hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()
+    admins = Authenticator([TokenEntry("ops", digest, frozenset({Scope.ADMIN}))])
+    console = start_console("127.0.0.1:0", "127.0.0.1:1", admins, tls)  # upstream never dialled
+    try:
+        assert console.url.startswith("https://127.0.0.1:")
+        host, port = console.address.split(":")
+        trust = ssl.create_default_context(cafile=str(tmp_path / CA_CERT))
+        connection = http.client.HTTPSConnection(host, int(port), context=trust, timeout=10)
+        connection.request(
+            "GET", "/api/session", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        )
+        response = connection.getresponse()
+        assert response.status == 200 and json.loads(response.read())["principal"] == "ops"
+        connection.close()
+        plain = http.client.HTTPConnection(host, int(port), timeout=10)
+        with pytest.raises((http.client.HTTPException, ConnectionError)):
+            plain.request("GET", "/")
+            plain.getresponse()
+        plain.close()
+    finally:
+        console.stop()

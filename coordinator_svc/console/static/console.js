@@ -361,7 +361,7 @@ async function showOperation(operationId) {
 function requeueForm(operationId) {
   const form = el(
     "form",
-    { class: "verdict-form" },
+    { class: "requeue-form" },
     el("p", { class: "muted" }, "It did not run: submit its envelope again as a new operation."),
     el("label", {}, "Why", el("input", { name: "reason", required: true, maxlength: 2000 })),
     el("button", { type: "submit" }, "Requeue as a new operation"),
