@@ -8,6 +8,7 @@ over real gRPC.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ from google.protobuf import timestamp_pb2
 
 from turnwire.client import (
     AdminClient,
+    AsyncAdminClient,
     AttemptOutcome,
     CheckCredentials,
     Execution,
@@ -29,6 +31,7 @@ from turnwire.client import (
     NotFound,
     OperationState,
     RetryPolicy,
+    TurnwireClient,
     TurnwireError,
     Verdict,
 )
@@ -37,6 +40,8 @@ from turnwire.common.v1 import errors_pb2, turn_pb2
 from turnwire.coordinator.v1 import admin_pb2, coordinator_pb2
 from turnwire.errors import rich_status
 
+from .admin_stack import ADMIN_TOKEN, AdminStack
+from .live_stack import OTHER_TOKEN, TOKEN
 from .scripted import Background, FakeClock
 
 SERVICE = admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
@@ -399,3 +404,73 @@ def test_a_verdict_that_is_neither_is_refused_before_any_call(
     scripted channel would block here, unanswered)."""
     with pytest.raises(ValueError, match="EXECUTED or NOT_EXECUTED"):
         scripted.client.record_verdict("op_1", wrong, reason="x")
+
+
+# --- live: a real coordinator and runner over real gRPC -----------------------
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AdminStack]:
+    with AdminStack(tmp_path_factory.mktemp("admin-sdk")) as stack:
+        yield stack
+
+
+def _succeeded(live: AdminStack, token: str, text: str) -> str:
+    with TurnwireClient(live.address, token) as client:
+        final = client.submit_and_wait(items=[text], timeout=30)
+    assert final.state is OperationState.SUCCEEDED
+    return final.operation_id
+
+
+@pytest.mark.timeout(60)
+def test_live_pages_span_principals_and_evidence_is_the_journals(live: AdminStack) -> None:
+    """AdminClient on a real coordinator: page_size 1 walks every principal's turns
+    page by page; a principal filter keeps bob's; describe returns the attempt
+    on r1 and the events to SUCCEEDED; a verdict on it is NotAllowed
+    (OPERATION_NOT_AMBIGUOUS, execution STARTED) and leaves no verdict."""
+    mine = [_succeeded(live, TOKEN, "a1"), _succeeded(live, TOKEN, "a2")]
+    theirs = _succeeded(live, OTHER_TOKEN, "b1")
+    with AdminClient(live.address, ADMIN_TOKEN) as admin:
+        pages = list(admin.list_operations(page_size=1))
+        assert len(pages) >= 3 and all(len(page.operations) == 1 for page in pages)
+        by_id = {op.operation_id: op.principal for page in pages for op in page.operations}
+        assert [by_id[i] for i in (*mine, theirs)] == ["alice", "alice", "bob"]
+        (bobs,) = admin.list_operations(principal="bob", states=["succeeded"])
+        assert [op.operation_id for op in bobs.operations] == [theirs]
+
+        evidence = admin.describe(mine[0])
+        assert evidence.operation.principal == "alice"
+        (attempt,) = evidence.attempts
+        assert (attempt.number, attempt.runner) == (1, "r1") and attempt.incarnation_id
+        assert evidence.events[-1].to_state is OperationState.SUCCEEDED
+        with pytest.raises(NotAllowed) as refused:
+            admin.record_verdict(mine[0], Verdict.EXECUTED, reason="it ran")
+        assert refused.value.reason == "OPERATION_NOT_AMBIGUOUS"
+        assert refused.value.metadata.get("execution") == "STARTED"
+        assert admin.describe(mine[0]).verdicts == ()
+
+
+@pytest.mark.timeout(60)
+def test_live_async_client_drains_and_sees_runners(live: AdminStack) -> None:
+    """AsyncAdminClient: the same calls from asyncio; a drain shows on runners()
+    with who and why, a second drain is a replay, an unknown runner NotFound."""
+
+    async def scenario() -> None:
+        async with AsyncAdminClient(live.address, ADMIN_TOKEN) as admin:
+            (runner,) = await admin.runners()
+            assert (runner.name, runner.address) == ("r1", live.runner_address)
+            assert runner.capacity > 0 and not runner.drained
+            drained = await admin.drain("r1", reason="kernel upgrade")
+            assert drained.runner.drained and not drained.replayed
+            again = await admin.drain("r1", reason="other")
+            assert again.replayed and again.runner.drain_reason == "kernel upgrade"
+            (seen,) = await admin.runners()
+            assert (seen.drained, seen.drained_by) == (True, "ops")
+            assert not (await admin.undrain("r1")).runner.drained
+            with pytest.raises(NotFound) as missing:
+                await admin.drain("r9", reason="x")
+            assert missing.value.reason == "RUNNER_NOT_FOUND"
+            pages = [page async for page in admin.list_ambiguous(include_open=True)]
+            assert pages[-1].next_page_token == ""
+
+    asyncio.run(scenario())

@@ -1,0 +1,175 @@
+"""A real coordinator + runner for the operator's tests, with an admin token and
+a way to make a turn whose execution is UNKNOWN.
+
+Like live_stack.LiveStack (127.0.0.1:0, served from a background event loop,
+called over real channels from the test thread, everything stopped in
+``__exit__``), plus:
+
+- principal "ops" holds ADMIN_TOKEN (scope admin) beside the tenants alice
+  (TOKEN) and bob (OTHER_TOKEN), written before the coordinator starts;
+- the dispatcher's calls to the runner pass tests/support's FaultInterceptor,
+  so ``unknown_turn`` can lose one Dispatch (its request or its reply) and
+  keep the runner unreachable until the short reconcile deadline ends the
+  turn TIMED_OUT with execution UNKNOWN (C8), as a real outage does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import threading
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from tests.sdk.live_stack import OTHER_TOKEN, TOKEN, coordinator_app_or_skip
+from tests.support import runner_access
+from tests.support.fault_interceptor import DROP_REQUEST, DROP_RESPONSE, Fault, FaultInterceptor
+from turnwire.client import Operation, TurnwireClient
+
+ADMIN_TOKEN = "tok-ops-admin-e2e"
+STARTUP_SECONDS = 30.0
+# What the coordinator asks the runner about a Dispatch it lost track of; while
+# these are dropped it cannot learn how the Dispatch went.
+_STATUS_CALLS = (
+    "GetOperationStatus",
+    "BatchGetOperationStatus",
+    "GetRunnerInfo",
+    "WatchOperations",
+    "Cancel",
+)
+
+
+class AdminStack:
+    """One runner "r1" (built-in echo executor) and one coordinator with tenants and an admin."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+        self._app = coordinator_app_or_skip()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: Any = None
+        self._coordinator: Any = None
+        self._faults = FaultInterceptor()
+        self.address = ""
+        self.runner_address = ""
+
+    def _run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(STARTUP_SECONDS)
+
+    def __enter__(self) -> AdminStack:
+        self._thread.start()
+        try:
+            self._run(self._start())
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    async def _start(self) -> None:
+        from coordinator_svc.config import CoordinatorConfig, DispatchTimings, RunnerEndpoint
+        from coordinator_svc.storage.schema import migrate
+        from runner_svc.app import RunnerConfig, start_runner
+
+        self._runner = await start_runner(
+            RunnerConfig(
+                store_path=self._directory / "runner.db",
+                access=runner_access.ACCESS,
+                executor="echo",
+            )
+        )
+        self.runner_address = self._runner.address
+        tokens = self._directory / "tokens"
+        lines = [
+            f"{principal} {hashlib.sha256(token.encode()).hexdigest()}{scopes}\n"
+            for principal, token, scopes in (
+                ("alice", TOKEN, ""),
+                ("bob", OTHER_TOKEN, ""),
+                ("ops", ADMIN_TOKEN, " scopes=admin"),
+            )
+        ]
+        tokens.write_text("".join(lines))
+        tokens.chmod(0o600)  # the coordinator refuses a tokens file others may read
+        journal_url = f"sqlite:///{self._directory / 'journal.db'}"
+        migrate(journal_url)
+        config = CoordinatorConfig(
+            listen="127.0.0.1:0",
+            journal_url=journal_url,
+            runners=(RunnerEndpoint(name="r1", address=self._runner.address),),
+            tokens_file=str(tokens),
+            runner_credentials=runner_access.CREDENTIALS,
+            # An unreachable runner ends an ambiguous turn within about a second.
+            timings=dataclasses.replace(DispatchTimings(), reconcile_deadline=0.5),
+        )
+        self._coordinator = await self._app.start_coordinator(
+            config, interceptors=self._faults.all()
+        )
+        self.address = self._coordinator.address
+
+    def unknown_turn(self, text: str, *, reached_the_runner: bool, timeout: float = 30.0) -> str:
+        """Submit a turn (as alice) whose one Dispatch is lost, the runner silent
+        until the reconcile deadline: it ends TIMED_OUT, execution UNKNOWN.
+
+        ``reached_the_runner``: the reply is lost (the runner ran it) or the
+        request is (it never ran), the two cases a verdict tells apart.
+        """
+        kind = DROP_RESPONSE if reached_the_runner else DROP_REQUEST
+
+        async def arm() -> None:
+            nth = self._faults.calls["Dispatch"] + 1
+            fault = Fault(
+                "Dispatch", kind, nth=nth, on_fire=lambda: self._faults.block(*_STATUS_CALLS)
+            )
+            self._faults.faults.append(fault)
+
+        async def heal() -> None:
+            self._faults.unblock()
+
+        self._run(arm())
+        try:
+            with TurnwireClient(self.address, TOKEN) as client:
+                submitted = client.submit(
+                    items=[text], model="builtin/echo", replay_policy="never-automatic"
+                )
+                final = client.wait(submitted.operation.operation_id, timeout=timeout)
+        finally:
+            self._run(heal())
+        assert (final.state.value, final.execution.value) == ("TIMED_OUT", "UNKNOWN"), final
+        return final.operation_id
+
+    def wait_terminal(
+        self, operation_id: str, token: str = TOKEN, timeout: float = 30.0
+    ) -> Operation:
+        with TurnwireClient(self.address, token) as client:
+            return client.wait(operation_id, timeout=timeout)
+
+    def wait_answering(self, timeout: float = 15.0) -> None:
+        """Until the coordinator has its live view of r1 again (after unknown_turn)."""
+        from turnwire.client import AdminClient
+
+        deadline = time.monotonic() + timeout
+        with AdminClient(self.address, ADMIN_TOKEN) as admin:
+            while True:
+                (runner,) = admin.runners()
+                if runner.answering and runner.incarnation_id:
+                    return
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"r1 not answering after {timeout}s: {runner}")
+                time.sleep(0.05)
+
+    async def _stop(self) -> None:
+        if self._coordinator is not None:
+            await self._coordinator.stop()
+        if self._runner is not None:
+            await self._runner.stop(drain=False)
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            if self._thread.is_alive():
+                self._run(self._stop())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(STARTUP_SECONDS)
+            self._loop.close()
