@@ -80,19 +80,23 @@ class Deployment:
     def admin(self) -> Any:
         return admin_pb2_grpc.AdminServiceStub(self.channel)
 
-    async def start_coordinator(self, **options: Any) -> RunningCoordinator:
+    def config(self, **fields: Any) -> CoordinatorConfig:
+        """A coordinator on this journal, serving every runner started so far."""
         specs = [f"{name}={r.address};pool=default" for name, r in sorted(self.runners.items())]
-        config = CoordinatorConfig(
-            listen="127.0.0.1:0",
-            journal_url=self.journal_url,
-            runners=tuple(parse_runner_spec(s) for s in specs),
-            tokens_file=str(self.tmp / "tokens"),
-            timings=options.pop(
-                "timings",
-                DispatchTimings(preflight_timeout=0.5, backoff_initial=0.05, idle_poll=0.2),
-            ),
-            runner_credentials=runner_access.CREDENTIALS,
-        )
+        values: dict[str, Any] = {
+            "listen": "127.0.0.1:0",
+            "journal_url": self.journal_url,
+            "runners": tuple(parse_runner_spec(s) for s in specs),
+            "tokens_file": str(self.tmp / "tokens"),
+            "timings": DispatchTimings(preflight_timeout=0.5, backoff_initial=0.05, idle_poll=0.2),
+            "runner_credentials": runner_access.CREDENTIALS,
+        }
+        values.update(fields)
+        return CoordinatorConfig(**values)
+
+    async def start_coordinator(self, **options: Any) -> RunningCoordinator:
+        fields = {"timings": options.pop("timings")} if "timings" in options else {}
+        config = self.config(**fields)
         self.coordinator = await start_coordinator(config, **options)
         if self.channel is not None:
             await self.channel.close()
@@ -136,9 +140,9 @@ class Deployment:
 
 @asynccontextmanager
 async def deployment(
-    tmp_path: Path, runners: tuple[str, ...] = ("r1",)
+    tmp_path: Path, runners: tuple[str, ...] = ("r1",), journal_url: str = ""
 ) -> AsyncIterator[Deployment]:
-    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    url = journal_url or f"sqlite:///{tmp_path / 'journal.db'}"
     migrate(url)
     rig = Deployment(tmp_path, url)
     rig.tenant_token = add_token(tmp_path / "tokens", "alice")
