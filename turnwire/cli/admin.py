@@ -242,7 +242,7 @@ def run_describe(client: AdminClient, args: argparse.Namespace) -> int:
     else:
         _emit(admin_render.admin_operation_detail(evidence.operation))
         _emit("")
-        _emit(admin_render.evidence_text(evidence, _arrow()))
+        _emit(admin_render.evidence_text(evidence, _arrow(), headline=False))
     return ExitCode.OK
 
 

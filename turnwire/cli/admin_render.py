@@ -103,10 +103,16 @@ def _attempts_table(attempts: Sequence[Attempt]) -> str:
     return table(headers, rows)
 
 
-def evidence_text(evidence: OperationEvidence, arrow: str = "→") -> str:
-    """One operation's case file: who, where it stands, every attempt and event, the verdict."""
+def evidence_text(evidence: OperationEvidence, arrow: str = "→", *, headline: bool = True) -> str:
+    """One operation's case file: who, where it stands, every attempt and event, the verdict.
+
+    Without ``headline`` only the attempts and events (under a detail view that
+    already shows the rest).
+    """
     item = evidence.operation
     operation = item.operation
+    if not headline:
+        return "\n".join(_evidence_lines(evidence, arrow))
     head = [
         operation.operation_id,
         f"principal {item.principal}",
@@ -130,7 +136,12 @@ def evidence_text(evidence: OperationEvidence, arrow: str = "→") -> str:
         lines.append(f"  requeued  as {operation.requeued_as}")
     if operation.requeued_from:
         lines.append(f"  requeued  from {operation.requeued_from}")
-    lines.append("  attempts")
+    lines.extend(_evidence_lines(evidence, arrow))
+    return "\n".join(lines)
+
+
+def _evidence_lines(evidence: OperationEvidence, arrow: str) -> list[str]:
+    lines = ["  attempts"]
     lines.append(
         _indented(_attempts_table(evidence.attempts)) if evidence.attempts else _INDENT + "none"
     )
@@ -138,7 +149,7 @@ def evidence_text(evidence: OperationEvidence, arrow: str = "→") -> str:
     lines.extend(_INDENT + render.event_line(event, arrow) for event in evidence.events)
     if not evidence.events:
         lines.append(_INDENT + "none")
-    return "\n".join(lines)
+    return lines
 
 
 def attempt_json(attempt: Attempt) -> dict[str, Any]:
