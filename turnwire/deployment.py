@@ -85,6 +85,8 @@ class LocalDeployment:
     with_proxies: bool = False
     journal_url: str | None = None
     coordinator_args: tuple[str, ...] = ()
+    # Extra flags for every runner process (e.g. ("--otel-endpoint", URL)).
+    runner_args: tuple[str, ...] = ()
     runners: list[RunnerSlot] = field(default_factory=list)
     coordinator: ManagedProcess | None = None
     coordinator_port: int = 0
@@ -217,6 +219,7 @@ class LocalDeployment:
             "--name", name,  # on every line of its log (JSON: not a terminal)
             *self._runner_security_flags(name),
             *self._metrics_flags(name),
+            *self.runner_args,
         )  # fmt: skip
         return ManagedProcess(
             name,
