@@ -194,3 +194,17 @@ def test_an_ambiguous_turn_gets_a_verdict_shown_on_get_and_is_requeued_once(
     assert admin(stack, "ambiguous", "--include-decided", "--json", "--limit", "0") == 0
     decided = {c["operation"]["operation_id"] for c in json_lines(capsys.readouterr().out)}
     assert never_ran in decided
+
+
+def test_the_admin_token_variable_wins_over_the_tenant_one(
+    stack: AdminStack, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --token, $TURNWIRE_ADMIN_TOKEN is used before $TURNWIRE_TOKEN (an
+    operator holding both runs tenant and admin commands from one shell)."""
+    monkeypatch.setenv("TURNWIRE_TOKEN", TOKEN)
+    monkeypatch.setenv("TURNWIRE_ADDRESS", stack.address)
+    assert cli.main(["admin", "runners"]) == 5  # the tenant token has no admin scope
+    assert "SCOPE_MISSING" in one_error_line(capsys.readouterr().err)
+    monkeypatch.setenv("TURNWIRE_ADMIN_TOKEN", ADMIN_TOKEN)
+    assert cli.main(["admin", "runners"]) == 0
+    assert "r1" in capsys.readouterr().out

@@ -454,7 +454,7 @@ def hint_for(error: TurnwireError, args: argparse.Namespace) -> str | None:
     if not isinstance(error, NotAllowed):
         return None
     if error.reason == "OPERATION_NOT_TERMINAL":
-        return f"wait for its end: turnwire watch {operation}"
+        return f"wait for its end (where it stands: turnwire admin describe {operation})"
     if error.reason == "VERDICT_CONFLICT":
         recorded = error.metadata.get("recorded", "another verdict")
         by = error.metadata.get("by", "")
