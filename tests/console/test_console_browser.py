@@ -24,7 +24,6 @@ import os
 import shutil
 import struct
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +61,6 @@ def browser_ready() -> str:
     if not (REPO / "node_modules" / "playwright-core" / "package.json").is_file():
         _missing_or_skip("node_modules/playwright-core is missing (run `npm ci`)")
     return node
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleStack]:
-    with ConsoleStack(tmp_path_factory.mktemp("console-browser")) as live:
-        yield live
 
 
 def png_size(path: Path) -> tuple[int, int]:

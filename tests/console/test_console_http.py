@@ -7,7 +7,6 @@ request is a real HTTP request over a socket.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,12 +17,6 @@ from tests.console.stack import ADMIN_TOKEN, TENANT_TOKEN, ConsoleStack
 from turnwire.transport_security import SecurityConfigError
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleStack]:
-    with ConsoleStack(tmp_path_factory.mktemp("console-http")) as live:
-        yield live
 
 
 def test_no_token_is_401_and_says_how_to_send_one(stack: ConsoleStack) -> None:
@@ -221,3 +214,32 @@ def test_with_tls_material_the_console_serves_https(tmp_path: Path) -> None:
         plain.close()
     finally:
         console.stop()
+
+
+def test_the_coordinators_refusals_keep_their_code_and_reason(stack: ConsoleStack) -> None:
+    """AdminService's typed refusals reach the page as HTTP statuses with the
+    ErrorInfo reason, and a refused verdict changes nothing."""
+    (succeeded,) = stack.run_turns({})
+    status, body = stack.api("GET", "/api/operations/op_" + "0" * 32)
+    assert status == 404 and body["error"]["reason"] == "OPERATION_NOT_FOUND"
+    verdict = {"verdict": "EXECUTED", "reason": "it ran"}
+    status, body = stack.api("POST", f"/api/operations/{succeeded}/verdict", body=verdict)
+    assert status == 409 and body["error"]["reason"] == "OPERATION_NOT_AMBIGUOUS"
+    status, body = stack.api("GET", f"/api/operations/{succeeded}")
+    assert status == 200
+    operation = body["evidence"]["operation"]["operation"]
+    assert operation["state"] == "OPERATION_STATE_SUCCEEDED" and "verdict" not in operation
+    status, body = stack.api("POST", "/api/runners/nobody/drain", body={"reason": "x"})
+    assert status == 404 and body["error"]["reason"] == "RUNNER_NOT_FOUND"
+
+
+def test_the_list_is_filtered_across_principals(stack: ConsoleStack) -> None:
+    """The admin sees alice's operations; a state filter keeps only that state."""
+    succeeded, failed = stack.run_turns({}, {"fail": "1"})
+    status, body = stack.api("GET", "/api/operations?state=FAILED&principal=alice")
+    assert status == 200
+    rows = body["operations"]
+    assert failed in {row["operation"]["operation_id"] for row in rows}
+    assert {row["operation"]["state"] for row in rows} == {"OPERATION_STATE_FAILED"}
+    assert {row["principal"] for row in rows} == {"alice"}
+    assert succeeded not in {row["operation"]["operation_id"] for row in rows}
