@@ -217,6 +217,14 @@ class LeasingJournal(Journal, Protocol):
         over at once; a restarted replica ends its previous process's."""
         ...
 
+    async def live_leases(self, owner_prefix: str, keep: str, now: datetime) -> dict[str, datetime]:
+        """Each owner starting with ``owner_prefix`` (but ``keep``) that holds a
+        live lease on an open operation at ``now``, with the latest expiry among
+        its leases. A replica starting under a name reads it again and again to tell a
+        live earlier process of that name (its expiries move on) from a dead
+        one (§5 O6)."""
+        ...
+
     async def claim(
         self, operation_id: str, owner: str, now: datetime, ttl_seconds: float
     ) -> OperationRecord | None:

@@ -23,17 +23,24 @@ two processes are never one owner. A replica's name (``--replica-id``, by
 default the host's name) is kept across its restarts, so the previous
 process of that name is taken to be gone once this one starts: its leases
 end at start and its operations are adopted at once instead of after the
-TTL. (Two live processes given one name would take each other's operations
-at every start: still fenced, so never a duplicate, only wasted work.)
+TTL. Unless it is not gone (§5 O6): two live processes given one name would
+take each other's operations at every start (fenced, so never a duplicate,
+but wasted work, over and over). So a start that finds live leases of its
+name watches them for up to 0.8 TTL (about three renewal periods; after that
+long without a renewal their holder acts on nothing, O4): a live process
+renews (the expiries move on) and this one refuses to start
+(ReplicaIdInUse); a dead one does not, and its leases end as before. A start
+that finds none waits for nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -48,12 +55,24 @@ DEFAULT_LEASE_TTL = 10.0
 # and the renewal's own time in flight.
 VALID_SHARE = 0.8
 ORPHAN_PAGE = 256
+# §5 O6: a start that finds live leases of its own name watches them for the
+# share of the TTL their holder's leases stay current after a renewal (O4): a
+# process that renewed none in that long acts on nothing any more, so taking
+# its operations costs no work twice. Read this many times (early out on a
+# renewal seen, or on the leases gone).
+JUDGE_SHARE = VALID_SHARE
+JUDGE_READS = 8
 REPLICA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 class LeasesNotCurrent(JournalUnavailable):
     """This replica's leases were not renewed in time: it acts on nothing until
     a renewal reaches the journal again (a paused or partitioned replica)."""
+
+
+class ReplicaIdInUse(JournalError):
+    """Another live process runs under this ``--replica-id`` (its leases were
+    renewed while this one started): this one does not start (§5 O6)."""
 
 
 def check_replica_name(name: str) -> str:
@@ -94,12 +113,14 @@ class Ownership:
         settings: ReplicaSettings,
         clock: Callable[[], datetime],
         monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._journal = journal
         self.settings = settings
         self.owner = f"{settings.name}#{secrets.token_hex(4)}"
         self._clock = clock
         self._monotonic = monotonic
+        self._sleep = sleep
         self._valid_until = float("-inf")
         self._lapsed_logged = False
         self.renewals = 0
@@ -124,7 +145,9 @@ class Ownership:
             )
 
     async def start(self) -> None:
-        """End the leases of earlier processes of this name, then renew."""
+        """End the leases of earlier processes of this name, then renew; refuse
+        (ReplicaIdInUse) if one of them still runs (§5 O6)."""
+        await self._refuse_if_name_in_use()
         ended = await self._journal.expire_leases(
             f"{self.settings.name}#", self.owner, self._clock()
         )
@@ -144,6 +167,45 @@ class Ownership:
             self.ttl,
             self.settings.renew_every,
         )
+
+    async def _refuse_if_name_in_use(self) -> None:
+        """§5 O6: an earlier process of this name whose lease expiries move on
+        while this one watches them is alive: raise ReplicaIdInUse, having
+        written nothing. No live lease of the name: nothing to judge, no wait."""
+        prefix = f"{self.settings.name}#"
+        seen = await self._journal.live_leases(prefix, self.owner, self._clock())
+        if not seen:
+            return
+        window = JUDGE_SHARE * self.ttl
+        log.info(
+            "replica %s: %s of replica id %r still hold(s) live leases; watching them "
+            "for %.1f s: renewed means still running (this process then refuses to "
+            "start), not renewed means gone (its operations are adopted)",
+            self.owner,
+            ", ".join(sorted(seen)),
+            self.settings.name,
+            window,
+        )
+        for _ in range(JUDGE_READS):
+            await self._sleep(window / JUDGE_READS)
+            now_seen = await self._journal.live_leases(prefix, self.owner, self._clock())
+            renewed = sorted(
+                owner
+                for owner, until in now_seen.items()
+                if owner not in seen or until > seen[owner]
+            )
+            if renewed:
+                message = (
+                    f"replica id {self.settings.name!r} is in use: {', '.join(renewed)} "
+                    f"renewed its leases while this process ({self.owner}) started, so it "
+                    "is running; not starting (two processes under one id would take each "
+                    "other's operations at every start). Give each process its own "
+                    "--replica-id, or stop the other process first"
+                )
+                log.error("%s", message)
+                raise ReplicaIdInUse(message)
+            if not now_seen:
+                return  # handed off (a clean stop) or lapsed meanwhile: gone
 
     async def renew(self) -> bool:
         began = self._monotonic()

@@ -342,6 +342,9 @@ class CachedJournal(CachedAdmin):
     async def expire_leases(self, owner_prefix: str, keep: str, now: datetime) -> int:
         return await self._leasing().expire_leases(owner_prefix, keep, now)
 
+    async def live_leases(self, owner_prefix: str, keep: str, now: datetime) -> dict[str, datetime]:
+        return await self._leasing().live_leases(owner_prefix, keep, now)
+
     async def close(self) -> None:
         self._entries.clear()
         self._bytes = 0

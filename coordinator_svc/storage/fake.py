@@ -217,6 +217,18 @@ class FakeJournal(FakeAdmin):
                 expired += 1
         return expired
 
+    async def live_leases(self, owner_prefix: str, keep: str, now: datetime) -> dict[str, datetime]:
+        self._check_open()
+        now = rules.as_utc(now, "lease read time")
+        latest: dict[str, datetime] = {}
+        for record in self._operations.values():
+            owner, until = record.lease_owner, record.lease_expires_at
+            if owner is None or owner == keep or not owner.startswith(owner_prefix):
+                continue
+            if until is not None and until > now and is_open(record):
+                latest[owner] = max(until, latest.get(owner, until))
+        return latest
+
     async def in_state(self, state: OpState, limit: int) -> list[OperationRecord]:
         self._check_open()
         found = [r for r in self._operations.values() if r.state == state]

@@ -17,7 +17,10 @@ one statement, so their cost does not grow with the calls a replica makes:
   have none), for a replica to adopt (claim, then C12);
 - ``expire_leases``: end leases now, at a clean stop (so peers adopt at once
   instead of waiting out the TTL) and at start for a replica's own previous
-  process (same ``--replica-id``).
+  process (same ``--replica-id``);
+- ``live_leases``: the live leases of a name's other processes, latest expiry
+  per owner: read at start, twice, to tell a live process of the same
+  ``--replica-id`` (its expiries move on) from a dead one (§5 O6).
 
 Owners are compared by prefix with ``substr``, never ``LIKE``: a replica name
 may hold ``_``, which LIKE reads as a wildcard.
@@ -60,6 +63,12 @@ class LeaseStatements:
             " WHERE substr(lease_owner, 1, :prefix_length) = :prefix"
             " AND lease_owner <> :keep AND lease_expires_at > :now"
         )
+        self.live = sql(
+            "SELECT lease_owner, MAX(lease_expires_at) FROM operations"
+            " WHERE substr(lease_owner, 1, :prefix_length) = :prefix"
+            f" AND lease_owner <> :keep AND lease_expires_at > :now AND {open_}"
+            " GROUP BY lease_owner"
+        )
 
 
 class SqlLeases:
@@ -71,6 +80,7 @@ class SqlLeases:
     # Provided by SqlJournal.
     _write: Callable[..., Awaitable[Any]]
     _call: Callable[..., Awaitable[Any]]
+    _read: Callable[..., Awaitable[Any]]
     _operations: Callable[[str, dict[str, Any]], list[OperationRecord]]
 
     async def claim(
@@ -139,6 +149,23 @@ class SqlLeases:
             "now": self._sql.dialect.encode_time(now),
         }
         return await self._count(self._leases.expire, parameters)
+
+    async def live_leases(self, owner_prefix: str, keep: str, now: datetime) -> dict[str, datetime]:
+        now = rules.as_utc(now, "lease read time")
+        dialect = self._sql.dialect
+        parameters = {
+            "prefix": owner_prefix,
+            "prefix_length": len(owner_prefix),
+            "keep": keep,
+            "now": dialect.encode_time(now),
+        }
+
+        def work(cursor: Cursor) -> dict[str, datetime]:
+            cursor.execute(self._leases.live, parameters)
+            return {str(owner): dialect.decode_time(until) for owner, until in cursor.fetchall()}
+
+        found: dict[str, datetime] = await self._read(work)
+        return found
 
     async def _count(self, statement: str, parameters: dict[str, Any]) -> int:
         def work(cursor: Cursor) -> tuple[int, bool]:

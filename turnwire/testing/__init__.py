@@ -63,7 +63,8 @@ What it checks, by the rules of ``docs/PROTOCOL.md``:
   leases (a lapsed one too) without moving version or token; ``orphans``
   lists open operations with no owner or another owner's lapsed lease,
   oldest first; ``expire_leases`` ends a name prefix's leases but the one
-  kept (§5 O1-O3).
+  kept; ``live_leases`` names a prefix's other owners with live leases and
+  the latest expiry of each (§5 O1-O3, O6).
 - C10, C12: ``due`` and ``in_state`` find what a restart and the release
   loop must act on.
 - Storage: naive datetimes are refused and aware ones read back in UTC; a

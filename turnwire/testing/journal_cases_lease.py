@@ -181,3 +181,30 @@ class LeaseCases(JournalCases):
             assert await journal.expire_leases("r1#new", "", at) == 1
 
         journal_store.run_leasing(scenario)
+
+    def test_live_leases_name_each_other_owner_of_a_prefix_with_its_latest_expiry(
+        self, journal_store: JournalStore
+    ) -> None:
+        """§5 O6: what a replica starting under a name reads to judge its earlier
+        processes: each owner of the name but the kept one, with the latest expiry
+        of its live leases on open operations; a lapsed lease, another name's (even
+        one the prefix starts, ``r10``) and the kept owner's are not named."""
+
+        async def scenario(journal: LeasingJournal) -> None:
+            ops = [await submitted(journal, n) for n in range(1, 6)]
+            assert await journal.claim(ops[0].operation_id, "r1#old", T0, 60) is not None
+            assert await journal.claim(ops[1].operation_id, "r1#old", T0, 90) is not None
+            assert await journal.claim(ops[2].operation_id, "r1#gone", T0, 5) is not None
+            assert await journal.claim(ops[3].operation_id, "r1#new", T0, 60) is not None
+            assert await journal.claim(ops[4].operation_id, "r10#x", T0, 60) is not None
+            at = T0 + timedelta(seconds=10)
+            assert await journal.live_leases("r1#", "r1#new", at) == {
+                "r1#old": T0 + timedelta(seconds=90)
+            }
+            await journal.renew_leases("r1#old", at, 100)
+            assert await journal.live_leases("r1#", "r1#new", at) == {
+                "r1#old": at + timedelta(seconds=100)
+            }
+            assert await journal.live_leases("r2#", "", at) == {}
+
+        journal_store.run_leasing(scenario)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 import pytest
@@ -14,9 +15,11 @@ from coordinator_svc.core.events import CancelRequested, Tick
 from coordinator_svc.core.model import OpState
 from coordinator_svc.dispatcher import Dispatcher
 from coordinator_svc.dispatcher.ownership import (
+    JUDGE_SHARE,
     VALID_SHARE,
     LeasesNotCurrent,
     Ownership,
+    ReplicaIdInUse,
     ReplicaSettings,
 )
 from coordinator_svc.feed import ChangeFeed
@@ -45,8 +48,32 @@ class Clocks:
         self.mono += seconds
 
 
-def _ownership(journal: FakeJournal, clocks: Clocks, name: str = "r1") -> Ownership:
-    return Ownership(journal, ReplicaSettings(name, ttl=TTL), clocks.now, clocks.monotonic)
+class Sleeps:
+    """The replica's sleep: moves the clocks instead of waiting, counts the time
+    slept, and runs ``meanwhile`` (what other processes do during it)."""
+
+    def __init__(self, clocks: Clocks) -> None:
+        self.clocks = clocks
+        self.slept = 0.0
+        self.meanwhile: Callable[[], Awaitable[object]] | None = None
+
+    async def __call__(self, seconds: float) -> None:
+        self.clocks.advance(seconds)
+        self.slept += seconds
+        if self.meanwhile is not None:
+            await self.meanwhile()
+
+
+def _ownership(
+    journal: FakeJournal, clocks: Clocks, name: str = "r1", sleeps: Sleeps | None = None
+) -> Ownership:
+    return Ownership(
+        journal,
+        ReplicaSettings(name, ttl=TTL),
+        clocks.now,
+        clocks.monotonic,
+        sleep=sleeps or Sleeps(clocks),
+    )
 
 
 def test_leases_are_current_only_for_part_of_the_ttl_after_a_renewal() -> None:
@@ -111,10 +138,92 @@ def test_a_restart_under_the_same_id_ends_the_previous_process_leases_at_once() 
         theirs = await submitted(journal, 2)
         assert await journal.claim(mine.operation_id, old.owner, clocks.now(), TTL)
         assert await journal.claim(theirs.operation_id, peer.owner, clocks.now(), TTL)
-        new = _ownership(journal, clocks)
+        sleeps = Sleeps(clocks)
+        new = _ownership(journal, clocks, sleeps=sleeps)
         assert new.owner != old.owner
         await new.start()
         assert [r.operation_id for r in await new.orphans()] == [mine.operation_id]
+        # §5 O6: it watched the old process's live leases for half a TTL, no longer.
+        assert sleeps.slept == pytest.approx(JUDGE_SHARE * TTL)
+
+    asyncio.run(scenario())
+
+
+def test_a_start_with_no_live_lease_of_its_id_waits_for_nothing() -> None:
+    """§5 O6: nothing to judge (a first start, another id's leases, or the earlier
+    process's leases already lapsed): the start sleeps not at all."""
+
+    async def scenario() -> None:
+        clocks = Clocks()
+        journal = FakeJournal()
+        peer = _ownership(journal, clocks, "r2")
+        old = _ownership(journal, clocks)
+        lapsed = await submitted(journal, 1)
+        theirs = await submitted(journal, 2)
+        assert await journal.claim(lapsed.operation_id, old.owner, clocks.now(), TTL)
+        assert await journal.claim(theirs.operation_id, peer.owner, clocks.now(), TTL)
+        clocks.advance(TTL + 1)
+        assert await peer.renew()
+        sleeps = Sleeps(clocks)
+        await _ownership(journal, clocks, sleeps=sleeps).start()
+        assert sleeps.slept == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_start_under_the_id_of_a_live_process_refuses_and_takes_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """§5 O6. Two live processes given one --replica-id: the earlier one keeps
+    renewing while the second starts, so the second refuses with an ERROR naming
+    the fix, having ended none of its leases and taken none of its own."""
+
+    async def scenario() -> None:
+        clocks = Clocks()
+        journal = FakeJournal()
+        running = _ownership(journal, clocks)
+        await running.start()
+        stored = await submitted(journal, 1)
+        held = await journal.claim(stored.operation_id, running.owner, clocks.now(), TTL)
+        assert held is not None
+        sleeps = Sleeps(clocks)
+        sleeps.meanwhile = running.renew  # the earlier process is alive
+        second = _ownership(journal, clocks, sleeps=sleeps)
+        commits = journal.commits
+        with (
+            caplog.at_level(logging.INFO, logger="coordinator_svc.ownership"),
+            pytest.raises(ReplicaIdInUse, match="--replica-id"),
+        ):
+            await second.start()
+        assert sleeps.slept <= JUDGE_SHARE * TTL
+        after = await journal.get(stored.operation_id)
+        assert after is not None and after.lease_owner == running.owner
+        assert after.lease_expires_at is not None and after.lease_expires_at > clocks.now()
+        assert journal.commits == commits
+        assert not second.current() and second.renewals == 0
+        errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+        assert len(errors) == 1 and running.owner in errors[0].getMessage()
+
+    asyncio.run(scenario())
+
+
+def test_a_start_while_the_earlier_process_hands_off_goes_ahead_at_once() -> None:
+    """§5 O6: an earlier process of the id that stops cleanly while the new one
+    watches (its leases ended, O3) is gone: the start stops watching and goes on."""
+
+    async def scenario() -> None:
+        clocks = Clocks()
+        journal = FakeJournal()
+        stopping = _ownership(journal, clocks)
+        await stopping.start()
+        stored = await submitted(journal, 1)
+        assert await journal.claim(stored.operation_id, stopping.owner, clocks.now(), TTL)
+        sleeps = Sleeps(clocks)
+        sleeps.meanwhile = stopping.hand_off
+        new = _ownership(journal, clocks, sleeps=sleeps)
+        await new.start()
+        assert sleeps.slept < JUDGE_SHARE * TTL
+        assert [r.operation_id for r in await new.orphans()] == [stored.operation_id]
 
     asyncio.run(scenario())
 
