@@ -19,9 +19,11 @@ reason outside CI and fails under CI=true.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 from pathlib import Path
@@ -95,9 +97,10 @@ def drive_console(node: str, stack: ConsoleStack, ambiguous_id: str, tmp_path: P
     try:
         out, err = process.communicate(timeout=SCRIPT_SECONDS)
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, 9)
-            process.wait(10)
+        # The script's group (node and any Chromium process it left): ended by its id.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
     lines = out.decode().strip().splitlines()
     assert lines, f"console_check.mjs printed nothing (exit {process.returncode}): {err.decode()}"
     facts = json.loads(lines[-1])
