@@ -264,12 +264,13 @@ function fact(list, label, value, testid) {
 
 function resultText(result) {
   if (!result || !result.output) return "";
-  const size = atob(result.output).length;
-  const type = result.content_type || "bytes";
-  if (type.startsWith("text/") || type === "") {
-    return `${clip(atob(result.output), 200)} (${type}, ${size} bytes)`;
+  const bytes = Uint8Array.from(atob(result.output), (c) => c.charCodeAt(0));
+  const type = result.content_type || "";
+  if (type === "" || type.startsWith("text/")) {
+    const text = new TextDecoder().decode(bytes);
+    return `${clip(text, 200)} (${type || "no content type"}, ${bytes.length} bytes)`;
   }
-  return `${type}, ${size} bytes`;
+  return `${type}, ${bytes.length} bytes`;
 }
 
 function verdictBlock(verdict) {
