@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from coordinator_svc.retention_flags import retention_from_args, size_flags
-from turnwire.retention import describe_horizon
+from turnwire.retention import describe_counts, describe_horizon
 
 
 def add_prune_parser(commands: argparse._SubParsersAction[Any], journal_flag: Any) -> None:
@@ -52,7 +52,7 @@ def run_prune(args: argparse.Namespace, fail: Callable[[int, str], int]) -> int:
     try:
         if args.dry_run:
             counts = pruner.count()
-            listed = ", ".join(f"{n} {kind}" for kind, n in counts.items())
+            listed = describe_counts(counts)
             print(f"would prune {listed} (finished more than {horizon} ago)", flush=True)
             return 0
         report = asyncio.run(pruner.prune())

@@ -91,9 +91,18 @@ class PruneReport:
         return any(self.counts.values())
 
     def summary(self) -> str:
-        counts = ", ".join(f"{n} {kind}" for kind, n in self.counts.items())
+        counts = describe_counts(self.counts)
         extra = [self.note] if self.note else []
         if self.more:
             extra.append("more left for the next run")
         tail = f" ({'; '.join(extra)})" if extra else ""
-        return f"{counts} in {self.batches} batch(es), {self.seconds:.3f} s{tail}"
+        batches = f"{self.batches} {'batch' if self.batches == 1 else 'batches'}"
+        return f"{counts} in {batches}, {self.seconds:.3f} s{tail}"
+
+
+def describe_counts(counts: Mapping[str, int]) -> str:
+    """``{"operations": 1, "events": 3}`` as ``1 operation, 3 events``: the kinds
+    are plural nouns ending in s (operations, events, attempts, rows, keys)."""
+    return ", ".join(
+        f"{n} {kind[:-1] if n == 1 and kind.endswith('s') else kind}" for kind, n in counts.items()
+    )

@@ -99,4 +99,6 @@ def test_a_finished_turn_is_forgotten_after_the_horizon_and_its_key_is_new_again
     with caplog.at_level(logging.INFO, logger="coordinator_svc.retention"):
         asyncio.run(scenario())
     pruned = [r.getMessage() for r in caplog.records if "pruned" in r.getMessage()]
-    assert pruned and "1 operations" in pruned[0], pruned
+    # Counted as one reads it: "1 operation", "0 attempts", "1 batch" (was "1 operations").
+    assert pruned and "pruned 1 operation, " in pruned[0], pruned
+    assert "0 attempts in 1 batch," in pruned[0], pruned

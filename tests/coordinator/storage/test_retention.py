@@ -331,7 +331,7 @@ def test_the_scheduled_pass_logs_what_it_pruned_and_warns_when_it_fails(
     lines = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert [level for level, _ in lines] == ["WARNING", "INFO"], lines
     assert "simulated storage failure" in lines[0][1]
-    assert "pruned 2 operations, 6 events, 2 attempts in 1 batch(es)" in lines[1][1]
+    assert "pruned 2 operations, 6 events, 2 attempts in 1 batch," in lines[1][1]
 
 
 def test_a_journal_past_its_schema_is_refused(tmp_path: Path) -> None:
