@@ -1,6 +1,6 @@
 // Turnwire's contract from Java, with the classes `buf generate --template
 // proto/buf.gen.yaml` writes to gen/java (protoc's Java generator) and
-// protobuf-java 4.32.1 or newer. See docs/CLIENTS.md.
+// protobuf-java 4.29.6 or newer. See docs/CLIENTS.md.
 //
 //   javac -cp protobuf-java.jar -sourcepath gen/java -d out clients/java/ContractExample.java
 //   java -cp out:protobuf-java.jar ContractExample TRAILER_FILE

