@@ -111,7 +111,11 @@ def endpoint_url(text: str) -> str:
     """``--otel-endpoint``'s value: ``http://HOST:PORT`` (plaintext) or
     ``https://HOST:PORT`` (TLS) of an OTLP/gRPC collector; ValueError says why not."""
     parts = urlsplit(text.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.port is None:
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        port = None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
         raise ValueError(
             f"an OTLP/gRPC endpoint is http://HOST:PORT (plaintext) or https://HOST:PORT "
             f"(TLS), e.g. http://127.0.0.1:4317; got {text!r}"
@@ -178,13 +182,20 @@ def start(service_name: str, endpoint: str) -> None:
     exporter = OTLPSpanExporter(endpoint=url, insecure=url.startswith("http://"))
     provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    _state.provider = provider
-    _state.tracer = provider.get_tracer("turnwire")
+    install(provider)
     log.info(
         "tracing on: spans of %s go to %s (OTLP/gRPC)",
         resource.attributes.get(SERVICE_NAME),
         url,
     )
+
+
+def install(provider: TracerProvider) -> None:
+    """Trace with ``provider`` (what :func:`start` does once it has built one;
+    tests give one that keeps spans in memory)."""
+    _state.provider = provider
+    _state.tracer = provider.get_tracer("turnwire")
+    _state.turns.clear()
 
 
 def shutdown() -> None:
@@ -311,18 +322,23 @@ def turn_span(
     name: str, operation_id: str, envelope: bytes, **attributes: str | int
 ) -> AbstractContextManager[object]:
     """A span about one turn, the child of the call that submitted it (its
-    envelope's trace context), whenever and in whichever task it happens; a
-    new trace when the turn carries none. Current while it lasts, so RPCs made
-    inside it carry it on. A no-op while tracing is off."""
+    envelope's trace context), whenever and in whichever task it happens.
+    Current while it lasts, so RPCs made inside it carry it on. A turn that
+    carries no context (accepted while nothing traced it) gets a trace of its
+    own in this process, rooted at its first span here. A no-op while off."""
     tracer = _state.tracer
     if tracer is None:
         return _OFF
+    named = _attributes(operation_id, attributes)
+    parent = _turn_context(operation_id, envelope)
+    if parent is not None:
+        return tracer.start_as_current_span(name, context=parent, attributes=named)
+    from opentelemetry import trace
     from opentelemetry.context import Context
 
-    parent = _turn_context(operation_id, envelope) or Context()
-    return tracer.start_as_current_span(
-        name, context=parent, attributes=_attributes(operation_id, attributes)
-    )
+    root = tracer.start_span(name, context=Context(), attributes=named)
+    _state.turns[operation_id] = trace.set_span_in_context(root, Context())
+    return trace.use_span(root, end_on_exit=True)
 
 
 def span(name: str, operation_id: str, **attributes: str | int) -> AbstractContextManager[object]:
