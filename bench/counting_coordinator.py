@@ -46,6 +46,7 @@ from coordinator_svc.__main__ import build_parser, config_from_args  # noqa: E40
 from coordinator_svc.app import RunningCoordinator, start_coordinator  # noqa: E402
 from coordinator_svc.storage import migrate, open_journal  # noqa: E402
 from turnwire import event_loop  # noqa: E402
+from turnwire.observability import tracing  # noqa: E402
 from turnwire.observability.logs import configure_logging  # noqa: E402
 from turnwire.serving import announce  # noqa: E402
 
@@ -144,12 +145,16 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if args.migrate:
         migrate(args.journal_url)
+    if args.otel_endpoint:  # as serve does (docs/TRACING.md)
+        tracing.start(tracing.COORDINATOR_SERVICE, args.otel_endpoint)
     try:
         # The event loop serve runs on (uvloop when installed; TURNWIRE_EVENT_LOOP).
         return event_loop.run(serve(args, own.counters_file))
     except Exception as error:  # journal, port, tokens: say what, exit 1 like serve
         print(f"counting_coordinator: error: {type(error).__name__}: {error}", file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        tracing.shutdown()
 
 
 if __name__ == "__main__":
