@@ -356,6 +356,28 @@ def test_requeue_only_what_is_proven_not_run_and_only_once(tmp_path: Path) -> No
                 "OPERATION_NOT_TERMINAL",
                 "QUEUED",
             )
+            # Cancelled before any send: NOT_STARTED is proof enough, no verdict needed.
+            cancelled = await rig.turns.CancelOperation(
+                Q.CancelOperationRequest(operation_id=live.operation_id),
+                metadata=rig.tenant,
+                timeout=STEP,
+            )
+            assert cancelled.operation.execution == turn_pb2.EXECUTION_NOT_STARTED
+            again = await rig.admin.RequeueOperation(
+                A.RequeueOperationRequest(
+                    operation_id=live.operation_id, reason="cancelled by mistake"
+                ),
+                metadata=rig.admin_md,
+                timeout=STEP,
+            )
+            assert (
+                not again.replayed and again.operation.operation.state == Q.OPERATION_STATE_QUEUED
+            )
+            await rig.admin.UndrainRunner(
+                A.UndrainRunnerRequest(runner="r1"), metadata=rig.admin_md, timeout=STEP
+            )
+            rerun = await rig.terminal(again.operation.operation.operation_id)
+            assert rerun.state == Q.OPERATION_STATE_SUCCEEDED
 
     asyncio.run(scenario())
 
