@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from coordinator_svc.api.auth import Scope, add_token
 from coordinator_svc.app import RunningCoordinator, start_coordinator
@@ -613,5 +614,16 @@ def test_only_admin_tokens_and_good_arguments_change_anything(tmp_path: Path) ->
                 timeout=STEP,
             )
             assert status.status == health_pb2.HealthCheckResponse.SERVING
+            reflection = reflection_pb2_grpc.ServerReflectionStub(rig.channel)
+
+            async def ask() -> AsyncIterator[reflection_pb2.ServerReflectionRequest]:
+                yield reflection_pb2.ServerReflectionRequest(list_services="")
+
+            replies = [r async for r in reflection.ServerReflectionInfo(ask(), timeout=STEP)]
+            names = {s.name for s in replies[0].list_services_response.service}
+            assert {
+                "turnwire.coordinator.v1.AdminService",
+                "turnwire.coordinator.v1.TurnService",
+            } <= names
 
     asyncio.run(scenario())
