@@ -59,7 +59,7 @@ def add_tokens_parser(commands: argparse._SubParsersAction[Any]) -> None:
         action="append",
         choices=SCOPE_NAMES,
         help="what the token may do (repeatable): submit (SubmitTurn, SubmitAndWatch), read "
-        "(Get/List/WatchOperation; SubmitAndWatch too), cancel, admin (all). "
+        "(Get/List/WatchOperation; SubmitAndWatch too), cancel, admin (all, and AdminService). "
         "Default: submit, read and cancel",
     )
     expiry = add.add_mutually_exclusive_group()

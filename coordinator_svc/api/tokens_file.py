@@ -10,7 +10,8 @@ Format (UTF-8 text, one token per line)::
   until the old line is removed).
 - ``scopes``: any of ``submit`` (SubmitTurn, SubmitAndWatch), ``read``
   (GetOperation, ListOperations, WatchOperation; SubmitAndWatch needs it too),
-  ``cancel`` (CancelOperation) and ``admin`` (every scope). A line without
+  ``cancel`` (CancelOperation) and ``admin`` (every scope, and the operator's
+  AdminService: docs/ADMIN_API.md). A line without
   ``scopes=`` (the format before issue 11) has submit, read and cancel.
 - ``expires``: an ISO 8601 time with its offset (``2027-01-31T00:00:00Z``);
   from then on the token is refused as expired. Without it, it never expires.
