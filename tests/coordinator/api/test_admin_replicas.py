@@ -16,8 +16,8 @@ import pytest
 
 from coordinator_svc.api.admin_drains import DRAIN_POLL_SECONDS
 from coordinator_svc.app import start_coordinator
+from tests.coordinator.api.admin_rig import STEP, deployment
 from tests.coordinator.api.harness import submit_request
-from tests.coordinator.api.test_admin_api import STEP, deployment
 from turnwire.coordinator.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
 
 pytestmark = pytest.mark.postgres
