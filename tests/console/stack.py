@@ -52,6 +52,7 @@ class ConsoleStack:
             Fault("Dispatch", DROP_RESPONSE, nth=1, on_fire=lambda: self.faults.block(*_SILENCED))
         )
         self.address = ""
+        self.ambiguous_id = ""  # set by the package fixture (conftest.py)
         self.console_url = ""
         self.console_address = ""
 

@@ -117,7 +117,7 @@ def drive_console(node: str, stack: ConsoleStack, ambiguous_id: str, tmp_path: P
 def test_an_operator_works_the_console_in_chromium(
     browser_ready: str, stack: ConsoleStack, tmp_path: Path
 ) -> None:
-    ambiguous_id = stack.make_ambiguous()
+    ambiguous_id = stack.ambiguous_id
     succeeded_id, failed_id = stack.run_turns({}, {"fail": "1"})
 
     facts = drive_console(browser_ready, stack, ambiguous_id, tmp_path)
