@@ -23,8 +23,9 @@ and JSON otherwise (a log file, a pipe, a collector). docs/LOGS.md describes
 the fields and how to follow one turn with ``jq``.
 
 Cost: a line outside any turn pays one ``ContextVar.get``; a turn's line adds
-five attribute copies, and the JSON formatter one ``json.dumps`` of a small
-flat dict. Secrets never reach a log line from here: only the five fields
+five attribute copies, and the JSON formatter one encoding of a small flat
+dict (a shared encoder). A dispatcher step adds one ``note_turn`` (a tuple
+compare when nothing is new). Secrets never reach a log line from here: only the five fields
 and what call sites pass are written (never tokens, never envelope bodies).
 """
 
