@@ -1,37 +1,31 @@
-"""``serve`` flags for the runner's retention (issue 12, PROTOCOL.md §9 K2-K5)."""
+"""``serve`` flags for the runner's retention (issues 12-13, PROTOCOL.md §9 K2-K7); the
+pace flags (``--prune-*``) are shared with the coordinator (turnwire.retention_flags)."""
 
 from __future__ import annotations
 
 import argparse
-import os
-from collections.abc import Callable
 
 from runner_svc.storage.retention import RunnerRetention
-from turnwire.retention import PruneSchedule, parse_horizon, parse_interval
+from turnwire.retention_flags import (
+    add_batch_flags,
+    add_every_flag,
+    env_default,
+    horizon_type,
+    schedule_from_args,
+)
+
+ENV_PREFIX = "TURNWIRE_RUNNER_"
 
 
-def _typed(parse: Callable[[str], object]) -> Callable[[str], object]:
-    def typed(text: str) -> object:
-        try:
-            return parse(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return typed
-
-
-def _count(limit: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        if not text.strip().isdigit() or not 1 <= int(text) <= limit:
-            raise argparse.ArgumentTypeError(f"must be an integer 1..{limit}, got {text!r}")
-        return int(text)
-
-    return parse
-
-
-def _env(name: str, default: str) -> str:
-    # A string default goes through the flag's type: a bad value is a flag error.
-    return os.environ.get("TURNWIRE_RUNNER_" + name) or default
+def _horizon_flag(group: argparse._ArgumentGroup, flag: str, default: str, says: str) -> None:
+    variable = ENV_PREFIX + flag.removeprefix("--").replace("-", "_").upper()
+    group.add_argument(
+        flag,
+        type=horizon_type,
+        default=env_default(variable, default),
+        metavar="DURATION",
+        help=f"{says} (env {variable}; default %(default)s)",
+    )
 
 
 def add_retention_arguments(serve: argparse.ArgumentParser) -> None:
@@ -41,57 +35,41 @@ def add_retention_arguments(serve: argparse.ArgumentParser) -> None:
         "and --retain-released has passed; its bare key stays --retain-pruned-keys longer "
         "(a call about it is refused OPERATION_PRUNED, never answered 'absent'), then goes "
         "once the admission floor has passed it. Never restore a coordinator journal "
-        "backup older than the two horizons together.",
+        "backup older than the two horizons together. A row no Release retires goes after "
+        "--retain-unreleased, its key kept for ever.",
     )
-    group.add_argument(
+    _horizon_flag(
+        group,
         "--retain-released",
-        type=_typed(parse_horizon),
-        default=_env("RETAIN_RELEASED", "7d"),
-        metavar="DURATION",
-        help="keep a released row or a tombstone this long (e.g. 7d, 36h; 'never' keeps "
-        "all) [TURNWIRE_RUNNER_RETAIN_RELEASED]",
+        "7d",
+        "keep a released row or a tombstone this long (e.g. 7d, 36h; 'never' keeps all)",
     )
-    group.add_argument(
+    _horizon_flag(
+        group,
         "--retain-pruned-keys",
-        type=_typed(parse_horizon),
-        default=_env("RETAIN_PRUNED_KEYS", "30d"),
-        metavar="DURATION",
-        help="then keep its bare key this long ('never' keeps keys for ever: a restored "
+        "30d",
+        "then keep its bare key this long ('never' keeps keys for ever: a restored "
         "coordinator journal of any age then ends such turns UNKNOWN instead of running "
-        "them again) [TURNWIRE_RUNNER_RETAIN_PRUNED_KEYS]",
+        "them again)",
     )
-    group.add_argument(
-        "--prune-every",
-        type=_typed(parse_interval),
-        default=_env("PRUNE_EVERY", "60s"),
-        metavar="DURATION",
-        help="how often the pruning pass runs [TURNWIRE_RUNNER_PRUNE_EVERY]",
+    _horizon_flag(
+        group,
+        "--retain-unreleased",
+        "30d",
+        "a row no Release will ever retire (a settled turn the coordinator gave up on or "
+        "never released, or one an earlier runner process left unsettled) goes this long "
+        "after it last changed, its bare key kept for ever so the turn never runs again; "
+        "keep it above the longest a coordinator may be cut off from this runner ('never' "
+        "keeps such rows; PROTOCOL.md §9 K6)",
     )
-    group.add_argument(
-        "--prune-batch",
-        type=_count(10_000),
-        default=_env("PRUNE_BATCH", "500"),
-        metavar="N",
-        help="rows (or keys) per transaction, so a pass never holds the store long "
-        "[TURNWIRE_RUNNER_PRUNE_BATCH]",
-    )
-    group.add_argument(
-        "--prune-max-batches",
-        type=_count(100_000),
-        default=_env("PRUNE_MAX_BATCHES", "20"),
-        metavar="N",
-        help="batches per pass at most; the rest waits for the next "
-        "[TURNWIRE_RUNNER_PRUNE_MAX_BATCHES]",
-    )
+    add_every_flag(group, env_prefix=ENV_PREFIX)
+    add_batch_flags(group, env_prefix=ENV_PREFIX, per_batch="rows (or keys) deleted")
 
 
 def retention_from_args(args: argparse.Namespace) -> RunnerRetention:
     return RunnerRetention(
         retain_released_seconds=args.retain_released,
         retain_keys_seconds=args.retain_pruned_keys,
-        schedule=PruneSchedule(
-            interval_seconds=args.prune_every,
-            batch=args.prune_batch,
-            batches_per_run=args.prune_max_batches,
-        ),
+        schedule=schedule_from_args(args),
+        retain_unreleased_seconds=args.retain_unreleased,
     )

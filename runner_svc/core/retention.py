@@ -14,6 +14,15 @@ Two stages, each with its own horizon:
    late, is refused DISPATCH_STALE, by this owner and (through the retention
    floor) by every later one.
 
+3. **A row nobody will release** (K6): a settled row the coordinator never
+   released (it gave the turn up, TIMED_OUT, or its Release went to an
+   incarnation that had ended), or a row an earlier incarnation left
+   ACCEPTED, LAUNCHING or RUNNING (nothing of it runs any more, R10). It goes
+   ``retain_unreleased`` seconds after it last changed, and its key is kept
+   for ever (stamp bound ``KEPT_FOR_EVER``, which no floor reaches): no
+   Release vouches that the coordinator's journal holds the turn terminal, so
+   nothing may ever answer "absent" for it.
+
 The stamp bound: every Dispatch for a turn was written ahead (C4) before the
 turn's terminal write, which came before the coordinator's Release (or, for a
 tombstone, before the give-up Cancel that made it; C8b, C11). So each stamp
@@ -27,6 +36,12 @@ from __future__ import annotations
 from runner_svc.core.model import SETTLED_STATES, Refusal, RowState, RunnerRefusal
 
 US_PER_SECOND = 1_000_000
+# K6: the stamp bound of a key kept for ever. No admission floor or clock reaches
+# it (key_ceiling stays below it), so K4 never drops the key, and the store's
+# trigger lets a row nobody released go only with such a key (migration r0005).
+KEPT_FOR_EVER = 2**63 - 1
+# States a row is stored in while its turn is not settled (R3).
+UNSETTLED_STATES = frozenset({RowState.ACCEPTED, RowState.LAUNCHING, RowState.RUNNING})
 # What the store's guard trigger says when a row would be written for a pruned
 # id (migrations/runner r0004); the store turns it into OPERATION_PRUNED.
 PRUNED_MARK = "turnwire: operation pruned"
@@ -78,3 +93,30 @@ def key_droppable(
 ) -> bool:
     """K4: kept ``retain`` seconds after its row went, and below the ceiling."""
     return pruned_at + retain <= now and bound <= key_ceiling(floor, now, window_us)
+
+
+def abandoned_since(
+    state: RowState,
+    released: bool,
+    *,
+    written_by_owner: bool,
+    accepted_at: float | None,
+    started_at: float | None,
+    settled_at: float | None,
+) -> float | None:
+    """K6: since when a row that no Release will retire has been frozen; None: not
+    such a row (released, a tombstone: K2's; or a live turn of the store's owner).
+
+    - settled, unreleased: since it settled (nothing writes it again but a Release);
+    - ACCEPTED, LAUNCHING or RUNNING, written by an earlier incarnation (not the
+      store's owner, ``written_by_owner`` False): since its last write. That
+      incarnation is gone (one live process per store, §6) and its executors
+      with it (R10), so the row stays as it is unless a Dispatch takes it over."""
+    if released or state is RowState.TOMBSTONED:
+        return None
+    if state in SETTLED_STATES:
+        return settled_at
+    if state in UNSETTLED_STATES and not written_by_owner:
+        times = [t for t in (accepted_at, started_at) if t is not None]
+        return max(times) if times else None
+    return None

@@ -11,6 +11,11 @@ the store's owner prunes), all or nothing. A batch:
   of the store's count and digest (§6: a store whose rows are not the set it
   wrote gets a new store_id at its next opening, so the pair must follow every
   deletion); the mirror forgets them once the COMMIT is durable;
+- **rows nobody will release** (K6): at most ``batch`` rows settled and never
+  released, or left unsettled by an earlier incarnation, unchanged for
+  ``--retain-unreleased``; each keeps its key for ever (never dropped by K4);
+- **executor records** (R10): those of groups known to be over (ended by a
+  sweep, or their turn settled or pruned) launched ``--retain-released`` ago;
 - **keys** (K4): drops at most ``batch`` keys kept longer than
   ``--retain-pruned-keys`` whose stamp bound is below the owner's admission
   floor, raising the retention floor to their highest bound first (every later
@@ -32,6 +37,8 @@ from dataclasses import dataclass, field
 
 from runner_svc.core.model import RowState
 from runner_svc.core.retention import (
+    KEPT_FOR_EVER,
+    abandoned_since,
     key_ceiling,
     key_droppable,
     retired_since,
@@ -55,6 +62,11 @@ class RunnerRetention:
     retain_released_seconds: float | None = 7 * DAY
     retain_keys_seconds: float | None = 30 * DAY
     schedule: PruneSchedule = field(default_factory=PruneSchedule)
+    # K6: a row no Release will retire (settled and never released, or left
+    # unsettled by an earlier incarnation) goes this long after it last changed,
+    # its key kept for ever. Longer than the released horizon: only time vouches
+    # that no coordinator still waits for it.
+    retain_unreleased_seconds: float | None = 30 * DAY
 
 
 class RetentionError(RuntimeError):
@@ -68,6 +80,27 @@ _RELEASED = (
 _TOMBSTONES = (
     "SELECT operation_id, state, released, settled_at, released_at FROM runner_operations "
     "WHERE state = 'TOMBSTONED' AND settled_at <= ? ORDER BY settled_at LIMIT ?"
+)
+# K6: unreleased rows (the partial index of r0005 holds just these), settled ones
+# and those an earlier incarnation (not the store's owner) left unsettled.
+_ABANDONED = (
+    "SELECT operation_id, state, incarnation_id = ?, accepted_at, started_at, settled_at "
+    "FROM runner_operations WHERE NOT released AND ("
+    "(state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'TIMED_OUT') AND settled_at <= ?) OR "
+    "(state IN ('ACCEPTED', 'LAUNCHING', 'RUNNING') AND incarnation_id <> ? AND "
+    "max(coalesce(accepted_at, 0), coalesce(started_at, 0)) <= ?)) "
+    "ORDER BY operation_id LIMIT ?"
+)
+_OWNER = "SELECT owner_incarnation_id FROM runner_store_meta"
+# Executor records whose group is over (ended by a sweep, or its turn settled or
+# pruned: a turn settles only after its group was killed and its leader reaped).
+_DONE_EXECUTORS = (
+    "DELETE FROM runner_executor_processes WHERE id IN (SELECT e.id FROM "
+    "runner_executor_processes e LEFT JOIN runner_operations o ON o.operation_id = "
+    "e.operation_id WHERE e.launched_at <= ? AND (e.ended_at IS NOT NULL OR o.state IN "
+    "('SUCCEEDED', 'FAILED', 'CANCELLED', 'TIMED_OUT', 'TOMBSTONED') OR (o.operation_id "
+    "IS NULL AND EXISTS (SELECT 1 FROM runner_pruned_operations k WHERE k.operation_id = "
+    "e.operation_id))) ORDER BY e.id LIMIT ?)"
 )
 _KEEP_KEY = "INSERT INTO runner_pruned_operations VALUES (?, ?, ?)"
 _DELETE_ROW = "DELETE FROM runner_operations WHERE operation_id = ?"
@@ -106,6 +139,42 @@ def prune_rows(
     return gone
 
 
+def prune_abandoned(db: sqlite3.Connection, *, now: float, retain: float, limit: int) -> list[str]:
+    """K6 in the open transaction: rows no Release will retire, frozen for ``retain``
+    seconds, go; each keeps its key for ever (stamp bound KEPT_FOR_EVER)."""
+    (owner,) = db.execute(_OWNER).fetchone()
+    cutoff = now - retain
+    picked = db.execute(_ABANDONED, (owner, cutoff, owner, cutoff, limit)).fetchall()
+    if not picked:
+        return []
+    row_count, row_digest, _, _ = db.execute(_META).fetchone()
+    gone: list[str] = []
+    for operation_id, state, by_owner, accepted_at, started_at, settled_at in picked:
+        since = abandoned_since(
+            RowState(state),
+            False,
+            written_by_owner=bool(by_owner),
+            accepted_at=accepted_at,
+            started_at=started_at,
+            settled_at=settled_at,
+        )
+        if since is None or not row_prunable(since, now, retain):
+            raise RetentionError(f"{operation_id}: picked as abandoned, but {state} is not due")
+        db.execute(_KEEP_KEY, (operation_id, KEPT_FOR_EVER, now))
+        db.execute(_DELETE_ROW, (operation_id,))
+        row_count -= 1
+        row_digest = remove_from_digest(int(row_digest), operation_id)
+        gone.append(operation_id)
+    db.execute(_SET_ROWS, (row_count, row_digest))
+    return gone
+
+
+def prune_executor_records(db: sqlite3.Connection, *, now: float, retain: float, limit: int) -> int:
+    """Executor records (R10) of groups known to be over, launched ``retain`` ago:
+    no sweep needs them any more."""
+    return max(db.execute(_DONE_EXECUTORS, (now - retain, limit)).rowcount, 0)
+
+
 def drop_keys(
     db: sqlite3.Connection, *, now: float, retain: float, window_us: int, limit: int
 ) -> tuple[int, int]:
@@ -122,8 +191,9 @@ def drop_keys(
         db.execute(_SET_RETENTION_FLOOR, (max(int(retention_floor), highest),))
         db.executemany(_DROP_KEY, [(operation_id,) for operation_id, _, _ in picked])
     waiting = db.execute(
-        "SELECT count(*) FROM runner_pruned_operations WHERE pruned_at <= ? AND stamp_bound > ?",
-        (now - retain, ceiling),
+        "SELECT count(*) FROM runner_pruned_operations WHERE pruned_at <= ? AND stamp_bound > ?"
+        " AND stamp_bound < ?",
+        (now - retain, ceiling, KEPT_FOR_EVER),
     ).fetchone()[0]
     return len(picked), int(waiting)
 
@@ -151,6 +221,7 @@ class RunnerPruner:
         batches, more, waiting = 0, False, 0
         retain_rows = self._retention.retain_released_seconds
         retain_keys = self._retention.retain_keys_seconds
+        retain_unreleased = self._retention.retain_unreleased_seconds
         while retain_rows is not None and batches < schedule.batches_per_run:
             rows = await self._store.maintain(self._rows_batch(retain_rows))
             batches += 1
@@ -158,6 +229,24 @@ class RunnerPruner:
             more = rows == schedule.batch
             if not more or not keep_going():
                 break
+        if retain_unreleased is not None:
+            counts["unreleased rows"] = 0
+            while not more and batches < schedule.batches_per_run and keep_going():
+                rows = await self._store.maintain(self._abandoned_batch(retain_unreleased))
+                batches += 1
+                counts["unreleased rows"] += rows
+                more = rows == schedule.batch
+                if not more:
+                    break
+        if retain_rows is not None:
+            counts["executor records"] = 0
+            while not more and batches < schedule.batches_per_run and keep_going():
+                done = await self._store.maintain(self._executors_batch(retain_rows))
+                batches += 1
+                counts["executor records"] += done
+                more = done == schedule.batch
+                if not more:
+                    break
         while (
             retain_keys is not None
             and not more
@@ -179,6 +268,27 @@ class RunnerPruner:
         def work(db: sqlite3.Connection) -> tuple[int, list[str]]:
             gone = prune_rows(db, now=now, retain=retain, window_us=self._window_us, limit=limit)
             return len(gone), gone
+
+        return work
+
+    def _abandoned_batch(
+        self, retain: float
+    ) -> Callable[[sqlite3.Connection], tuple[int, list[str]]]:
+        now, limit = self._clock(), self._retention.schedule.batch
+
+        def work(db: sqlite3.Connection) -> tuple[int, list[str]]:
+            gone = prune_abandoned(db, now=now, retain=retain, limit=limit)
+            return len(gone), gone
+
+        return work
+
+    def _executors_batch(
+        self, retain: float
+    ) -> Callable[[sqlite3.Connection], tuple[int, list[str]]]:
+        now, limit = self._clock(), self._retention.schedule.batch
+
+        def work(db: sqlite3.Connection) -> tuple[int, list[str]]:
+            return prune_executor_records(db, now=now, retain=retain, limit=limit), []
 
         return work
 
@@ -213,9 +323,11 @@ class RunnerRetentionTask:
         log.info(
             "runner retention: released rows and tombstones are pruned %s after their "
             "release, their bare keys %s later (then only once the admission floor has "
-            "passed them); a pass every %s",
+            "passed them); rows never released %s after they last changed (keys kept for "
+            "ever); a pass every %s",
             describe_horizon(retention.retain_released_seconds),
             describe_horizon(retention.retain_keys_seconds),
+            describe_horizon(retention.retain_unreleased_seconds),
             describe_horizon(retention.schedule.interval_seconds),
         )
         task = cls(RunnerPruner(store, retention, window_seconds=window_seconds), retention)

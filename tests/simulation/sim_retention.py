@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 
 from runner_svc.core.model import OperationRow
 from runner_svc.core.retention import (
+    KEPT_FOR_EVER,
     US_PER_SECOND,
+    abandoned_since,
     key_droppable,
     retired_since,
     row_prunable,
@@ -59,6 +61,11 @@ class SimRetention:
     keep_keys: bool = True
     # K4: may this key go now? (pruned_at, bound, now, retain, floor, window; Unix seconds)
     key_may_go: Callable[[float, int, float, float, int, int], bool] = key_droppable
+    # K6: rows no Release retires go this long (virtual seconds) after they last
+    # changed, their keys kept for ever; None: kept (the real runner's 'never').
+    retain_unreleased: float | None = None
+    # K6's key: the for-ever bound (broken variant: the bound a released row gets).
+    abandoned_bound: Callable[[float], int] = lambda _since: KEPT_FOR_EVER
 
 
 def prune(store: SimStore, rules: SimRetention, now: float, counters: Counter[str]) -> None:
@@ -71,6 +78,8 @@ def prune(store: SimStore, rules: SimRetention, now: float, counters: Counter[st
         counters["retention:row_pruned"] += 1
         if rules.keep_keys:
             store.pruned[operation_id] = (stamp_bound(unix(since), WINDOW_US), now)
+    if rules.retain_unreleased is not None:
+        _prune_abandoned(store, rules, rules.retain_unreleased, now, counters)
     for operation_id, (bound, pruned_at) in list(store.pruned.items()):
         if rules.key_may_go(
             unix(pruned_at), bound, unix(now), rules.retain_keys, store.floor, WINDOW_US
@@ -78,6 +87,31 @@ def prune(store: SimStore, rules: SimRetention, now: float, counters: Counter[st
             store.retention_floor = max(store.retention_floor, bound)
             del store.pruned[operation_id]
             counters["retention:key_dropped"] += 1
+
+
+def _prune_abandoned(
+    store: SimStore, rules: SimRetention, retain: float, now: float, counters: Counter[str]
+) -> None:
+    """K6: settled rows never released, and unsettled rows an earlier owner left."""
+    for operation_id, row in list(store.rows.items()):
+        since = abandoned_since(
+            row.state,
+            row.released,
+            written_by_owner=row.incarnation_id == store.owner,
+            accepted_at=row.accepted_at,
+            started_at=row.started_at,
+            settled_at=row.settled_at,
+        )
+        if since is None or not row_prunable(since, now, retain):
+            continue
+        del store.rows[operation_id]
+        counters["retention:abandoned_pruned"] += 1
+        store.pruned[operation_id] = (rules.abandoned_bound(since), now)
+
+
+def _released_bound(since: float) -> int:
+    """Broken K6: the key gets a released row's bound, so K4 may drop it."""
+    return stamp_bound(unix(since), WINDOW_US)
 
 
 def _before_release(row: OperationRow, released_at: float | None) -> float | None:
@@ -97,4 +131,6 @@ BROKEN_RETENTION = {
     "forget_keys_at_once": SimRetention(keep_keys=False),
     # K4 off: keys go at once, whatever the floor.
     "drop_keys_below_the_floor": SimRetention(key_may_go=_always),
+    # K6 without its for-ever key: an unreleased row's key goes like a released one's.
+    "unreleased_keys_dropped": SimRetention(retain_unreleased=0.0, abandoned_bound=_released_bound),
 }

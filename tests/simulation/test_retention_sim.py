@@ -46,3 +46,17 @@ def test_a_broken_retention_rule_runs_a_turn_twice_or_lies(name: str) -> None:
     real = SimConfig(steps=70, trace=False, check_proofs=False, retention=SimRetention())
     assert not run_budget(range(seed + 1), real).violations
     print(f"{name}: seed {seed}: {violation}")
+
+
+def test_unreleased_rows_pruned_at_once_cost_liveness_never_safety() -> None:
+    """§9 K6 at its most eager (horizon zero: a row nobody released goes the moment it
+    settles, or the moment its incarnation is gone), keys kept for ever: no turn runs twice
+    and no status lies; the only harm is the one K6 names, operations a coordinator still
+    tracked left unresolved after the network heals. (With the key given a released row's
+    bound instead, the broken variant above runs a turn twice.)"""
+    result = run_budget(
+        range(20), SimConfig(steps=70, trace=False, retention=SimRetention(retain_unreleased=0.0))
+    )
+    assert result.coverage["retention:abandoned_pruned"] > 0
+    harms = {violation.split("]")[0] + "]" for _, violation in result.violations}
+    assert harms <= {"[2 terminal after heal]"}, result.violations[:3]

@@ -398,7 +398,7 @@ def test_the_scheduled_pass_logs_what_it_pruned_and_warns_when_it_fails(
     lines = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert [level for level, _ in lines] == ["WARNING", "INFO"], lines
     assert "simulated storage failure" in lines[0][1]
-    assert "pruned 2 rows, 0 keys in" in lines[1][1]
+    assert "pruned 2 rows, 0 keys, 0 unreleased rows, 0 executor records in" in lines[1][1]
 
 
 def test_the_retention_revision_walks_down_and_up_and_times_earlier_releases(
