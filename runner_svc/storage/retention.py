@@ -34,6 +34,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from runner_svc.core.model import RowState
 from runner_svc.core.retention import (
@@ -67,6 +68,10 @@ class RunnerRetention:
     # its key kept for ever. Longer than the released horizon: only time vouches
     # that no coordinator still waits for it.
     retain_unreleased_seconds: float | None = 30 * DAY
+
+
+# One stage's batch: (connection, now=, limit=) -> (how many went, ids of rows deleted).
+_Stage = Callable[..., tuple[int, list[str]]]
 
 
 class RetentionError(RuntimeError):
@@ -215,93 +220,70 @@ class RunnerPruner:
         self._clock = clock
 
     async def prune(self, keep_going: Callable[[], bool] = lambda: True) -> PruneReport:
+        """Rows (K2), rows nobody released (K6), executor records (K7), then keys (K4):
+        each stage in batches of one transaction, until one finds less than a full
+        batch; at most ``batches_per_run`` in all, asking ``keep_going`` between them."""
         started = time.monotonic()
-        schedule = self._retention.schedule
-        counts = {"rows": 0, "keys": 0}
+        retention, window_us = self._retention, self._window_us
+        schedule = retention.schedule
+        counts: dict[str, int] = {}
         batches, more, waiting = 0, False, 0
-        retain_rows = self._retention.retain_released_seconds
-        retain_keys = self._retention.retain_keys_seconds
-        retain_unreleased = self._retention.retain_unreleased_seconds
-        while retain_rows is not None and batches < schedule.batches_per_run:
-            rows = await self._store.maintain(self._rows_batch(retain_rows))
-            batches += 1
-            counts["rows"] += rows
-            more = rows == schedule.batch
-            if not more or not keep_going():
-                break
-        if retain_unreleased is not None:
-            counts["unreleased rows"] = 0
-            while not more and batches < schedule.batches_per_run and keep_going():
-                rows = await self._store.maintain(self._abandoned_batch(retain_unreleased))
+
+        async def stage(kind: str, work: _Stage) -> None:
+            nonlocal batches, more
+            counts[kind] = 0
+            if more:
+                return  # an earlier stage stopped with more left: the next pass goes on
+            while batches < schedule.batches_per_run:
+                if batches and not keep_going():
+                    return
+                now = self._clock()
+                done = await self._store.maintain(partial(work, now=now, limit=schedule.batch))
                 batches += 1
-                counts["unreleased rows"] += rows
-                more = rows == schedule.batch
-                if not more:
-                    break
-        if retain_rows is not None:
-            counts["executor records"] = 0
-            while not more and batches < schedule.batches_per_run and keep_going():
-                done = await self._store.maintain(self._executors_batch(retain_rows))
-                batches += 1
-                counts["executor records"] += done
+                counts[kind] += done
                 more = done == schedule.batch
                 if not more:
-                    break
-        while (
-            retain_keys is not None
-            and not more
-            and batches < schedule.batches_per_run
-            and keep_going()
-        ):
-            keys, waiting = await self._store.maintain(self._keys_batch(retain_keys))
-            batches += 1
-            counts["keys"] += keys
-            more = keys == schedule.batch
-            if not more:
-                break
+                    return
+
+        def rows(db: sqlite3.Connection, *, now: float, limit: int) -> tuple[int, list[str]]:
+            assert retain_rows is not None
+            gone = prune_rows(db, now=now, retain=retain_rows, window_us=window_us, limit=limit)
+            return len(gone), gone
+
+        def unreleased(db: sqlite3.Connection, *, now: float, limit: int) -> tuple[int, list[str]]:
+            assert retain_unreleased is not None
+            gone = prune_abandoned(db, now=now, retain=retain_unreleased, limit=limit)
+            return len(gone), gone
+
+        def executors(db: sqlite3.Connection, *, now: float, limit: int) -> tuple[int, list[str]]:
+            assert retain_rows is not None
+            return prune_executor_records(db, now=now, retain=retain_rows, limit=limit), []
+
+        def keys(db: sqlite3.Connection, *, now: float, limit: int) -> tuple[int, list[str]]:
+            nonlocal waiting
+            assert retain_keys is not None
+            dropped, waiting = drop_keys(
+                db, now=now, retain=retain_keys, window_us=window_us, limit=limit
+            )
+            return dropped, []
+
+        retain_rows = retention.retain_released_seconds
+        retain_keys = retention.retain_keys_seconds
+        retain_unreleased = retention.retain_unreleased_seconds
+        if retain_rows is not None:
+            await stage("rows", rows)
+        counts.setdefault("rows", 0)
+        if retain_keys is not None:
+            counts["keys"] = 0  # its stage runs last; the report names it second
+        if retain_unreleased is not None:
+            await stage("unreleased rows", unreleased)
+        if retain_rows is not None:
+            await stage("executor records", executors)
+        if retain_keys is not None:
+            await stage("keys", keys)
+        counts.setdefault("keys", 0)
         note = f"{waiting} key(s) wait for the admission floor" if waiting else ""
         return PruneReport(counts, time.monotonic() - started, batches, more=more, note=note)
-
-    def _rows_batch(self, retain: float) -> Callable[[sqlite3.Connection], tuple[int, list[str]]]:
-        now, limit = self._clock(), self._retention.schedule.batch
-
-        def work(db: sqlite3.Connection) -> tuple[int, list[str]]:
-            gone = prune_rows(db, now=now, retain=retain, window_us=self._window_us, limit=limit)
-            return len(gone), gone
-
-        return work
-
-    def _abandoned_batch(
-        self, retain: float
-    ) -> Callable[[sqlite3.Connection], tuple[int, list[str]]]:
-        now, limit = self._clock(), self._retention.schedule.batch
-
-        def work(db: sqlite3.Connection) -> tuple[int, list[str]]:
-            gone = prune_abandoned(db, now=now, retain=retain, limit=limit)
-            return len(gone), gone
-
-        return work
-
-    def _executors_batch(
-        self, retain: float
-    ) -> Callable[[sqlite3.Connection], tuple[int, list[str]]]:
-        now, limit = self._clock(), self._retention.schedule.batch
-
-        def work(db: sqlite3.Connection) -> tuple[int, list[str]]:
-            return prune_executor_records(db, now=now, retain=retain, limit=limit), []
-
-        return work
-
-    def _keys_batch(
-        self, retain: float
-    ) -> Callable[[sqlite3.Connection], tuple[tuple[int, int], list[str]]]:
-        now, limit = self._clock(), self._retention.schedule.batch
-
-        def work(db: sqlite3.Connection) -> tuple[tuple[int, int], list[str]]:
-            found = drop_keys(db, now=now, retain=retain, window_us=self._window_us, limit=limit)
-            return found, []
-
-        return work
 
 
 class RunnerRetentionTask:
