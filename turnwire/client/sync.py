@@ -349,5 +349,17 @@ class TurnwireClient:
                     cursor=cursor,
                 )
             finally:
-                call.cancel()
+                _end_stream(call)
             self._sleep(pause)
+
+
+def _end_stream(call: Any) -> None:
+    """Cancel a stream that is left before its end (or close it after one).
+
+    A traced channel (opentelemetry-instrumentation-grpc's sync interceptor)
+    hands a stream back as a plain generator with no ``cancel()``; closing the
+    generator ends the wrapped call the same way (docs/TRACING.md).
+    """
+    stop = getattr(call, "cancel", None) or getattr(call, "close", None)
+    if stop is not None:
+        stop()
