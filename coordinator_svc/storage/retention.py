@@ -39,10 +39,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from coordinator_svc.core.model import TERMINAL_STATES
-from coordinator_svc.ports import JournalNotMigrated, JournalUnavailable
+from coordinator_svc.ports import JournalUnavailable
 from coordinator_svc.retention_flags import JournalRetention
 from coordinator_svc.storage import schema
-from coordinator_svc.storage.backends import READ_ONLY, SqliteBackend, backend_for
+from coordinator_svc.storage.backends import READ_ONLY
 from coordinator_svc.storage.tables import attempts, events, operation_envelopes, operations
 from turnwire.retention import PruneReport, describe_horizon
 from turnwire.retention_task import ScheduledPrune
@@ -100,24 +100,7 @@ class JournalPruner:
     ) -> JournalPruner:
         """Its own engine on the journal at ``url``; refuses a schema it does not expect,
         as ``open_journal`` does (JournalNotMigrated, SchemaTooNew, JournalUnavailable)."""
-        parsed = schema.journal_url(url)
-        backend = backend_for(parsed)
-        if isinstance(backend, SqliteBackend):
-            path = SqliteBackend.database_file(parsed)
-            if path is not None and not path.exists():
-                raise JournalNotMigrated(f"no journal file at {path}")
-        engine = backend.make_engine(parsed, busy_timeout)
-        try:
-            with engine.connect() as connection:
-                connection.execution_options(**{READ_ONLY: True})
-                with connection.begin():
-                    schema.check_revision(connection)
-        except sa.exc.SQLAlchemyError as error:
-            engine.dispose()
-            raise JournalUnavailable(f"cannot open the journal: {error}") from error
-        except BaseException:
-            engine.dispose()
-            raise
+        engine, _ = schema.open_checked_engine(url, busy_timeout)
         return cls(engine, retention, clock)
 
     def cutoff(self) -> datetime:

@@ -22,7 +22,7 @@ from alembic.script.revision import RevisionError
 from alembic.util import CommandError
 
 from coordinator_svc.ports import JournalNotMigrated, JournalUnavailable, SchemaTooNew
-from coordinator_svc.storage.backends import SqliteBackend, backend_for
+from coordinator_svc.storage.backends import READ_ONLY, Backend, SqliteBackend, backend_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MIGRATIONS_DIR = REPO_ROOT / "migrations" / "coordinator"
@@ -125,3 +125,29 @@ def _knows(scripts: ScriptDirectory, revision: str) -> bool:
         return scripts.get_revision(revision) is not None
     except (RevisionError, CommandError):  # alembic wraps "no such revision" variously
         return False
+
+
+def open_checked_engine(url: str | sa.URL, busy_timeout: float) -> tuple[sa.Engine, Backend]:
+    """An engine on the journal at ``url`` and its backend, once the schema is the one this
+    code expects (the journal and the pruner each open their own). Never changes the
+    schema: no journal file or an older schema raises JournalNotMigrated, a newer one
+    SchemaTooNew, an unreachable database JournalUnavailable; the engine is disposed of."""
+    parsed = journal_url(url)
+    backend = backend_for(parsed)
+    if isinstance(backend, SqliteBackend):
+        path = SqliteBackend.database_file(parsed)
+        if path is not None and not path.exists():
+            raise JournalNotMigrated(f"no journal file at {path}; run `{MIGRATE_COMMAND}` first")
+    engine = backend.make_engine(parsed, busy_timeout)
+    try:
+        with engine.connect() as connection:
+            connection.execution_options(**{READ_ONLY: True})
+            with connection.begin():
+                check_revision(connection)
+    except sa.exc.SQLAlchemyError as error:
+        engine.dispose()
+        raise JournalUnavailable(f"cannot open the journal: {error}") from error
+    except BaseException:
+        engine.dispose()
+        raise
+    return engine, backend

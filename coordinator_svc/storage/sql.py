@@ -43,7 +43,6 @@ from coordinator_svc.core.model import (
 from coordinator_svc.ports import (
     IdempotencyKeyReused,
     InvalidWrite,
-    JournalNotMigrated,
     JournalUnavailable,
     LeaseLost,
     PageCursor,
@@ -52,10 +51,7 @@ from coordinator_svc.ports import (
 from coordinator_svc.storage import rules, schema
 from coordinator_svc.storage.admin_sql import SqlAdmin
 from coordinator_svc.storage.backends import (
-    READ_ONLY,
     Backend,
-    SqliteBackend,
-    backend_for,
 )
 from coordinator_svc.storage.connections import KeptConnections
 from coordinator_svc.storage.group_commit import GroupCommit, Outcome, Work
@@ -490,24 +486,5 @@ def open_journal(
     ``one_statement_writes=False`` keeps PostgreSQL's writes in their
     multi-statement form, one transaction each (for comparison only).
     """
-    parsed = schema.journal_url(url)
-    backend = backend_for(parsed)
-    if isinstance(backend, SqliteBackend):
-        path = SqliteBackend.database_file(parsed)
-        if path is not None and not path.exists():
-            raise JournalNotMigrated(
-                f"no journal file at {path}; run `{schema.MIGRATE_COMMAND}` first"
-            )
-    engine = backend.make_engine(parsed, busy_timeout)
-    try:
-        with engine.connect() as connection:
-            connection.execution_options(**{READ_ONLY: True})
-            with connection.begin():
-                schema.check_revision(connection)
-    except sa.exc.SQLAlchemyError as error:
-        engine.dispose()
-        raise JournalUnavailable(f"cannot open the journal: {error}") from error
-    except BaseException:
-        engine.dispose()
-        raise
+    engine, backend = schema.open_checked_engine(url, busy_timeout)
     return SqlJournal(engine, backend, one_statement_writes=one_statement_writes)
