@@ -75,9 +75,12 @@ class Plan:
 # --- CPU --------------------------------------------------------------------
 
 
-def _proc_table() -> dict[int, tuple[int, float]]:
-    """pid -> (ppid, CPU seconds: own user+system plus that of reaped children)."""
+def proc_cpu_table(*, reaped_children: bool = True) -> dict[int, tuple[int, float]]:
+    """pid -> (ppid, CPU seconds: utime + stime of all its threads, plus, with
+    ``reaped_children``, cutime + cstime of the children it has reaped). One scan
+    of /proc (bench/replicas.py reads processes' own CPU with it too)."""
     ticks = os.sysconf("SC_CLK_TCK")
+    last = 15 if reaped_children else 13
     table: dict[int, tuple[int, float]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -88,7 +91,7 @@ def _proc_table() -> dict[int, tuple[int, float]]:
             continue  # exited while we looked
         fields = text.rsplit(")", 1)[1].split()
         # fields[1] ppid, [11] utime, [12] stime, [13] cutime, [14] cstime (proc(5))
-        cpu = sum(int(f) for f in fields[11:15]) / ticks
+        cpu = sum(int(f) for f in fields[11:last]) / ticks
         table[int(entry)] = (int(fields[1]), cpu)
     return table
 
@@ -101,7 +104,7 @@ def tree_cpu_seconds(roots: Mapping[str, int | None]) -> dict[str, float]:
     reaped them (a PostgreSQL postmaster's backends). One scan of /proc for
     all roots; a root that is gone reads 0.0.
     """
-    table = _proc_table()
+    table = proc_cpu_table()
     children: dict[int, list[int]] = {}
     for pid, (ppid, _cpu) in table.items():
         children.setdefault(ppid, []).append(pid)

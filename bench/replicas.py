@@ -78,7 +78,13 @@ for _path in (str(REPO_ROOT), str(BENCH_DIR)):
         sys.path.insert(0, _path)
 
 from baseline import ECHO_METHOD, measure  # noqa: E402
-from e2e_processes import STOP_GRACE, BenchBroke, Scratch, wait_quiet  # noqa: E402
+from e2e_processes import (  # noqa: E402
+    STOP_GRACE,
+    BenchBroke,
+    Scratch,
+    proc_cpu_table,
+    wait_quiet,
+)
 
 from tests.replicas.cluster import OPEN, ReplicaCluster  # noqa: E402
 from tests.support.postgres import ClusterStartError, PostgresCluster, missing_binary  # noqa: E402
@@ -119,19 +125,7 @@ def progress(line: str) -> None:
 
 def _own_cpu_table() -> dict[int, tuple[int, float]]:
     """pid -> (ppid, own CPU seconds: utime + stime of all its threads, children excluded)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    table: dict[int, tuple[int, float]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            text = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue  # exited while we looked
-        fields = text.rsplit(")", 1)[1].split()
-        # fields[1] ppid, [11] utime, [12] stime (proc(5), counted from field 3)
-        table[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks)
-    return table
+    return proc_cpu_table(reaped_children=False)
 
 
 @dataclass(frozen=True)

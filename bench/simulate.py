@@ -13,6 +13,11 @@ applies the proposed shell fix for the stale status answer, ``--broken NAME``
 runs a deliberately broken policy from tests/simulation/broken_policies.
 ``--queue-before-first-attempt`` stores every turn QUEUED alone before its first
 attempt (the engine's default writes a turn granted at once with its attempt).
+
+The simulated runners prune their stores by §9's rules, as eagerly as the rules
+allow (tests/simulation/sim_retention.py), so schedules meet pruned rows and
+keys; ``--no-retention`` keeps every row, as runs before issue 13 did (a seed
+found then replays with it: pruning changes what a seed's schedule meets).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.simulation.broken_policies import BROKEN
 from tests.simulation.budget import HARD_CASES, BudgetResult, run_budget
 from tests.simulation.shrink import shrink
+from tests.simulation.sim_retention import SimRetention
 from tests.simulation.simulator import SimConfig, run_seed
 
 
@@ -39,6 +45,7 @@ def _config(args: argparse.Namespace, trace: bool) -> SimConfig:
         duplicate_requests=args.duplicate_requests,
         stale_status_guard=args.stale_status_guard,
         attempt_with_acceptance=not args.queue_before_first_attempt,
+        retention=None if args.no_retention else SimRetention(),
     )
 
 
@@ -69,10 +76,18 @@ def run_for(args: argparse.Namespace) -> int:
         total.steps += part.steps
         total.coverage.update(part.coverage)
         total.violations += part.violations
-    print(f"{args.jobs} process(es), {args.steps} steps per schedule: {total.figures()}")
+    pruning = "off" if args.no_retention else "on"
+    print(
+        f"{args.jobs} process(es), {args.steps} steps per schedule, retention {pruning}: "
+        f"{total.figures()}"
+    )
     print("hard cases exercised:")
     for name, key in HARD_CASES.items():
         print(f"  {name}: {total.coverage[key]}")
+    if not args.no_retention:
+        print("retention (PROTOCOL.md §9):")
+        for key in ("retention:row_pruned", "retention:key_dropped", "refused:OPERATION_PRUNED"):
+            print(f"  {key}: {total.coverage[key]}")
     kinds = Counter(v.split("]")[0] + "]" for _, v in total.violations)
     for seed, violation in sorted(total.violations)[: args.show]:
         print(f"VIOLATION seed {seed}: {violation}")
@@ -121,6 +136,11 @@ def main() -> int:
         action="store_true",
         help="store every turn QUEUED alone first, as the coordinator's flag of that name "
         "does (default: a turn granted at once is stored with its first attempt, issue 10)",
+    )
+    parser.add_argument(
+        "--no-retention",
+        action="store_true",
+        help="runners keep every row and key (default: they prune as eagerly as §9 allows)",
     )
     parser.add_argument("--broken", choices=sorted(BROKEN))
     args = parser.parse_args()
