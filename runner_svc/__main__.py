@@ -258,13 +258,15 @@ async def _serve(args: argparse.Namespace) -> int:
         metrics_address_file=Path(args.metrics_address_file) if args.metrics_address_file else None,
     )
     runner = await start_runner(config)
-    announce(runner.address, None)
-    if runner.metrics is not None:
-        print(f"metrics on {runner.metrics.url}", flush=True)
+    # The handlers go in before the address is announced: a launcher may send
+    # SIGTERM the moment it reads it, and that must drain (R8), not kill.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    announce(runner.address, None)
+    if runner.metrics is not None:
+        print(f"metrics on {runner.metrics.url}", flush=True)
     await stop.wait()
     log.info("signal received: draining incarnation %s", runner.incarnation_id)
     await runner.stop(drain=True)
