@@ -1,4 +1,5 @@
-"""Shared fixtures: only the throwaway PostgreSQL cluster (tests/support/postgres.py)."""
+"""Shared fixtures (the throwaway PostgreSQL cluster, tests/support/postgres.py) and
+the ``serial`` marking that decides which tests scripts/test runs alone."""
 
 from __future__ import annotations
 
@@ -8,6 +9,20 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.postgres import ClusterStartError, PostgresCluster, missing_binary
+
+# Packages whose tests run alone, never beside a pytest-xdist worker: the bench
+# smoke tests measure CPU and throughput and run whole deployments against
+# their own time budgets, and chaos runs seeded fault cycles for a fixed time.
+# A second worker beside them would measure the machine, not Turnwire.
+SERIAL_PACKAGES = ("tests/bench/", "tests/chaos/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test of SERIAL_PACKAGES ``serial`` (scripts/test: ``-m serial``)."""
+    for item in items:
+        path = item.path.as_posix()
+        if any(f"/{package}" in path for package in SERIAL_PACKAGES):
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(scope="session")
