@@ -349,9 +349,13 @@ def seed_old_rows(
     """Rows an earlier incarnation (OLD) accepted and never launched (then
     ``then``); a clean stop seals the store (§6 witness) unless ``seal`` is False."""
     store = SqliteRunnerStore.open(store_path, OLD)
+    # Written a moment ago, as an earlier incarnation that just stopped wrote
+    # them: rows unchanged for --retain-unreleased (30 d) would be pruned by the
+    # next runner's first retention pass (§9 K6), which is another test's case.
+    now = time.time()
     try:
         for op, body in rows.items():
-            store.write(op, Admit(op, OLD, SlotKind.WRITABLE, sha256_hex(body), 1, 1, 1.0, 5))
+            store.write(op, Admit(op, OLD, SlotKind.WRITABLE, sha256_hex(body), 1, 1, now, 5))
         for op, event in then:
             store.write(op, event)
         if seal:
@@ -418,7 +422,7 @@ def test_interrupted_rows_are_never_run_again(tmp_path: Path) -> None:
     seed_old_rows(
         store_path,
         {"op_int": body},
-        then=(("op_int", LaunchIntent(OLD)), ("op_int", ConfirmStart(OLD, 2.0))),
+        then=(("op_int", LaunchIntent(OLD)), ("op_int", ConfirmStart(OLD, time.time()))),
     )
 
     async def main() -> None:
