@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import re
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from turnwire.observability.logs import (
     JsonFormatter,
     TextFormatter,
+    configure_logging,
     current_turn,
     log_handler,
     no_turn,
@@ -202,3 +204,33 @@ def test_formatters_are_usable_alone() -> None:
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "hi %s", ("there",), None)
     assert json.loads(JsonFormatter().format(record))["msg"] == "hi there"
     assert TextFormatter().format(record).endswith("INFO x: hi there")
+
+
+def test_configuring_twice_keeps_other_handlers_and_replaces_only_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A service's main() run in process (tests, an embedding program) leaves the
+    host's handlers alone (pytest's log capture was closed and lost before)."""
+    root = logging.getLogger()
+    foreign = logging.NullHandler()
+    monkeypatch.setattr(root, "handlers", [foreign])
+    monkeypatch.setattr(root, "level", root.level)
+    first = configure_logging("INFO", "json", stream=io.StringIO())
+    second = configure_logging("INFO", "json", stream=io.StringIO())
+    assert root.handlers == [foreign, second]
+    assert first not in root.handlers
+
+
+def test_without_a_stream_lines_go_to_stderr_as_it_is_when_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The handler follows sys.stderr, so a stderr replaced and closed since (pytest's
+    capture of an earlier test) is never written to."""
+    earlier = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", earlier)
+    handler = log_handler("json")
+    earlier.close()
+    now = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", now)
+    handler.emit(logging.LogRecord("t", logging.INFO, __file__, 1, "hello", None, None))
+    assert json.loads(now.getvalue())["msg"] == "hello"

@@ -299,6 +299,22 @@ def resolve_format(log_format: str, stream: IO[str]) -> str:
         return "json"
 
 
+_OURS = "_turnwire_configured"  # marks the handler configure_logging installed
+
+
+class _CurrentStderr:
+    """A stream that is always the current ``sys.stderr``."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
 def log_handler(
     log_format: str = "auto",
     *,
@@ -306,9 +322,11 @@ def log_handler(
     process_fields: Mapping[str, Any] | None = None,
 ) -> logging.Handler:
     """A handler writing to ``stream`` (stderr) in ``log_format``, turn fields included."""
-    stream = stream if stream is not None else sys.stderr
-    chosen = resolve_format(log_format, stream)
-    handler = logging.StreamHandler(stream)
+    chosen = resolve_format(log_format, stream if stream is not None else sys.stderr)
+    # Without a stream: whatever sys.stderr is when a line is written, as
+    # logging's own last-resort handler does, so a replaced stderr (pytest's
+    # capture of one test, since closed) is never written to later.
+    handler = logging.StreamHandler(stream if stream is not None else _CurrentStderr())
     handler.setFormatter(JsonFormatter() if chosen == "json" else TextFormatter())
     handler.addFilter(TurnFields())
     if process_fields:
@@ -324,14 +342,20 @@ def configure_logging(
     process_fields: Mapping[str, Any] | None = None,
 ) -> logging.Handler:
     """Make the root logger write ``level`` and above to ``stream`` (stderr) in
-    ``log_format``, replacing any handler it had (as ``basicConfig(force=True)``).
+    ``log_format``, replacing the handler an earlier call installed.
     ``process_fields`` go on every line that does not set them (a runner's name).
-    Returns the handler."""
+    Returns the handler.
+
+    Other handlers stay: a process starts with none, and a host that runs a
+    service's ``main()`` in process (pytest's log capture, an embedding
+    program) keeps its own."""
     handler = log_handler(log_format, stream=stream, process_fields=process_fields)
     root = logging.getLogger()
     for old in list(root.handlers):
-        root.removeHandler(old)
-        old.close()
+        if getattr(old, _OURS, False):
+            root.removeHandler(old)
+            old.close()
+    setattr(handler, _OURS, True)
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
     return handler
