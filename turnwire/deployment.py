@@ -266,6 +266,9 @@ class LocalDeployment:
     def start_runners(self, timeout: float = 60.0) -> None:
         """The data directory, a token, credentials and every runner (and proxy)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # The ledger exists, empty, before any runner could write it: `turnwire
+        # check` then reads "nothing ran yet", not "no ledger given".
+        self.ledger.touch(exist_ok=True)
         self.token = self.issue_token("demo")
         self._make_credentials()
         for index in range(1, self.runner_count + 1):

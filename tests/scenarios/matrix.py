@@ -63,6 +63,9 @@ DISPATCH_REPLY_LOST = "drop-response method=Dispatch count=1"
 HOLD_STATUS = "drop-request method=GetOperationStatus"
 HOLD_CANCEL = "drop-request method=Cancel"
 SLOW = 3000  # ms: long enough to kill, cancel or restart something meanwhile
+# ms: outlasts a coordinator's SIGKILL and restart on a loaded machine, so the
+# Cancel sent again after it still finds the turn running (it ends it at once).
+OUTLASTS_A_RESTART = 10_000
 
 
 def _proxy(rules: tuple[str, ...], how: str, **kw: object) -> Injection:
@@ -415,7 +418,8 @@ def _coordinator_cells() -> list[Cell]:
              reconciled_once("C12: DISPATCH_UNKNOWN resumes; C8 present -> adopted"),
              pins="C12, C8"),
         Cell(F, P.CANCEL,
-             Injection("cancelling_then_coordinator_kill", (HOLD_CANCEL,), sleep_ms=SLOW,
+             Injection("cancelling_then_coordinator_kill", (HOLD_CANCEL,),
+                       sleep_ms=OUTLASTS_A_RESTART,
                        how="the Cancel is held (CANCELLING); the coordinator is SIGKILLed "
                            "and restarted"),
              cancelled_running("C12: CANCELLING resumes; the Cancel is sent again"),
