@@ -146,7 +146,16 @@ class PostgresBackend:
                 # lock_timeout is busy_timeout's twin: a row lock another
                 # replica holds too long fails the write instead of stalling.
                 # statement_timeout bounds anything else a sick server does.
-                "options": f"-c lock_timeout={timeout_ms} -c statement_timeout={timeout_ms * 6}",
+                # idle_in_transaction_session_timeout ends a transaction this
+                # process left open (it was partitioned from the server, or
+                # stopped, between two statements): the server would otherwise
+                # keep its row locks until TCP keepalive noticed, and the other
+                # replicas' SKIP LOCKED claims would pass over every operation
+                # it had locked (a lease renewal locks them all) for that long.
+                "options": (
+                    f"-c lock_timeout={timeout_ms} -c statement_timeout={timeout_ms * 6} "
+                    f"-c idle_in_transaction_session_timeout={timeout_ms * 2}"
+                ),
             },
         )
 

@@ -242,6 +242,45 @@ def test_postgres_row_lock_held_elsewhere_fails_closed(postgres_url: str) -> Non
 
 
 @pytest.mark.postgres
+def test_postgres_a_transaction_left_open_is_ended_by_the_server_and_its_locks_freed(
+    postgres_url: str,
+) -> None:
+    """§5 O3: a replica cut off from the server between two statements of a write
+    (mid lease renewal) must not keep its row locks until TCP keepalive notices:
+    the server ends the idle transaction, and another replica's claim, which
+    skips locked rows, can then take the operation."""
+    migrate(postgres_url)
+
+    async def scenario() -> None:
+        silent = open_journal(postgres_url, busy_timeout=0.3)
+        other = open_journal(postgres_url, busy_timeout=0.3)
+        try:
+            operation = new_operation(1)
+            stored, _ = await silent.submit(operation, first_event(operation))
+            connection = silent._engine.connect()  # the pool a write would draw from
+            try:
+                connection.exec_driver_sql(
+                    "SELECT 1 FROM operations WHERE operation_id = %s FOR UPDATE",
+                    (stored.operation_id,),
+                )
+                # Locked now: the other replica's claim passes over the row.
+                assert await other.claim(stored.operation_id, "b", T0, 10) is None
+                await asyncio.sleep(1.0)  # the process says nothing more (0.6 s allowed)
+                claimed = await other.claim(stored.operation_id, "b", T0, 10)
+                assert claimed is not None, "the abandoned transaction still holds the row"
+                # The silent side's connection was ended: its next word fails, typed.
+                with pytest.raises(sa.exc.DBAPIError, match="idle-in-transaction"):
+                    connection.exec_driver_sql("SELECT 1")
+            finally:
+                connection.invalidate()
+        finally:
+            await silent.close()
+            await other.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.postgres
 def test_postgres_connections_ended_while_idle_are_replaced_without_an_error(
     postgres_url: str, postgres_cluster: Any
 ) -> None:
