@@ -93,12 +93,15 @@ def test_a_confirmation_still_queued_when_the_outcome_comes_is_withdrawn(
             try:
                 holder.execute("BEGIN IMMEDIATE")  # another connection holds the write lock
                 # The tombstone's write is taken up by the store's writer and waits.
+                # Margins for a loaded machine (pytest-xdist's other worker): each
+                # step must have happened before the next; the sequence check below
+                # fails if the interleaving did not come about.
                 tombstone = asyncio.ensure_future(live.cancel(other))
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(1.5)
                 gate.set()  # started: its confirmation queues behind the tombstone
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.5)
                 gated.handles["op_queued"].finish.set()  # the outcome is in
-                await asyncio.sleep(0.5)  # the job withdraws it and queues its settlement
+                await asyncio.sleep(1.5)  # the job withdraws it and queues its settlement
             finally:
                 holder.execute("ROLLBACK")
                 holder.close()
