@@ -29,11 +29,8 @@ operation's state does not allow it), NotFound (``OPERATION_NOT_FOUND``,
 
 from __future__ import annotations
 
-import asyncio
-import random
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import TypeVar
 
 import grpc
 import grpc.aio
@@ -48,9 +45,8 @@ from turnwire.client.admin_values import (
     RunnerChanged,
     VerdictRecorded,
 )
-from turnwire.client.failures import exception_for, is_retryable
-from turnwire.client.retrying import RetryBudget, RetryPolicy
-from turnwire.client.sync import DEFAULT_TIMEOUT, as_policy, bearer_metadata, state_number
+from turnwire.client.connection import AsyncConnection, SyncConnection
+from turnwire.client.sync import state_number
 from turnwire.client.values import Execution, OperationState, Verdict
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2
@@ -145,7 +141,7 @@ def verdict_recorded(reply: admin_pb2.RecordVerdictResponse) -> VerdictRecorded:
     )
 
 
-class AdminClient:
+class AdminClient(SyncConnection):
     """The operator's calls: every principal's operations, ambiguous turns with
     their evidence, verdicts, requeues, runners and drains.
 
@@ -154,46 +150,10 @@ class AdminClient:
     ``channel`` replaces the connection (tests); ``credentials`` for TLS.
     """
 
-    def __init__(
-        self,
-        address: str,
-        token: str | None,
-        *,
-        timeout: float = DEFAULT_TIMEOUT,
-        retries: int | RetryPolicy = 4,
-        channel: grpc.Channel | None = None,
-        credentials: grpc.ChannelCredentials | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.address = address
-        self._owns_channel = channel is None
-        if channel is None:
-            channel = (
-                grpc.secure_channel(address, credentials)
-                if credentials is not None
-                else grpc.insecure_channel(address)
-            )
-        self._channel = channel
+    _stub: admin_pb2_grpc.AdminServiceStub
+
+    def _bind(self, channel: grpc.Channel) -> None:
         self._stub = admin_pb2_grpc.AdminServiceStub(channel)
-        self._metadata = bearer_metadata(token)
-        self._timeout = timeout
-        self._policy = as_policy(retries)
-        self._sleep = sleep
-        self._clock = clock
-        self._rng = rng or random.Random()
-
-    def __enter__(self) -> AdminClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the connection if this client opened it."""
-        if self._owns_channel:
-            self._channel.close()
 
     def list_operations(
         self,
@@ -296,65 +256,17 @@ class AdminClient:
         reply = self._call(self._stub.ListRunners, admin_pb2.ListRunnersRequest())
         return tuple(Runner.from_proto(runner) for runner in reply.runners)
 
-    def _call(self, method: Callable[..., _Reply], request: object) -> _Reply:
-        """One unary call, repeated after transient failures within the policy."""
-        budget = RetryBudget(self._policy, self._clock, self._rng)
-        while True:
-            budget.start_attempt()
-            try:
-                return method(request, timeout=self._timeout, metadata=self._metadata)
-            except grpc.RpcError as error:
-                pause = budget.next_pause() if is_retryable(error) else None
-                if pause is None:
-                    raise exception_for(error, attempts=budget.attempts) from None
-            self._sleep(pause)
 
-
-class AsyncAdminClient:
+class AsyncAdminClient(AsyncConnection):
     """AdminClient for asyncio code: the same calls, values, retries and errors.
 
     Create it inside a running event loop (grpc.aio channels bind to one).
     """
 
-    def __init__(
-        self,
-        address: str,
-        token: str | None,
-        *,
-        timeout: float = DEFAULT_TIMEOUT,
-        retries: int | RetryPolicy = 4,
-        channel: grpc.aio.Channel | None = None,
-        credentials: grpc.ChannelCredentials | None = None,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        clock: Callable[[], float] = time.monotonic,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.address = address
-        self._owns_channel = channel is None
-        if channel is None:
-            channel = (
-                grpc.aio.secure_channel(address, credentials)
-                if credentials is not None
-                else grpc.aio.insecure_channel(address)
-            )
-        self._channel = channel
+    _stub: admin_pb2_grpc.AdminServiceStub
+
+    def _bind(self, channel: grpc.aio.Channel) -> None:
         self._stub = admin_pb2_grpc.AdminServiceStub(channel)
-        self._metadata = bearer_metadata(token)
-        self._timeout = timeout
-        self._policy = as_policy(retries)
-        self._sleep = sleep
-        self._clock = clock
-        self._rng = rng or random.Random()
-
-    async def __aenter__(self) -> AsyncAdminClient:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        if self._owns_channel:
-            await self._channel.close()
 
     async def list_operations(
         self,
@@ -433,15 +345,3 @@ class AsyncAdminClient:
         """See AdminClient.runners."""
         reply = await self._call(self._stub.ListRunners, admin_pb2.ListRunnersRequest())
         return tuple(Runner.from_proto(runner) for runner in reply.runners)
-
-    async def _call(self, method: Callable[..., Any], request: object) -> Any:
-        budget = RetryBudget(self._policy, self._clock, self._rng)
-        while True:
-            budget.start_attempt()
-            try:
-                return await method(request, timeout=self._timeout, metadata=self._metadata)
-            except grpc.RpcError as error:
-                pause = budget.next_pause() if is_retryable(error) else None
-                if pause is None:
-                    raise exception_for(error, attempts=budget.attempts) from None
-            await self._sleep(pause)

@@ -6,26 +6,16 @@ Same retry rules, same idempotency-key handling, same exceptions; see the
 
 from __future__ import annotations
 
-import asyncio
-import random
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, Unpack
 
 import grpc
 import grpc.aio
 
-from turnwire.client.failures import TurnwireError, WaitLonger, exception_for
-from turnwire.client.failures import is_retryable as _is_retryable
-from turnwire.client.retrying import RetryBudget, RetryPolicy
-from turnwire.client.sync import (
-    DEFAULT_TIMEOUT,
-    OpenStream,
-    as_policy,
-    bearer_metadata,
-    state_number,
-    submit_request,
-)
+from turnwire.client.connection import AsyncConnection
+from turnwire.client.failures import TurnwireError, WaitLonger
+from turnwire.client.retrying import RetryBudget
+from turnwire.client.sync import OpenStream, state_number, submit_request
 from turnwire.client.turns import Turn, TurnFields
 from turnwire.client.values import (
     Operation,
@@ -46,51 +36,16 @@ from turnwire.client.watching import (
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 
 
-class AsyncTurnwireClient:
+class AsyncTurnwireClient(AsyncConnection):
     """Submit, inspect, watch and cancel turns from asyncio code.
 
     Create it inside a running event loop (grpc.aio channels bind to one).
     """
 
-    def __init__(
-        self,
-        address: str,
-        token: str | None,
-        *,
-        timeout: float = DEFAULT_TIMEOUT,
-        retries: int | RetryPolicy = 4,
-        channel: grpc.aio.Channel | None = None,
-        credentials: grpc.ChannelCredentials | None = None,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        clock: Callable[[], float] = time.monotonic,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.address = address
-        self._owns_channel = channel is None
-        if channel is None:
-            channel = (
-                grpc.aio.secure_channel(address, credentials)
-                if credentials is not None
-                else grpc.aio.insecure_channel(address)
-            )
-        self._channel = channel
+    _stub: coordinator_pb2_grpc.TurnServiceStub
+
+    def _bind(self, channel: grpc.aio.Channel) -> None:
         self._stub = coordinator_pb2_grpc.TurnServiceStub(channel)
-        self._metadata = bearer_metadata(token)
-        self._timeout = timeout
-        self._policy = as_policy(retries)
-        self._sleep = sleep
-        self._clock = clock
-        self._rng = rng or random.Random()
-
-    async def __aenter__(self) -> AsyncTurnwireClient:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        if self._owns_channel:
-            await self._channel.close()
 
     async def submit(
         self,
@@ -142,18 +97,6 @@ class AsyncTurnwireClient:
             if not reply.next_page_token:
                 return
             token = reply.next_page_token
-
-    async def _call(self, method: Callable[..., Any], request: object) -> Any:
-        budget = RetryBudget(self._policy, self._clock, self._rng)
-        while True:
-            budget.start_attempt()
-            try:
-                return await method(request, timeout=self._timeout, metadata=self._metadata)
-            except grpc.RpcError as error:
-                pause = budget.next_pause() if _is_retryable(error) else None
-                if pause is None:
-                    raise exception_for(error, attempts=budget.attempts) from None
-            await self._sleep(pause)
 
     def watch(
         self, operation_id: str, after_sequence: int = 0, *, timeout: float | None = None

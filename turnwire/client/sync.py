@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import random
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, Unpack
 
 import grpc
 
+from turnwire.client.connection import SyncConnection
 from turnwire.client.failures import (
     TurnwireError,
     WaitLonger,
-    exception_for,
-    is_retryable,
 )
-from turnwire.client.retrying import RetryBudget, RetryPolicy
+from turnwire.client.retrying import RetryBudget
 from turnwire.client.turns import Turn, TurnFields
 from turnwire.client.values import (
     Operation,
@@ -36,7 +33,6 @@ from turnwire.client.watching import (
 )
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 
-DEFAULT_TIMEOUT = 10.0
 _Reply = TypeVar("_Reply")
 
 
@@ -45,18 +41,9 @@ def new_idempotency_key() -> str:
     return "tw-" + uuid.uuid4().hex
 
 
-def bearer_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
-    """The call metadata carrying the token; none at all when there is no token."""
-    return (("authorization", f"Bearer {token}"),) if token else ()
-
-
 def state_number(state: OperationState | str) -> coordinator_pb2.OperationState.ValueType:
     name = str(state).strip().upper().replace("-", "_")
     return coordinator_pb2.OperationState.Value("OPERATION_STATE_" + OperationState(name).value)
-
-
-def as_policy(retries: int | RetryPolicy) -> RetryPolicy:
-    return retries if isinstance(retries, RetryPolicy) else RetryPolicy(attempts=1 + retries)
 
 
 def submit_request(
@@ -74,7 +61,7 @@ def submit_request(
 OpenStream = Callable[[int, float | None], Any]
 
 
-class TurnwireClient:
+class TurnwireClient(SyncConnection):
     """Submit, inspect, watch and cancel turns.
 
     ``retries`` is how many times a call is sent again after a transient
@@ -84,46 +71,10 @@ class TurnwireClient:
     (``Submission.replayed``). ``channel`` replaces the connection (tests).
     """
 
-    def __init__(
-        self,
-        address: str,
-        token: str | None,
-        *,
-        timeout: float = DEFAULT_TIMEOUT,
-        retries: int | RetryPolicy = 4,
-        channel: grpc.Channel | None = None,
-        credentials: grpc.ChannelCredentials | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.address = address
-        self._owns_channel = channel is None
-        if channel is None:
-            channel = (
-                grpc.secure_channel(address, credentials)
-                if credentials is not None
-                else grpc.insecure_channel(address)
-            )
-        self._channel = channel
+    _stub: coordinator_pb2_grpc.TurnServiceStub
+
+    def _bind(self, channel: grpc.Channel) -> None:
         self._stub = coordinator_pb2_grpc.TurnServiceStub(channel)
-        self._metadata = bearer_metadata(token)
-        self._timeout = timeout
-        self._policy = as_policy(retries)
-        self._sleep = sleep
-        self._clock = clock
-        self._rng = rng or random.Random()
-
-    def __enter__(self) -> TurnwireClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the connection if this client opened it."""
-        if self._owns_channel:
-            self._channel.close()
 
     # --- unary calls -----------------------------------------------------
 
@@ -183,19 +134,6 @@ class TurnwireClient:
             if not reply.next_page_token:
                 return
             token = reply.next_page_token
-
-    def _call(self, method: Callable[..., _Reply], request: object) -> _Reply:
-        """One unary call, repeated after transient failures within the policy."""
-        budget = RetryBudget(self._policy, self._clock, self._rng)
-        while True:
-            budget.start_attempt()
-            try:
-                return method(request, timeout=self._timeout, metadata=self._metadata)
-            except grpc.RpcError as error:
-                pause = budget.next_pause() if is_retryable(error) else None
-                if pause is None:
-                    raise exception_for(error, attempts=budget.attempts) from None
-            self._sleep(pause)
 
     # --- watching --------------------------------------------------------
 
