@@ -12,6 +12,7 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
+from runner_svc.storage.retention import RunnerRetention
 from tests.runner.gated_executor import GatedExecutor
 from tests.runner.live import live_runner
 from turnwire.common.v1 import turn_pb2
@@ -68,6 +69,15 @@ def test_a_slow_turn_gets_its_start_confirmation_while_it_runs(tmp_path: Path) -
     asyncio.run(main())
 
 
+# Retention off: its first pass runs as the runner starts, and a pass's
+# transaction waiting on the store's thread for the held write lock would take
+# the tombstone's place there (the interleaving this test pins then does not
+# happen, and its sequence check fails, as seen since §9 K6/K7 made passes longer).
+NO_RETENTION = RunnerRetention(
+    retain_released_seconds=None, retain_keys_seconds=None, retain_unreleased_seconds=None
+)
+
+
 def test_a_confirmation_still_queued_when_the_outcome_comes_is_withdrawn(
     tmp_path: Path,
 ) -> None:
@@ -79,7 +89,7 @@ def test_a_confirmation_still_queued_when_the_outcome_comes_is_withdrawn(
     gated = GatedExecutor(start_gate=gate, finish_at_once=False)
 
     async def main() -> None:
-        async with live_runner(store_path, executor_override=gated) as live:
+        async with live_runner(store_path, executor_override=gated, retention=NO_RETENTION) as live:
             jobs = live.runner.service.jobs
             # A Cancel for an unknown id whose lock is not the launching turn's.
             other = next(
@@ -93,15 +103,12 @@ def test_a_confirmation_still_queued_when_the_outcome_comes_is_withdrawn(
             try:
                 holder.execute("BEGIN IMMEDIATE")  # another connection holds the write lock
                 # The tombstone's write is taken up by the store's writer and waits.
-                # Margins for a loaded machine (pytest-xdist's other worker): each
-                # step must have happened before the next; the sequence check below
-                # fails if the interleaving did not come about.
                 tombstone = asyncio.ensure_future(live.cancel(other))
-                await asyncio.sleep(1.5)
-                gate.set()  # started: its confirmation queues behind the tombstone
                 await asyncio.sleep(0.5)
+                gate.set()  # started: its confirmation queues behind the tombstone
+                await asyncio.sleep(0.1)
                 gated.handles["op_queued"].finish.set()  # the outcome is in
-                await asyncio.sleep(1.5)  # the job withdraws it and queues its settlement
+                await asyncio.sleep(0.5)  # the job withdraws it and queues its settlement
             finally:
                 holder.execute("ROLLBACK")
                 holder.close()
