@@ -207,32 +207,15 @@ def _serve_wiring_flags(serve: argparse.ArgumentParser) -> None:
     )
 
 
-def _metrics_listen(text: str) -> str:
-    from turnwire.observability.metrics_http import parse_metrics_listen
-
-    try:
-        return parse_metrics_listen(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _metrics_flags(serve: argparse.ArgumentParser) -> None:
     """Issue 13: Prometheus metrics (docs/METRICS.md)."""
-    serve.add_argument(
-        "--metrics-listen",
-        type=_metrics_listen,
-        default=_env("TURNWIRE_METRICS_LISTEN"),
-        metavar="HOST:PORT",
-        help="serve Prometheus metrics at /metrics on HOST:PORT (docs/METRICS.md): HTTPS with "
-        "the --tls-* certificate, or plain HTTP on a loopback address only with --plaintext; "
-        "port 0 picks a free one and prints it (env TURNWIRE_METRICS_LISTEN; default: off)",
-    )
-    serve.add_argument(
-        "--metrics-address-file",
-        default=_env("TURNWIRE_METRICS_ADDRESS_FILE"),
-        metavar="FILE",
-        help="also write the metrics endpoint's bound HOST:PORT here "
-        "(env TURNWIRE_METRICS_ADDRESS_FILE)",
+    from turnwire.observability.metrics_http import add_metrics_arguments
+
+    add_metrics_arguments(
+        serve,
+        env_prefix="TURNWIRE_",
+        listen_default=_env("TURNWIRE_METRICS_LISTEN"),
+        address_file_default=_env("TURNWIRE_METRICS_ADDRESS_FILE"),
     )
 
 

@@ -27,7 +27,7 @@ from turnwire import event_loop
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, parse_byte_count
 from turnwire.observability import tracing
 from turnwire.observability.logs import LOG_LEVELS, add_log_format_flag, configure_logging
-from turnwire.observability.metrics_http import parse_metrics_listen
+from turnwire.observability.metrics_http import add_metrics_arguments
 from turnwire.serving import AddressInUseError, announce
 from turnwire.transport_security import (
     DEFAULT_COORDINATOR_IDENTITIES,
@@ -145,30 +145,13 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     )
 
 
-def _metrics_listen(text: str) -> str:
-    try:
-        return parse_metrics_listen(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _add_metrics_arguments(serve: argparse.ArgumentParser) -> None:
     """Issue 13: Prometheus metrics (docs/METRICS.md)."""
-    serve.add_argument(
-        "--metrics-listen",
-        type=_metrics_listen,
-        default=_env("METRICS_LISTEN", None),
-        metavar="HOST:PORT",
-        help="serve Prometheus metrics at /metrics on HOST:PORT (docs/METRICS.md): HTTPS with "
-        "the --tls-* certificate, or plain HTTP on a loopback address only with --plaintext; "
-        "port 0 picks a free one and prints it (default: off) [TURNWIRE_RUNNER_METRICS_LISTEN]",
-    )
-    serve.add_argument(
-        "--metrics-address-file",
-        default=_env("METRICS_ADDRESS_FILE", None),
-        metavar="FILE",
-        help="also write the metrics endpoint's bound HOST:PORT here "
-        "[TURNWIRE_RUNNER_METRICS_ADDRESS_FILE]",
+    add_metrics_arguments(
+        serve,
+        env_prefix=_ENV,
+        listen_default=_env("METRICS_LISTEN", None),
+        address_file_default=_env("METRICS_ADDRESS_FILE", None),
     )
 
 

@@ -3,6 +3,10 @@
 One module-wide stack (tests/sdk/admin_stack.py: runner r1, tenants alice and
 bob, admin "ops"); its ambiguous turns are made the way an outage makes them:
 a lost Dispatch and a runner that stays silent past the reconcile deadline.
+Rules pinned (PROTOCOL.md §10): V1 (a verdict shows beside the unchanged
+state and execution), V2 (only on a terminal UNKNOWN operation), V3 (the same
+verdict is a replay, another is refused), V5/V6 (requeue only what is proven
+not run, once), V8 (drain and undrain), V9 (the evidence listed).
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ collector's TraceService from opentelemetry-proto), and a subprocess executor
 that continues the trace it is handed in TRACEPARENT and exports its own span.
 The caller is this test: the SDK over a channel with instrumentation-grpc's
 client interceptor, as docs/TRACING.md tells a caller to do.
+Rules pinned: PROTOCOL.md §1 (the envelope carries the trace context fixed at
+acceptance, so every attempt continues the submitting trace), C1 (the
+envelope, with that context, is persisted at acceptance) and C5 (each Dispatch
+carries the envelope as stored).
 """
 
 from __future__ import annotations

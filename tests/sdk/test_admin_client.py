@@ -3,7 +3,9 @@
 The scripted half plays the coordinator's AdminService by hand with
 grpc_testing (deterministic, fake time: the client's pauses are recorded, never
 slept); the live half, at the end, runs against a real in-process coordinator
-over real gRPC.
+over real gRPC. Rules pinned (PROTOCOL.md §10): V3 (a verdict sent again after a
+lost reply comes back as a replay; a different one is VERDICT_CONFLICT), V5
+(REQUEUE_NOT_ALLOWED is typed and not retried), V9 (evidence decoded).
 """
 
 from __future__ import annotations

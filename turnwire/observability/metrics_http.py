@@ -19,6 +19,7 @@ the loop's in-memory state do it on the loop (``read_on_loop``), bounded.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
@@ -56,6 +57,41 @@ def parse_metrics_listen(text: str) -> str:
     if int(text.rpartition(":")[2]) > 65535:
         raise ValueError(f"--metrics-listen: port out of range in {text!r}")
     return text
+
+
+def _metrics_listen_type(text: str) -> str:
+    try:
+        return parse_metrics_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_metrics_arguments(
+    serve: argparse.ArgumentParser,
+    *,
+    env_prefix: str,
+    listen_default: str | None,
+    address_file_default: str | None,
+) -> None:
+    """``--metrics-listen`` and ``--metrics-address-file``, spelled the same on both
+    services (docs/METRICS.md); each service reads its own environment
+    (``env_prefix`` + ``METRICS_LISTEN``, named in the help) for the defaults."""
+    serve.add_argument(
+        "--metrics-listen",
+        type=_metrics_listen_type,
+        default=listen_default,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at /metrics on HOST:PORT (docs/METRICS.md): HTTPS with "
+        "the --tls-* certificate, or plain HTTP on a loopback address only with --plaintext; "
+        f"port 0 picks a free one and prints it (env {env_prefix}METRICS_LISTEN; default: off)",
+    )
+    serve.add_argument(
+        "--metrics-address-file",
+        default=address_file_default,
+        metavar="FILE",
+        help="also write the metrics endpoint's bound HOST:PORT here "
+        f"(env {env_prefix}METRICS_ADDRESS_FILE)",
+    )
 
 
 def check_metrics_listen(listen: str, tls: TlsMaterial | None) -> None:
