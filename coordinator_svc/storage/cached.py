@@ -20,6 +20,8 @@ What keeps it true:
   not have committed: the database knows, the cache must not guess).
 - Events and attempts are cached only as complete lists (from sequence or
   number 1 up to what the record says), then extended by our own commits.
+  Events read from the database past the cached record drop that record:
+  a watch sends each event with the record read after it, never an older one.
 - Scans (due, in_state, listings, orphans) always read the database, and a
   newer row they bring replaces the cached one.
 - Other writers (replicas on PostgreSQL) are heard: ``saw`` drops a copy
@@ -260,6 +262,12 @@ class CachedJournal(CachedAdmin):
         self.misses += 1
         found = await self.inner.events(operation_id, after_sequence, limit)
         entry = self._entry(operation_id)
+        if entry is not None and found and found[-1].sequence > entry.record.last_event_sequence:
+            # The journal is past the row held here (another replica committed; its
+            # notification not heard yet): drop it, so the record read next, sent
+            # with these events, is at least as new as they are.
+            self._forget(operation_id)
+            return found
         if (
             entry is not None
             and after_sequence == 0
@@ -277,6 +285,9 @@ class CachedJournal(CachedAdmin):
         self.misses += 1
         found = await self.inner.attempts(operation_id)
         entry = self._entry(operation_id)
+        if entry is not None and len(found) > entry.record.attempt_count:
+            self._forget(operation_id)  # as in events(): the row held here is older
+            return found
         if entry is not None and len(found) == entry.record.attempt_count:
             entry.attempts = list(found)
         return found

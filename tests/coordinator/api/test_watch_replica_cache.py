@@ -94,3 +94,40 @@ def test_a_read_that_left_before_an_announced_commit_is_not_kept() -> None:
         assert cache.cached == 0
 
     asyncio.run(scenario())
+
+
+def test_a_terminal_event_read_past_a_stale_cached_row_is_sent_with_that_end_state() -> None:
+    """CI, stop 22: a watch on a replica that did not own the turn streamed the
+    CANCELLED event with a CANCELLING snapshot, and the SDK's `wait` then said
+    "still CANCELLING: the watch ended early". Events the cache does not hold in
+    full are read from the journal, which may be past the cached row (another
+    replica committed, its notification not yet heard): the snapshot sent with
+    them must be at least as new as they are."""
+
+    async def scenario() -> tuple[int, int]:
+        inner = FakeJournal()
+        cache = CachedJournal(inner)
+        async with serving(cache) as h:
+            stub = h.stub()
+            reply = await stub.SubmitTurn(submit_request(), metadata=ALICE)
+            op_id = reply.operation.operation_id
+            # Another replica dispatched it; this one re-read the row (its events
+            # are not known in full here, only the record).
+            await advance(inner, op_id, OpState.DISPATCHING, attempt=True)
+            cache.forget([op_id])
+            assert (await cache.get(op_id)).state is OpState.DISPATCHING  # type: ignore[union-attr]
+            # As the SDK's wait() does: watch from the last event the client read.
+            call = stub.WatchOperation(
+                coordinator_pb2.WatchOperationRequest(operation_id=op_id, after_sequence=2),
+                metadata=ALICE,
+            )
+            # The other replica ends it; this replica's watch is woken before the
+            # notification of that commit reached its cache.
+            await advance(inner, op_id, OpState.CANCELLED, cancel_requested=True)
+            h.feed.publish(op_id)
+            message = await asyncio.wait_for(call.read(), STEP_TIMEOUT)
+            call.cancel()
+            return message.event.to_state, message.operation.state
+
+    cancelled = coordinator_pb2.OPERATION_STATE_CANCELLED
+    assert asyncio.run(scenario()) == (cancelled, cancelled)

@@ -224,3 +224,28 @@ def test_a_failed_commit_leaves_nothing_cached_for_that_operation(tmp_path: Path
         assert counted.reads["get"] == 1
 
     _run(tmp_path, scenario)
+
+
+def test_events_or_attempts_read_past_the_cached_row_drop_it(tmp_path: Path) -> None:
+    """A watch sends each event with the record read after it (CI, stop 22): once the
+    database shows events or attempts the cached row does not count (another writer
+    committed, unannounced yet), the next get reads the database, not that row."""
+
+    async def scenario(cached: CachedJournal, counted: Counted, other: Journal) -> None:
+        operation = new_operation(1)
+        stored, _ = await other.submit(operation, first_event(operation))
+        op_id = operation.operation_id
+        assert await cached.get(op_id) == stored  # held: the record only
+        theirs = await other.commit(dispatch(stored))  # an event and an attempt past it
+        events = await cached.events(op_id, stored.last_event_sequence, 10)
+        assert [event.sequence for event in events] == [theirs.last_event_sequence]
+        assert await cached.get(op_id) == theirs
+        # The same for attempts (the dispatcher reads them after the record).
+        second = new_operation(2)
+        held, _ = await other.submit(second, first_event(second))
+        assert await cached.get(second.operation_id) == held
+        dispatched = await other.commit(dispatch(held))
+        assert len(await cached.attempts(second.operation_id)) == 1
+        assert await cached.get(second.operation_id) == dispatched
+
+    _run(tmp_path, scenario)
