@@ -10,6 +10,11 @@ on a loopback address, ``--plaintext --coordinator-secret-file F``.
 
 from __future__ import annotations
 
+# First, before anything loads grpc: it reads this switch as it loads.
+from runner_svc import fork_safety
+
+fork_safety.turn_off_grpc_fork_handlers()
+
 import argparse
 import asyncio
 import logging

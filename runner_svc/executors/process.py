@@ -56,6 +56,7 @@ from typing import IO
 
 from google.protobuf import json_format
 
+from runner_svc import fork_safety
 from runner_svc.executors import groups
 from runner_svc.executors.base import (
     ExecutionOutcome,
@@ -96,11 +97,13 @@ _TRACE_VARIABLES = ("TRACEPARENT", "TRACESTATE")
 
 
 def command_environment(request: ExecutionRequest, marker: str) -> dict[str, str]:
-    """The runner's environment plus the group marker and the turn's
+    """The runner's environment (gRPC's fork switch as the operator set it,
+    runner_svc/fork_safety.py) plus the group marker and the turn's
     TRACEPARENT / TRACESTATE (OpenTelemetry's environment carrier), so the
     command continues the turn's trace (docs/TRACING.md). The runner's own
     trace variables are never passed on: they would name another trace."""
     env = {name: value for name, value in os.environ.items() if name not in _TRACE_VARIABLES}
+    fork_safety.as_the_operator_set_it(env)
     carried = (request.traceparent, request.tracestate)
     for name, value in zip(_TRACE_VARIABLES, carried, strict=True):
         if value:
