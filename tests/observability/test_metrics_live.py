@@ -229,7 +229,11 @@ def test_coordinator_figures_match_the_run(scrapes: Scrapes) -> None:
         )
         == 1
     )
-    runner_api = {"grpc_service": "turnwire.runner.v1.RunnerService", "grpc_code": "OK"}
+    runner_api = {
+        "runner": "r1",
+        "grpc_service": "turnwire.runner.v1.RunnerService",
+        "grpc_code": "OK",
+    }
     dispatches = _value(
         s, "turnwire_grpc_client_handling_seconds_count", grpc_method="Dispatch", **runner_api
     )

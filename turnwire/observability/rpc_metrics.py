@@ -4,7 +4,8 @@ Families (labels: ``grpc_service``, ``grpc_method``, ``grpc_code``; the names
 follow the usual gRPC exporters')::
 
     turnwire_grpc_server_handling_seconds   a server's unary calls, arrival to reply
-    turnwire_grpc_client_handling_seconds   a client's unary calls, start to status
+    turnwire_grpc_client_handling_seconds   a client's unary calls, start to status,
+                                            also by ``runner``: the one called
 
 Streaming calls (WatchOperation, WatchOperations) are left out: they last as
 long as a watcher wants, and their length says nothing about latency. Label
@@ -61,8 +62,8 @@ def client_histogram(registry: CollectorRegistry) -> Histogram:
     return Histogram(
         "turnwire_grpc_client_handling_seconds",
         "Unary gRPC calls this process made (the coordinator's calls to runners), from "
-        "start to status, by service, method and status code.",
-        _LABELS,
+        "start to status, by runner, service, method and status code.",
+        ("runner", *_LABELS),
         buckets=RPC_BUCKETS,
         registry=registry,
     )
@@ -118,12 +119,24 @@ class ServerLatencyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
 
 class ClientLatencyInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
     """Times every unary call made on the channels it is installed on. It changes
-    nothing about the call: the status is read once the call is done, on its own."""
+    nothing about the call: the status is read once the call is done, on its own.
+    A channel to one runner gets ``for_runner(name)``: its calls are labelled with
+    that name (a call does not say where it went); this one labels them ``""``."""
 
-    def __init__(self, histogram: Histogram) -> None:
+    def __init__(
+        self,
+        histogram: Histogram,
+        runner: str = "",
+        observing: set[asyncio.Task[None]] | None = None,
+    ) -> None:
         self._histogram = histogram
+        self.runner = runner
         # The loop keeps only weak references to tasks: these are held until done.
-        self._observing: set[asyncio.Task[None]] = set()
+        self._observing: set[asyncio.Task[None]] = observing if observing is not None else set()
+
+    def for_runner(self, name: str) -> ClientLatencyInterceptor:
+        """The same histogram, for the channel to runner ``name``."""
+        return ClientLatencyInterceptor(self._histogram, name, self._observing)
 
     async def intercept_unary_unary(
         self, continuation: Callable[[Any, Any], Awaitable[Any]], details: Any, request: Any
@@ -133,7 +146,7 @@ class ClientLatencyInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type: i
         full = method.decode() if isinstance(method, bytes) else str(method)
         service, name = split_method(full)
         call = await continuation(details, request)
-        histogram, observing = self._histogram, self._observing
+        histogram, observing, runner = self._histogram, self._observing, self.runner
         loop = asyncio.get_running_loop()
 
         def done(finished: Any) -> None:
@@ -142,7 +155,7 @@ class ClientLatencyInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type: i
                 return
             # code() is a coroutine on grpc.aio calls; the call is over, so it
             # answers at once.
-            task = loop.create_task(_observe(histogram, finished, service, name, elapsed))
+            task = loop.create_task(_observe(histogram, (runner, service, name), finished, elapsed))
             observing.add(task)
             task.add_done_callback(observing.discard)
 
@@ -151,12 +164,13 @@ class ClientLatencyInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type: i
 
 
 async def _observe(
-    histogram: Histogram, call: Any, service: str, method: str, elapsed: float
+    histogram: Histogram, labels: tuple[str, ...], call: Any, elapsed: float
 ) -> None:
+    """Observe ``elapsed`` under ``labels`` and the call's status code."""
     try:
         code = await call.code()
     except asyncio.CancelledError:
         code = grpc.StatusCode.CANCELLED
     except Exception:  # a failed interceptor chain: the call ended without a status
         code = grpc.StatusCode.UNKNOWN
-    histogram.labels(service, method, _code_name(code)).observe(elapsed)
+    histogram.labels(*labels, _code_name(code)).observe(elapsed)
