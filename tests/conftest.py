@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.postgres import ClusterStartError, PostgresCluster, missing_binary
+from turnwire.observability.logs import remove_logging
 
 # Packages whose tests run alone, never beside a pytest-xdist worker: the bench
 # smoke tests measure CPU and throughput and run whole deployments against
@@ -23,6 +24,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         path = item.path.as_posix()
         if any(f"/{package}" in path for package in SERIAL_PACKAGES):
             item.add_marker(pytest.mark.serial)
+
+
+@pytest.fixture(autouse=True)
+def _no_service_logging_left_behind() -> Iterator[None]:
+    """A test that ran a service's main() in process leaves no log handler of the
+    service behind: later tests' log lines would go to the worker's own stderr,
+    into the middle of pytest's report."""
+    yield
+    remove_logging()
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ from turnwire.observability.logs import (
     log_handler,
     no_turn,
     note_turn,
+    remove_logging,
     resolve_format,
     turn_context,
     turn_extra,
@@ -219,6 +220,8 @@ def test_configuring_twice_keeps_other_handlers_and_replaces_only_its_own(
     second = configure_logging("INFO", "json", stream=io.StringIO())
     assert root.handlers == [foreign, second]
     assert first not in root.handlers
+    remove_logging()  # the host goes on without the service: its handler goes, no other
+    assert root.handlers == [foreign]
 
 
 def test_without_a_stream_lines_go_to_stderr_as_it_is_when_written(

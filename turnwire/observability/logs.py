@@ -350,15 +350,23 @@ def configure_logging(
     service's ``main()`` in process (pytest's log capture, an embedding
     program) keeps its own."""
     handler = log_handler(log_format, stream=stream, process_fields=process_fields)
-    root = logging.getLogger()
-    for old in list(root.handlers):
-        if getattr(old, _OURS, False):
-            root.removeHandler(old)
-            old.close()
+    remove_logging()
     setattr(handler, _OURS, True)
+    root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
     return handler
+
+
+def remove_logging() -> None:
+    """Take away the handler ``configure_logging`` installed, if any: a host that ran
+    a service's ``main()`` in process (a test, an embedding program) and goes on
+    without it. Other handlers stay."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, _OURS, False):
+            root.removeHandler(handler)
+            handler.close()
 
 
 def _log_format(text: str) -> str:
