@@ -24,6 +24,7 @@ import os
 import ssl
 import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
@@ -41,6 +42,12 @@ log = logging.getLogger("coordinator_svc.console")
 MAX_BODY_BYTES = 64 * 1024
 # Seconds a connection may sit idle mid-request before it is closed.
 SOCKET_TIMEOUT_SECONDS = 30.0
+# Connections served at once, each a thread: a browser opens a handful, so this
+# is room for a few operators; past it a connection is closed at once (logged),
+# so clients that open many, or never send, cannot grow the threads without bound.
+MAX_CONNECTIONS = 64
+# At most one WARNING per this many seconds about connections closed at the cap.
+CAP_LOG_EVERY_SECONDS = 60.0
 _STATIC_TYPES = {
     "index.html": "text/html; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",
@@ -191,6 +198,41 @@ class _Handler(BaseHTTPRequestHandler):
 class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     tls_context: ssl.SSLContext | None = None
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self.open_connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.refused_at_cap = 0
+        self._cap_logged_at = float("-inf")
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # On the accept thread: a connection past the cap gets no thread at all.
+        if not self.open_connections.acquire(blocking=False):
+            self.refused_at_cap += 1
+            now = time.monotonic()
+            if now - self._cap_logged_at >= CAP_LOG_EVERY_SECONDS:
+                self._cap_logged_at = now
+                log.warning(
+                    "console: %d connections open (the cap); closed one from %s "
+                    "(%d closed at the cap so far): idle browser tabs or a client "
+                    "opening many",
+                    MAX_CONNECTIONS,
+                    client_address[0],
+                    self.refused_at_cap,
+                )
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.open_connections.release()  # no thread took it
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.open_connections.release()
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         # The TLS handshake runs here, in the connection's own thread, so a slow

@@ -243,3 +243,38 @@ def test_the_list_is_filtered_across_principals(stack: ConsoleStack) -> None:
     assert {row["operation"]["state"] for row in rows} == {"OPERATION_STATE_FAILED"}
     assert {row["principal"] for row in rows} == {"alice"}
     assert succeeded not in {row["operation"]["operation_id"] for row in rows}
+
+
+def test_connections_past_the_cap_are_closed_at_once_and_logged(
+    stack: ConsoleStack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each connection is a thread: MAX_CONNECTIONS clients that connect and never send
+    hold them all, the next connection is closed without a thread (one WARNING
+    says so), and once they go the console serves again."""
+    import http.client
+    import socket
+
+    from coordinator_svc.console.server import MAX_CONNECTIONS
+    from tests.console.stack import wait_until
+
+    host, _, port = stack.console_address.rpartition(":")
+    idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(MAX_CONNECTIONS)]
+    try:
+        with (
+            caplog.at_level(logging.WARNING, logger="coordinator_svc.console"),
+            pytest.raises((http.client.RemoteDisconnected, ConnectionResetError)),
+        ):
+            stack.http("GET", "/api/session")
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any(f"{MAX_CONNECTIONS} connections open (the cap)" in w for w in warnings)
+    finally:
+        for connection in idle:
+            connection.close()
+
+    def serves() -> bool:
+        try:
+            return stack.http("GET", "/api/session")[0] == 200
+        except (http.client.RemoteDisconnected, ConnectionResetError):
+            return False
+
+    wait_until(serves, 10, "the console serves again once the idle connections closed")
