@@ -295,6 +295,7 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
         limits=config.limits,
         call_limits=CallLimits(config.call_limits),
         watch_poll_seconds=config.watch_poll_seconds,
+        on_replay=wiring.metrics.submit_replays.inc if wiring.metrics is not None else None,
     )
     admin = (
         AdminServicer(

@@ -176,8 +176,6 @@ class MeteredJournal(CachedJournal):
             stored, replayed = await super().submit(operation, first_event)
         finally:
             self._metrics.journal_seconds.labels("submit").observe(time.perf_counter() - started)
-        if replayed:
-            self._metrics.submit_replays.inc()
         return stored, replayed
 
     async def commit(self, change: Change) -> OperationRecord:

@@ -152,11 +152,15 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
         call_limits: CallLimits | None = None,
         reread_on_poll: Callable[[str], None] | None = None,
         notes: Callable[[Sequence[coordinator_pb2.Operation]], Awaitable[None]] | None = None,
+        on_replay: Callable[[], None] | None = None,
     ) -> None:
         """``reread_on_poll``: called with the operation when a watch's poll ran out
         with nothing heard, before it reads again (a replica's cache forgets the
-        row, so a change whose notification was lost is read from the journal)."""
+        row, so a change whose notification was lost is read from the journal).
+        ``on_replay``: called for every submit answered as a replay (C1), however
+        it was found (metrics: a principal over quota is still answered)."""
         self._reread_on_poll = reread_on_poll
+        self._on_replay = on_replay
         # Shows operator verdicts and requeue links (AdminService, §10) on the
         # Operations a read returns; None: a journal without operator records.
         self._notes = notes
@@ -244,7 +248,7 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
     async def _accept(
         self, request: coordinator_pb2.SubmitTurnRequest, principal: str, context: Any
     ) -> Accepted:
-        return await accept(
+        accepted = await accept(
             request,
             principal,
             # The caller's trace goes on in the envelope (docs/TRACING.md).
@@ -256,6 +260,9 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
             default_max_attempts=self._default_max_attempts,
             limits=self._limits,
         )
+        if accepted.replayed and self._on_replay is not None:
+            self._on_replay()
+        return accepted
 
     # --- GetOperation ---------------------------------------------------------------
     async def GetOperation(

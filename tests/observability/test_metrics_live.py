@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from coordinator_svc.api.auth import add_token
 from coordinator_svc.app import start_coordinator
 from coordinator_svc.config import CoordinatorConfig, DispatchTimings, RunnerEndpoint
+from coordinator_svc.core.quotas import PrincipalLimits
 from coordinator_svc.storage import migrate
 from runner_svc.app import RunnerConfig, start_runner
 from tests.coordinator.api.harness import bearer, submit_request
@@ -37,6 +38,7 @@ from turnwire.observability.metrics_check import (
     RUNNER_FAMILIES,
     missing_families,
 )
+from turnwire.vocabulary import TurnKind
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -98,6 +100,19 @@ async def _until_released(runner: Any) -> None:
     raise AssertionError("the runner kept a slot")
 
 
+async def _until_the_coordinator_heard(coordinator: Any) -> None:
+    """Until the coordinator counts no writable slot in use on r1. Its figure is the
+    larger of its own count and the runner's last report, and the report sent with
+    the last settled row may still count that turn's slot: the runner's next watch
+    message (a heartbeat at the latest, 2 s) carries 0. The bound is what is tested."""
+    scheduler = coordinator.dispatcher.room.scheduler
+    for _ in range(200):
+        if scheduler.in_use("r1", TurnKind.WRITABLE) == 0:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the coordinator still counts a writable slot in use on r1 after 10 s")
+
+
 def _live_run(tmp_path: Path) -> Scrapes:
     async def scenario() -> Scrapes:
         runner = await start_runner(
@@ -123,6 +138,8 @@ def _live_run(tmp_path: Path) -> Scrapes:
                     runner_credentials=runner_access.CREDENTIALS,
                     metrics_listen="127.0.0.1:0",
                     metrics_address_file=str(tmp_path / "coordinator-metrics.addr"),
+                    # Bob may have one turn queued: his replay of it comes at his limit.
+                    principal_quotas=(("bob", PrincipalLimits(max_queued=1)),),
                 )
             )
             try:
@@ -144,10 +161,17 @@ def _live_run(tmp_path: Path) -> Scrapes:
                         metadata=bearer(bob),
                     )
                     assert waiting.operation.state == coordinator_pb2.OPERATION_STATE_QUEUED
+                    # At his limit, a retry of that submit is still answered (C1): a replay.
+                    again = await stub.SubmitTurn(
+                        submit_request("metrics-ro", kind=turn_pb2.TURN_KIND_READ_ONLY),
+                        metadata=bearer(bob),
+                    )
+                    assert again.replayed
                     with pytest.raises(grpc.aio.AioRpcError) as refused:
                         await stub.SubmitTurn(submit_request("x"), metadata=bearer("wrong"))
                     assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
                 await _until_released(runner)
+                await _until_the_coordinator_heard(coordinator)
                 coordinator_text, runner_text, not_found = await asyncio.gather(
                     asyncio.to_thread(_get, coordinator.metrics.url),
                     asyncio.to_thread(_get, runner.metrics.url),
@@ -202,7 +226,7 @@ def test_coordinator_figures_match_the_run(scrapes: Scrapes) -> None:
         _value(s, "turnwire_operations_finished_total", state="SUCCEEDED", execution="STARTED")
         == TURNS
     )
-    assert _value(s, "turnwire_submit_replays_total") == 1
+    assert _value(s, "turnwire_submit_replays_total") == 2  # alice's, and bob's at his quota
     assert _value(s, "turnwire_attempts_total", runner="r1") == TURNS
     assert _value(s, "turnwire_dispatch_unknown_total") == 0
     assert _value(s, "turnwire_reconciled_without_resend_total") == 0
@@ -219,7 +243,7 @@ def test_coordinator_figures_match_the_run(scrapes: Scrapes) -> None:
     api = {"grpc_service": "turnwire.coordinator.v1.TurnService", "grpc_code": "OK"}
     assert (
         _value(s, "turnwire_grpc_server_handling_seconds_count", grpc_method="SubmitTurn", **api)
-        == 2
+        == 3
     )
     # A refused call is timed under its own code.
     refused = {**api, "grpc_code": "UNAUTHENTICATED"}
