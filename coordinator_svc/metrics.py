@@ -124,8 +124,9 @@ class CoordinatorMetrics:
         )
         self.submit_replays = Counter(
             "turnwire_submit_replays_total",
-            "SubmitTurn calls answered with the operation an earlier submit with the same "
-            "idempotency key created (C1 replays; nothing new was stored).",
+            "SubmitTurn and SubmitAndWatch calls answered with the operation an earlier "
+            "submit with the same idempotency key created (C1 replays; nothing new was "
+            "stored), at the principal's quota too.",
             registry=self.registry,
         )
         self.attempts = Counter(
