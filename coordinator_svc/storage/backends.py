@@ -125,6 +125,17 @@ class SqliteBackend:
         return Path(database)
 
 
+# The server's probes of a silent journal client (PostgresBackend): one a second,
+# three unanswered end the session and free its row locks.
+KEEPALIVE_INTERVAL_SECONDS = 1
+KEEPALIVE_PROBES = 3
+
+
+def _keepalive_idle(busy_timeout: float) -> int:
+    """Seconds of silence before the server's first probe: twice the busy timeout."""
+    return max(1, round(2 * busy_timeout))
+
+
 class PostgresBackend:
     name = "postgresql"
     # Real concurrency: CAS updates and SKIP LOCKED sort writers out.
@@ -132,6 +143,8 @@ class PostgresBackend:
 
     def make_engine(self, url: sa.URL, busy_timeout: float) -> Engine:
         timeout_ms = max(int(busy_timeout * 1000), 1)
+        idle = _keepalive_idle(busy_timeout)
+        silent_ms = (idle + KEEPALIVE_PROBES * KEEPALIVE_INTERVAL_SECONDS) * 1000
         return sa.create_engine(
             url,
             # A dropped connection (server restart, failover) is noticed at
@@ -152,9 +165,18 @@ class PostgresBackend:
                 # keep its row locks until TCP keepalive noticed, and the other
                 # replicas' SKIP LOCKED claims would pass over every operation
                 # it had locked (a lease renewal locks them all) for that long.
+                # No timeout covers a pipeline cut between two of its statements
+                # (the server waits for the rest with the implicit transaction's
+                # locks held): the server's own TCP keepalive does, so it probes
+                # a silent client after twice the busy timeout and drops it after
+                # three unanswered probes a second apart (on a TCP connection).
                 "options": (
                     f"-c lock_timeout={timeout_ms} -c statement_timeout={timeout_ms * 6} "
-                    f"-c idle_in_transaction_session_timeout={timeout_ms * 2}"
+                    f"-c idle_in_transaction_session_timeout={timeout_ms * 2} "
+                    f"-c tcp_keepalives_idle={idle} "
+                    f"-c tcp_keepalives_interval={KEEPALIVE_INTERVAL_SECONDS} "
+                    f"-c tcp_keepalives_count={KEEPALIVE_PROBES} "
+                    f"-c tcp_user_timeout={silent_ms}"
                 ),
             },
         )

@@ -126,6 +126,32 @@ class ReplicaCluster(LocalDeployment):
             ).fetchall()
         return {str(owner): int(str(count)) for owner, count in rows}
 
+    def row_locked_open_leased_by(self, name: str) -> tuple[list[str], list[str]]:
+        """(open operations leased by ``name`` that a database session holds a row lock
+        on, and those nobody does), tried with FOR UPDATE NOWAIT one by one."""
+        locked: list[str] = []
+        free: list[str] = []
+        with self.connect() as connection:
+            ids = [
+                str(row[0])
+                for row in connection.execute(
+                    "SELECT operation_id FROM operations"
+                    f" WHERE split_part(lease_owner, '#', 1) = %s AND {OPEN}",
+                    (name,),
+                ).fetchall()
+            ]
+            for operation_id in ids:
+                try:
+                    with connection.transaction():
+                        connection.execute(
+                            "SELECT 1 FROM operations WHERE operation_id = %s FOR UPDATE NOWAIT",
+                            (operation_id,),
+                        )
+                    free.append(operation_id)
+                except psycopg.errors.LockNotAvailable:
+                    locked.append(operation_id)
+        return locked, free
+
     def wait_until_none_leased_by(self, name: str, within: float) -> float:
         """Seconds until no open operation names ``name`` (bounded by ``within``)."""
         started = time.monotonic()
