@@ -34,7 +34,43 @@ def as_policy(retries: int | RetryPolicy) -> RetryPolicy:
     return retries if isinstance(retries, RetryPolicy) else RetryPolicy(attempts=1 + retries)
 
 
-class SyncConnection:
+def _open_channel(kind: Any, address: str, credentials: grpc.ChannelCredentials | None) -> Any:
+    """A channel of ``kind`` (``grpc`` or ``grpc.aio``, whose factories have one shape):
+    TLS with ``credentials``, else plaintext."""
+    if credentials is not None:
+        return kind.secure_channel(address, credentials)
+    return kind.insecure_channel(address)
+
+
+class _Settings:
+    """What a blocking and an asyncio connection keep alike (all but the channel and
+    the sleep, whose kinds differ)."""
+
+    address: str
+    _metadata: tuple[tuple[str, str], ...]
+    _timeout: float
+    _policy: RetryPolicy
+    _clock: Callable[[], float]
+    _rng: random.Random
+
+    def _keep_settings(
+        self,
+        address: str,
+        token: str | None,
+        timeout: float,
+        retries: int | RetryPolicy,
+        clock: Callable[[], float],
+        rng: random.Random | None,
+    ) -> None:
+        self.address = address
+        self._metadata = bearer_metadata(token)
+        self._timeout = timeout
+        self._policy = as_policy(retries)
+        self._clock = clock
+        self._rng = rng or random.Random()
+
+
+class SyncConnection(_Settings):
     """A blocking client's connection. ``channel`` replaces the one it would open
     (tests, a traced channel); ``credentials`` for TLS."""
 
@@ -51,21 +87,12 @@ class SyncConnection:
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
-        self.address = address
         self._owns_channel = channel is None
         if channel is None:
-            channel = (
-                grpc.secure_channel(address, credentials)
-                if credentials is not None
-                else grpc.insecure_channel(address)
-            )
+            channel = _open_channel(grpc, address, credentials)
         self._channel = channel
-        self._metadata = bearer_metadata(token)
-        self._timeout = timeout
-        self._policy = as_policy(retries)
         self._sleep = sleep
-        self._clock = clock
-        self._rng = rng or random.Random()
+        self._keep_settings(address, token, timeout, retries, clock, rng)
         self._bind(channel)
 
     def _bind(self, channel: grpc.Channel) -> None:
@@ -97,7 +124,7 @@ class SyncConnection:
             self._sleep(pause)
 
 
-class AsyncConnection:
+class AsyncConnection(_Settings):
     """An asyncio client's connection; create it inside a running event loop
     (grpc.aio channels bind to one)."""
 
@@ -114,21 +141,12 @@ class AsyncConnection:
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
-        self.address = address
         self._owns_channel = channel is None
         if channel is None:
-            channel = (
-                grpc.aio.secure_channel(address, credentials)
-                if credentials is not None
-                else grpc.aio.insecure_channel(address)
-            )
+            channel = _open_channel(grpc.aio, address, credentials)
         self._channel = channel
-        self._metadata = bearer_metadata(token)
-        self._timeout = timeout
-        self._policy = as_policy(retries)
         self._sleep = sleep
-        self._clock = clock
-        self._rng = rng or random.Random()
+        self._keep_settings(address, token, timeout, retries, clock, rng)
         self._bind(channel)
 
     def _bind(self, channel: grpc.aio.Channel) -> None:

@@ -97,7 +97,7 @@ def test_a_read_that_left_before_an_announced_commit_is_not_kept() -> None:
 
 
 def test_a_terminal_event_read_past_a_stale_cached_row_is_sent_with_that_end_state() -> None:
-    """CI, stop 22: a watch on a replica that did not own the turn streamed the
+    """§5 O5. CI, stop 22: a watch on a replica that did not own the turn streamed the
     CANCELLED event with a CANCELLING snapshot, and the SDK's `wait` then said
     "still CANCELLING: the watch ended early". Events the cache does not hold in
     full are read from the journal, which may be past the cached row (another

@@ -227,7 +227,7 @@ def test_a_failed_commit_leaves_nothing_cached_for_that_operation(tmp_path: Path
 
 
 def test_events_or_attempts_read_past_the_cached_row_drop_it(tmp_path: Path) -> None:
-    """A watch sends each event with the record read after it (CI, stop 22): once the
+    """§5 O5: a watch sends each event with the record read after it (CI, stop 22): once the
     database shows events or attempts the cached row does not count (another writer
     committed, unannounced yet), the next get reads the database, not that row."""
 

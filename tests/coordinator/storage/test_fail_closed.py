@@ -7,8 +7,9 @@ a lock held by another connection, a server that drops the connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +242,26 @@ def test_postgres_row_lock_held_elsewhere_fails_closed(postgres_url: str) -> Non
     asyncio.run(scenario())
 
 
+@contextlib.asynccontextmanager
+async def _silent_and_other(postgres_url: str) -> AsyncIterator[tuple[str, Any, Any]]:
+    """Two replicas' journals (busy timeout 0.3 s: idle-in-transaction timeout 0.6 s)
+    and one operation: (its id, a connection from the silent one's pool, the other
+    journal). The connection is thrown away at the end (the tests leave it mid-work)."""
+    silent = open_journal(postgres_url, busy_timeout=0.3)
+    other = open_journal(postgres_url, busy_timeout=0.3)
+    try:
+        operation = new_operation(1)
+        stored, _ = await silent.submit(operation, first_event(operation))
+        connection = silent._engine.connect()  # the pool a write would draw from
+        try:
+            yield stored.operation_id, connection, other
+        finally:
+            connection.invalidate()
+    finally:
+        await silent.close()
+        await other.close()
+
+
 @pytest.mark.postgres
 def test_postgres_a_transaction_left_open_is_ended_by_the_server_and_its_locks_freed(
     postgres_url: str,
@@ -252,30 +273,18 @@ def test_postgres_a_transaction_left_open_is_ended_by_the_server_and_its_locks_f
     migrate(postgres_url)
 
     async def scenario() -> None:
-        silent = open_journal(postgres_url, busy_timeout=0.3)
-        other = open_journal(postgres_url, busy_timeout=0.3)
-        try:
-            operation = new_operation(1)
-            stored, _ = await silent.submit(operation, first_event(operation))
-            connection = silent._engine.connect()  # the pool a write would draw from
-            try:
-                connection.exec_driver_sql(
-                    "SELECT 1 FROM operations WHERE operation_id = %s FOR UPDATE",
-                    (stored.operation_id,),
-                )
-                # Locked now: the other replica's claim passes over the row.
-                assert await other.claim(stored.operation_id, "b", T0, 10) is None
-                await asyncio.sleep(1.0)  # the process says nothing more (0.6 s allowed)
-                claimed = await other.claim(stored.operation_id, "b", T0, 10)
-                assert claimed is not None, "the abandoned transaction still holds the row"
-                # The silent side's connection was ended: its next word fails, typed.
-                with pytest.raises(sa.exc.DBAPIError, match="idle-in-transaction"):
-                    connection.exec_driver_sql("SELECT 1")
-            finally:
-                connection.invalidate()
-        finally:
-            await silent.close()
-            await other.close()
+        async with _silent_and_other(postgres_url) as (operation_id, connection, other):
+            connection.exec_driver_sql(
+                "SELECT 1 FROM operations WHERE operation_id = %s FOR UPDATE", (operation_id,)
+            )
+            # Locked now: the other replica's claim passes over the row.
+            assert await other.claim(operation_id, "b", T0, 10) is None
+            await asyncio.sleep(1.0)  # the process says nothing more (0.6 s allowed)
+            claimed = await other.claim(operation_id, "b", T0, 10)
+            assert claimed is not None, "the abandoned transaction still holds the row"
+            # The silent side's connection was ended: its next word fails, typed.
+            with pytest.raises(sa.exc.DBAPIError, match="idle-in-transaction"):
+                connection.exec_driver_sql("SELECT 1")
 
     asyncio.run(scenario())
 
@@ -284,7 +293,7 @@ def test_postgres_a_transaction_left_open_is_ended_by_the_server_and_its_locks_f
 def test_postgres_a_pipeline_cut_between_statements_keeps_its_locks_past_the_idle_timeout(
     postgres_url: str,
 ) -> None:
-    """Why the journal's sessions also ask the server for TCP keepalive (the next test):
+    """§5 O4. Why the journal's sessions also ask the server for TCP keepalive (the next test):
     writes sent together in one pipeline are one implicit transaction, and a client
     silent after its first statement, before the Sync, leaves the server waiting for
     the rest ('active', ClientRead) with the row locked: idle_in_transaction_session_
@@ -293,41 +302,30 @@ def test_postgres_a_pipeline_cut_between_statements_keeps_its_locks_past_the_idl
     migrate(postgres_url)
 
     async def scenario() -> None:
-        silent = open_journal(postgres_url, busy_timeout=0.3)  # idle timeout: 0.6 s
-        other = open_journal(postgres_url, busy_timeout=0.3)
-        try:
-            operation = new_operation(1)
-            stored, _ = await silent.submit(operation, first_event(operation))
-            connection = silent._engine.connect()
+        async with _silent_and_other(postgres_url) as (operation_id, connection, other):
             raw: Any = connection.connection.driver_connection
-            try:
-                with raw.pipeline():
-                    raw.cursor().execute(
-                        "SELECT 1 FROM operations WHERE operation_id = %s FOR UPDATE",
-                        (stored.operation_id,),
-                    )
-                    raw.pgconn.flush()  # sent; the Sync never is while we sleep
-                    await asyncio.sleep(1.5)  # well past the 0.6 s idle timeout
-                    assert await other.claim(stored.operation_id, "b", T0, 10) is None
-            finally:
-                connection.invalidate()
-        finally:
-            await silent.close()
-            await other.close()
+            with raw.pipeline():
+                raw.cursor().execute(
+                    "SELECT 1 FROM operations WHERE operation_id = %s FOR UPDATE",
+                    (operation_id,),
+                )
+                raw.pgconn.flush()  # sent; the Sync never is while we sleep
+                await asyncio.sleep(1.5)  # well past the 0.6 s idle timeout
+                assert await other.claim(operation_id, "b", T0, 10) is None
 
     asyncio.run(scenario())
 
 
 @pytest.mark.postgres
 def test_postgres_sessions_ask_the_server_to_probe_a_silent_client(postgres_url: str) -> None:
-    """The journal's sessions set the server's TCP keepalive and user timeout (after
+    """§5 O4: the journal's sessions set the server's TCP keepalive and user timeout (after
     twice the busy timeout, three probes a second apart), so a replica cut off in
     the middle of a pipeline loses its session, and its row locks, that long after
     it went silent, instead of when the operating system's defaults notice (hours)."""
     migrate(postgres_url)
     journal = open_journal(postgres_url, busy_timeout=2.0)
     try:
-        with journal._engine.connect() as connection:  # type: ignore[attr-defined]
+        with journal._engine.connect() as connection:
             shown = {
                 name: connection.exec_driver_sql(f"SHOW {name}").scalar()
                 for name in (
