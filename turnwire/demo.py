@@ -29,6 +29,7 @@ from turnwire.client import AsyncTurnwireClient, Operation
 from turnwire.deployment import LocalDeployment
 from turnwire.faults import FaultControlClient, parse_rule
 from turnwire.harness import Verdict, check_run
+from turnwire.harness.outcomes import explain, render_explanation
 from turnwire.observability.metrics_check import MetricsReport, scrape_deployment
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT", "PROTOCOL_ERROR", "REJECTED"}
@@ -181,8 +182,13 @@ def render(report: DemoReport) -> str:
         ("oracle (PROTOCOL.md §8 1-6)", verdict.status.value),
     ]
     width = max(len(name) for name, _ in rows)
-    table = "\n".join(f"  {name:<{width}}  {value:>8}" for name, value in rows)
-    return table if report.metrics is None else table + "\n" + report.metrics.render()
+    parts = ["\n".join(f"  {name:<{width}}  {value:>8}" for name, value in rows)]
+    explanation = render_explanation(explain(verdict.run.histories.values()))
+    if explanation:
+        parts.append(explanation)
+    if report.metrics is not None:
+        parts.append(report.metrics.render())
+    return "\n".join(parts)
 
 
 def verdict(report: DemoReport) -> int:
