@@ -133,3 +133,35 @@ def test_an_installed_extension_is_registered_and_a_missing_one_skipped(
     assert "hello" in out and "ghost" not in out
     assert cli.main(["hello", "--name", "turnwire"]) == 0
     assert capsys.readouterr().out == "hello turnwire\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "dest", "expected"),
+    [
+        (("list", "--state", "RUNNING"), "state", ["running"]),
+        (("list", "--state", "running", "--state", "Dispatch_Unknown"), "state",
+         ["running", "dispatch-unknown"]),
+        (("submit", "-i", "x", "--kind", "READ_ONLY"), "kind", "read-only"),
+        (("submit", "-i", "x", "--policy", "Never-Automatic"), "policy", "never-automatic"),
+        (("admin", "operations", "--state", "TIMED_OUT"), "state", ["timed-out"]),
+        (("admin", "operations", "--execution", "UNKNOWN"), "execution", ["unknown"]),
+        (("admin", "verdict", "op_1", "NOT_EXECUTED", "--reason", "r"), "verdict",
+         "not-executed"),
+    ],
+)  # fmt: skip
+def test_enum_values_are_accepted_in_any_case(
+    argv: tuple[str, ...], dest: str, expected: object
+) -> None:
+    """Every enum-valued option takes its values in any case, with _ or - (README writes
+    `--state RUNNING`); the command sees the canonical spelling."""
+    assert getattr(parse(*argv), dest) == expected
+
+
+def test_a_bad_enum_value_is_refused_listing_the_choices(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An unknown state is still a usage error (exit 2) naming every choice."""
+    assert cli.main(["list", "--state", "SLEEPING"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'SLEEPING'" in err
+    assert "'queued'" in err and "'dispatch-unknown'" in err and "'rejected'" in err

@@ -30,7 +30,7 @@ from types import ModuleType
 
 from turnwire.cli.commands import BUILTIN, Hinted, add_common_options
 from turnwire.cli.exit_codes import EPILOG, ExitCode, for_error
-from turnwire.cli.options import UsageError
+from turnwire.cli.options import UsageError, fold_choices
 from turnwire.client import TurnwireError
 
 # (subcommand name, module): added by other parts of the project.
@@ -122,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         module.configure(sub)
         sub.set_defaults(handler=module.run)
+    fold_choices(parser)
     return parser
 
 

@@ -348,7 +348,7 @@ def configure_list(parser: argparse.ArgumentParser) -> None:
         action="append",
         choices=STATES,
         metavar="STATE",
-        help="only this state (repeatable): " + ", ".join(STATES),
+        help="only this state (repeatable; any case): " + ", ".join(STATES),
     )
     parser.add_argument(
         "--limit", type=non_negative_int, default=50, metavar="N", help="at most N (0: all)"

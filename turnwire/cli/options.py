@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +118,36 @@ def parse_pairs(pairs: Sequence[str] | None, flag: str) -> dict[str, str]:
             raise UsageError(f"{flag} takes KEY=VALUE, got {pair!r}")
         parsed[key.strip()] = value
     return parsed
+
+
+def fold_choices(parser: argparse.ArgumentParser) -> None:
+    """Let every option of ``parser`` (and of its subcommands) whose values are a
+    list of words take them in any case, with ``_`` or ``-``: ``--state RUNNING``,
+    ``--kind READ_ONLY`` and ``--state running`` all work, and the command sees
+    the spelling of its choices. An unknown word is left as typed, so argparse
+    still refuses it naming every choice. Options with a ``type`` of their own
+    are left alone."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                fold_choices(subparser)
+        elif action.type is None and action.choices is not None:
+            words = [choice for choice in action.choices if isinstance(choice, str)]
+            if words:
+                action.type = _canonical_word(words)
+
+
+def _fold(word: str) -> str:
+    return word.strip().casefold().replace("_", "-")
+
+
+def _canonical_word(choices: Sequence[str]) -> Callable[[str], str]:
+    canonical = {_fold(choice): choice for choice in choices}
+
+    def canonical_word(text: str) -> str:
+        return canonical.get(_fold(text), text)
+
+    return canonical_word
 
 
 def positive_float(text: str) -> float:
