@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +16,7 @@ from turnwire.cli.options import (
     resolve_address,
     resolve_token,
 )
-from turnwire.client import ReplayPolicy, TurnKind
+from turnwire.client import CheckConnectionSettings, ReplayPolicy, TurnKind
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -115,8 +116,19 @@ def test_token_file_is_read_and_stripped(tmp_path) -> None:  # type: ignore[no-u
     path.write_text("s3cret\n")
     assert resolve_token(parse("get", "op_1", "--token-file", str(path)), {}) == "s3cret"
     missing = parse("get", "op_1", "--token-file", str(tmp_path / "absent"))
-    with pytest.raises(UsageError, match="cannot read --token-file"):
+    with pytest.raises(CheckConnectionSettings, match=r"cannot read the token file .*--token-file"):
         resolve_token(missing, {})
+
+
+def test_token_file_variable_is_read_when_no_token_is_given(tmp_path: Path) -> None:
+    """TURNWIRE_TOKEN_FILE is the last resort: --token, --token-file and TURNWIRE_TOKEN win."""
+    path = tmp_path / "token"
+    path.write_text("from-file\n")
+    bare = parse("get", "op_1")
+    assert resolve_token(bare, {"TURNWIRE_TOKEN_FILE": str(path)}) == "from-file"
+    both = {"TURNWIRE_TOKEN_FILE": str(path), "TURNWIRE_TOKEN": "from-env"}
+    assert resolve_token(bare, both) == "from-env"
+    assert resolve_token(parse("get", "op_1", "--token", "flag"), both) == "flag"
 
 
 def test_an_installed_extension_is_registered_and_a_missing_one_skipped(
