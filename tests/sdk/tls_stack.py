@@ -2,26 +2,23 @@
 (certificates from ``turnwire certs``), one plaintext; plus a second CA that
 signed neither, and a port nothing listens on.
 
-Served from a background event loop like tests/sdk/live_stack.py; no runner
-(a TLS handshake fails before any call reaches the dispatcher).
+Served from a background event loop (tests/support/background_loop.py); no
+runner (a TLS handshake fails before any call reaches the dispatcher).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import socket
-import threading
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 from tests.support import runner_access
+from tests.support.background_loop import BackgroundLoop
 from turnwire.certs import CA_CERT, issue_deployment
 from turnwire.transport_security import TlsMaterial
 
 TOKEN = "tok-tls-mismatch"
-STARTUP_SECONDS = 30.0
 
 
 def closed_port_address() -> str:
@@ -32,14 +29,13 @@ def closed_port_address() -> str:
     return f"127.0.0.1:{port}"
 
 
-class TlsPair:
+class TlsPair(BackgroundLoop):
     """``tls_address`` serves TLS signed by ``ca_file``; ``plaintext_address`` serves
     plaintext; ``other_ca_file`` is a CA that signed neither."""
 
     def __init__(self, directory: Path) -> None:
+        super().__init__()
         self._directory = directory
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._running: list[Any] = []
         certs = directory / "certs"
         issue_deployment(certs)
@@ -51,18 +47,6 @@ class TlsPair:
         )
         self.tls_address = ""
         self.plaintext_address = ""
-
-    def _run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(STARTUP_SECONDS)
-
-    def __enter__(self) -> TlsPair:
-        self._thread.start()
-        try:
-            self._run(self._start())
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
 
     async def _start(self) -> None:
         from coordinator_svc.app import start_coordinator
@@ -92,12 +76,3 @@ class TlsPair:
     async def _stop(self) -> None:
         for running in self._running:
             await running.stop()
-
-    def __exit__(self, *exc_info: object) -> None:
-        try:
-            if self._thread.is_alive():
-                self._run(self._stop())
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(STARTUP_SECONDS)
-            self._loop.close()
