@@ -45,6 +45,7 @@ from coordinator_svc.security_flags import (
     limits_from_args,
     security_from_args,
 )
+from coordinator_svc.timing_flags import add_timing_flags, positive_seconds
 from coordinator_svc.tokens_cli import add_tokens_parser, run_tokens_add
 from turnwire import event_loop
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, MessageLimits, parse_byte_count
@@ -68,16 +69,6 @@ class _Parser(argparse.ArgumentParser):
 def _env(name: str, fallback: str | None = None) -> str | None:
     value = os.environ.get(name)
     return value if value not in (None, "") else fallback
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
-    return value
 
 
 def _non_negative_float(text: str) -> float:
@@ -120,22 +111,6 @@ def _journal_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _timing_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("timings (seconds; each also reads TURNWIRE_<NAME>)")
-    for spec in dataclasses.fields(DispatchTimings):
-        if not isinstance(spec.default, float):
-            continue  # only plain seconds become flags; anything else keeps its default
-        flag = "--" + spec.name.replace("_", "-")
-        env = "TURNWIRE_" + spec.name.upper()
-        group.add_argument(
-            flag,
-            dest=spec.name,
-            type=_positive_float,
-            default=_env(env, str(spec.default)),
-            help=f"(env {env}; default {spec.default})",
-        )
-
-
 def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     serve = commands.add_parser(
         "serve",
@@ -153,7 +128,7 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     _scheduling_flags(serve)
     add_replica_flags(serve)
     add_retention_flags(serve)
-    _timing_flags(serve)
+    add_timing_flags(serve)
 
 
 def _serve_wiring_flags(serve: argparse.ArgumentParser) -> None:
@@ -168,7 +143,8 @@ def _serve_wiring_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--address-file",
         default=_env("TURNWIRE_COORDINATOR_ADDRESS_FILE"),
-        help="also write the bound address here (env TURNWIRE_COORDINATOR_ADDRESS_FILE)",
+        help="also write the bound address here once listening "
+        "(env TURNWIRE_COORDINATOR_ADDRESS_FILE)",
     )
     _journal_flag(serve)
     _metrics_flags(serve)
@@ -247,7 +223,8 @@ def _serve_behaviour_flags(serve: argparse.ArgumentParser) -> None:
         "--default-max-attempts",
         type=_attempts,
         default=_env("TURNWIRE_DEFAULT_MAX_ATTEMPTS", "5"),
-        help="attempts for a turn that sets max_attempts 0 (env TURNWIRE_DEFAULT_MAX_ATTEMPTS)",
+        help="attempts for a turn that sets max_attempts 0 "
+        "(env TURNWIRE_DEFAULT_MAX_ATTEMPTS; default 5)",
     )
     serve.add_argument(
         "--runner-max-receive-bytes",
@@ -260,7 +237,7 @@ def _serve_behaviour_flags(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--shutdown-grace",
-        type=_positive_float,
+        type=positive_seconds,
         default=_env("TURNWIRE_SHUTDOWN_GRACE", "5"),
         help="seconds in-flight calls get on SIGTERM (env TURNWIRE_SHUTDOWN_GRACE; default 5)",
     )
@@ -269,7 +246,7 @@ def _serve_behaviour_flags(serve: argparse.ArgumentParser) -> None:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         type=str.upper,
         default=_env("TURNWIRE_LOG_LEVEL", "INFO"),
-        help="(env TURNWIRE_LOG_LEVEL; default INFO)",
+        help="the least to log (env TURNWIRE_LOG_LEVEL; default INFO)",
     )
     add_log_format_flag(serve, "TURNWIRE_LOG_FORMAT")
     tracing.add_endpoint_flag(serve, "TURNWIRE_OTEL_ENDPOINT")
@@ -314,7 +291,7 @@ def _scheduling_flags(serve: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--queue-timeout",
-        type=_positive_float,
+        type=positive_seconds,
         default=_env("TURNWIRE_QUEUE_TIMEOUT"),
         metavar="SECONDS",
         help="end a turn still QUEUED this long after acceptance TIMED_OUT, QUEUE_TIMEOUT, "

@@ -63,9 +63,17 @@ def add_tokens_parser(commands: argparse._SubParsersAction[Any]) -> None:
         "Default: submit, read and cancel",
     )
     expiry = add.add_mutually_exclusive_group()
-    expiry.add_argument("--expires-in", type=duration, help="e.g. 30d, 12h, 15m, 3600s")
     expiry.add_argument(
-        "--expires-at", type=moment, help="an ISO 8601 time with offset, e.g. 2027-01-31T00:00Z"
+        "--expires-in",
+        type=duration,
+        help="the token stops working this long from now, e.g. 30d, 12h, 15m, 3600s "
+        "(default: never)",
+    )
+    expiry.add_argument(
+        "--expires-at",
+        type=moment,
+        help="the token stops working at this ISO 8601 time with offset, e.g. "
+        "2027-01-31T00:00Z (default: never)",
     )
 
 

@@ -58,69 +58,82 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve",
         help="serve until SIGTERM/SIGINT",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Serve until SIGTERM or SIGINT, then drain (R8) and exit 0. Each flag "
+        "falls back to its environment variable, then to its default (shown as it applies "
+        "now, the variable's value included).",
     )
     _add_serve_arguments(serve)
     migrate = commands.add_parser("migrate", help="create or upgrade a store's schema, then exit")
+    _store_flag(migrate)
     migrate.add_argument(
-        "--store",
-        default=_env("STORE", None),
-        required=_env("STORE", None) is None,
-        help="SQLite file of the dedupe store [TURNWIRE_RUNNER_STORE]",
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="INFO",
+        help="the least to log (default %(default)s)",
     )
-    migrate.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO")
     add_log_format_flag(migrate, _ENV + "LOG_FORMAT")
     return parser
+
+
+def _store_flag(parser: argparse.ArgumentParser) -> None:
+    store = _env("STORE", None)
+    parser.add_argument(
+        "--store",
+        default=store,
+        required=store is None,
+        help="SQLite file of the dedupe store (env TURNWIRE_RUNNER_STORE; "
+        + (f"default {store})" if store is not None else "required)"),
+    )
 
 
 def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--listen",
         default=_env("LISTEN", "127.0.0.1:50061"),
-        help="HOST:PORT (port 0 picks one and prints it) [TURNWIRE_RUNNER_LISTEN]",
+        help="HOST:PORT (port 0 picks one and prints it) "
+        "(env TURNWIRE_RUNNER_LISTEN; default %(default)s)",
     )
-    serve.add_argument(
-        "--store",
-        default=_env("STORE", None),
-        required=_env("STORE", None) is None,
-        help="SQLite file of the dedupe store [TURNWIRE_RUNNER_STORE]",
-    )
+    _store_flag(serve)
     serve.add_argument(
         "--writable-slots",
         type=int,
         default=int(_env("WRITABLE_SLOTS", "4") or 4),
-        help="slots for WRITABLE turns [TURNWIRE_RUNNER_WRITABLE_SLOTS]",
+        help="slots for WRITABLE turns (env TURNWIRE_RUNNER_WRITABLE_SLOTS; default %(default)s)",
     )
     serve.add_argument(
         "--read-only-slots",
         type=int,
         default=int(_env("READ_ONLY_SLOTS", "4") or 4),
-        help="slots for READ_ONLY turns [TURNWIRE_RUNNER_READ_ONLY_SLOTS]",
+        help="slots for READ_ONLY turns (env TURNWIRE_RUNNER_READ_ONLY_SLOTS; default %(default)s)",
     )
     serve.add_argument(
         "--executor",
         default=_env("EXECUTOR", "echo"),
         help="echo | sleep | fail | metered | subprocess:<cmd> | "
-        "callable:<module>:<function> [TURNWIRE_RUNNER_EXECUTOR]",
+        "callable:<module>:<function>; metered needs --ledger "
+        "(env TURNWIRE_RUNNER_EXECUTOR; default %(default)s)",
     )
     serve.add_argument(
         "--ledger",
         default=_env("LEDGER", None),
-        help="ledger file for the metered executor [TURNWIRE_RUNNER_LEDGER]",
+        help="the file where the metered executor records every start (turnwire.ledger); "
+        "required with --executor metered (env TURNWIRE_RUNNER_LEDGER)",
     )
     serve.add_argument(
         "--drain-seconds",
         type=float,
         default=float(_env("DRAIN_SECONDS", "10") or 10),
         help="how long shutdown waits for jobs before cancelling them "
-        "[TURNWIRE_RUNNER_DRAIN_SECONDS]",
+        "(env TURNWIRE_RUNNER_DRAIN_SECONDS; default %(default)s)",
     )
     serve.add_argument(
         "--max-receive-bytes",
         type=parse_byte_count,
         default=_env("MAX_RECEIVE_BYTES", str(DEFAULT_RUNNER_MAX_RECEIVE_BYTES)),
         help="the largest Dispatch this runner receives (e.g. 4194304, 4M); the coordinator "
-        "must be given the same value (README, message limits) [TURNWIRE_RUNNER_MAX_RECEIVE_BYTES]",
+        "must be given the same value (README, message limits) "
+        "(env TURNWIRE_RUNNER_MAX_RECEIVE_BYTES; default %(default)s)",
     )
     serve.add_argument(
         "--admission-window",
@@ -129,7 +142,8 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         help="seconds: a Dispatch stamped longer ago than this (coordinator clock) is refused "
         "DISPATCH_STALE; keep it above the coordinator's dispatch timeout plus clock skew. "
         "After a SIGKILL, turns sent within this window of the crash end UNKNOWN rather than "
-        "being proven absent (PROTOCOL.md §6.1) [TURNWIRE_RUNNER_ADMISSION_WINDOW]",
+        "being proven absent (PROTOCOL.md §6.1) "
+        "(env TURNWIRE_RUNNER_ADMISSION_WINDOW; default %(default)s)",
     )
     _add_access_arguments(serve)
     add_retention_arguments(serve)
@@ -139,14 +153,18 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     )
     _add_metrics_arguments(serve)
     serve.add_argument(
-        "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="the least to log"
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="INFO",
+        help="the least to log (default %(default)s)",
     )
     add_log_format_flag(serve, _ENV + "LOG_FORMAT")
     serve.add_argument(
         "--name",
         default=_env("NAME", None),
         help="this runner's name as its coordinator's --runner NAME=... calls it; every log "
-        "line carries it as runner [TURNWIRE_RUNNER_NAME]",
+        "line carries it as runner (env TURNWIRE_RUNNER_NAME)",
     )
 
 
@@ -170,17 +188,17 @@ def _add_access_arguments(serve: argparse.ArgumentParser) -> None:
     access.add_argument(
         "--tls-cert",
         default=_env("TLS_CERT", None),
-        help="this runner's certificate chain, PEM [TURNWIRE_RUNNER_TLS_CERT]",
+        help="this runner's certificate chain, PEM (env TURNWIRE_RUNNER_TLS_CERT)",
     )
     access.add_argument(
         "--tls-key",
         default=_env("TLS_KEY", None),
-        help="its private key, PEM, mode 600 [TURNWIRE_RUNNER_TLS_KEY]",
+        help="its private key, PEM, mode 600 (env TURNWIRE_RUNNER_TLS_KEY)",
     )
     access.add_argument(
         "--tls-ca",
         default=_env("TLS_CA", None),
-        help="the CA coordinators' certificates chain to [TURNWIRE_RUNNER_TLS_CA]",
+        help="the CA coordinators' certificates chain to (env TURNWIRE_RUNNER_TLS_CA)",
     )
     access.add_argument(
         "--coordinator-identity",
@@ -196,12 +214,12 @@ def _add_access_arguments(serve: argparse.ArgumentParser) -> None:
         action="store_true",
         default=_env("PLAINTEXT", "") in ("1", "true"),
         help="no TLS: loopback --listen only, with --coordinator-secret-file "
-        "[TURNWIRE_RUNNER_PLAINTEXT=1]",
+        "(env TURNWIRE_RUNNER_PLAINTEXT=1)",
     )
     access.add_argument(
         "--coordinator-secret-file", default=_env("COORDINATOR_SECRET_FILE", None),
         help="with --plaintext: a file (mode 600) holding the secret every call must carry; "
-        "the coordinator is given the same file [TURNWIRE_RUNNER_COORDINATOR_SECRET_FILE]",
+        "the coordinator is given the same file (env TURNWIRE_RUNNER_COORDINATOR_SECRET_FILE)",
     )  # fmt: skip
 
 
@@ -226,6 +244,15 @@ def access_from_args(args: argparse.Namespace) -> RunnerAccess:
     if args.coordinator_identity:
         raise SecurityConfigError("--coordinator-identity applies to mutual TLS only")
     return RunnerAccess(secret=read_secret_file(Path(args.coordinator_secret_file)))
+
+
+def check_executor_flags(args: argparse.Namespace) -> None:
+    """The executor's own flags, before anything is opened: metered needs --ledger."""
+    if args.executor.strip() == "metered" and not args.ledger:
+        raise ValueError(
+            "--executor metered needs --ledger FILE (or TURNWIRE_RUNNER_LEDGER): the file "
+            "where it records every start, so each one can be counted and billed"
+        )
 
 
 async def _serve(args: argparse.Namespace) -> int:
@@ -289,6 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "migrate":
             return _migrate(args)
+        check_executor_flags(args)
         if args.otel_endpoint:
             tracing.start(tracing.RUNNER_SERVICE, args.otel_endpoint)
         return event_loop.run(_serve(args))

@@ -5,7 +5,7 @@ Everything lives under one data directory (printed by ``turnwire up``)::
     DATA/journal.db            the coordinator's SQLite journal
     DATA/runner-1/store.db     each runner's dedupe store
     DATA/ledger.jsonl          the metered executor's execution ledger
-    DATA/tokens.json           token digests -> principals
+    DATA/tokens                token digests -> principals (``coordinator_svc tokens add``)
     DATA/runner-secret         plaintext mode: the secret runners demand of the coordinator
     DATA/certs/                TLS mode: the deployment CA and every process's certificate
                                (``turnwire certs``; keys mode 600)
@@ -14,7 +14,12 @@ Everything lives under one data directory (printed by ``turnwire up``)::
 With ``with_proxies`` a fault proxy (``python -m turnwire.faults proxy``) sits
 on each coordinator -> runner path, so transport loss can be injected there.
 
-With ``tls`` (issue 11; what ``turnwire up`` and the demo run) the public API is
+Ports are free ones (``127.0.0.1:0``) unless pinned: ``coordinator_port``,
+``runner_base_port`` (runner-N listens on base + N - 1), ``metrics_base_port``
+(the coordinator's /metrics on it, runner-N's on base + N); ``console_listen``
+serves the operator's console too.
+
+With ``tls`` (what ``turnwire up`` and the demo run) the public API is
 served over TLS and every coordinator -> runner hop is mutual TLS: each runner
 serves only the certificate named ``coordinator`` (and ``fault-proxy``, the
 proxies' own, when they sit in between). Without it everything is plaintext
@@ -25,8 +30,10 @@ keep reaching it at the same address with a new incarnation.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,9 +107,18 @@ class LocalDeployment:
     # Extra ``--runner`` spec options per runner name, e.g.
     # {"runner-2": "kinds=read_only"} (coordinator_svc.config.parse_runner_spec).
     runner_options: Mapping[str, str] = field(default_factory=dict)
-    # Issue 13: every coordinator and runner serves /metrics on 127.0.0.1:0 and
-    # writes where to DATA/<name>.metrics.addr (HTTPS with the deployment CA under tls).
+    # Every coordinator and runner serves /metrics on 127.0.0.1 (port 0, or from
+    # metrics_base_port) and writes where to DATA/<name>.metrics.addr (HTTPS with
+    # the deployment CA under tls).
     metrics: bool = False
+    metrics_base_port: int = 0
+    # runner-N listens on 127.0.0.1:(runner_base_port + N - 1); 0: free ports.
+    runner_base_port: int = 0
+    # The operator's console (coordinator --console-listen), e.g. "127.0.0.1:0".
+    console_listen: str | None = None
+    # Also issue a token with the admin scope (principal "admin": AdminService, console).
+    with_admin_token: bool = False
+    admin_token: str = ""
 
     @property
     def ledger(self) -> Path:
@@ -110,7 +126,8 @@ class LocalDeployment:
 
     @property
     def tokens_file(self) -> Path:
-        return self.data_dir / "tokens.json"
+        """Lines of principal, token digest, scopes (not JSON; coordinator_svc tokens add)."""
+        return self.data_dir / "tokens"
 
     @property
     def runner_secret_file(self) -> Path:
@@ -193,13 +210,49 @@ class LocalDeployment:
     def _metrics_file(self, name: str) -> Path:
         return self.data_dir / f"{name}.metrics.addr"
 
+    def _metrics_port(self, name: str) -> int:
+        """The pinned /metrics port of ``name`` (coordinator: the base; runner-N: base + N)."""
+        if not self.metrics_base_port:
+            return 0
+        if name.startswith("runner-"):
+            return self.metrics_base_port + int(name.removeprefix("runner-"))
+        return self.metrics_base_port
+
     def _metrics_flags(self, name: str) -> list[str]:
-        """--metrics-listen on a free loopback port, its address in a file (none if off)."""
+        """--metrics-listen on a loopback port, its address in a file (none if off)."""
         if not self.metrics:
             return []
         self._metrics_file(name).unlink(missing_ok=True)  # a restart writes its own
         file = str(self._metrics_file(name))
-        return ["--metrics-listen", "127.0.0.1:0", "--metrics-address-file", file]
+        listen = f"127.0.0.1:{self._metrics_port(name)}"
+        return ["--metrics-listen", listen, "--metrics-address-file", file]
+
+    def console_url(self, timeout: float = 10.0) -> str:
+        """The console's URL as the coordinator printed it ("console on URL"), bounded."""
+        if self.coordinator is None or not self.console_listen:
+            raise LaunchError("no console: the coordinator was not given --console-listen")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.coordinator.log_path.read_text(errors="replace")
+            found = re.search(r"^console on (\S+)$", text, re.MULTILINE)
+            if found:
+                return found.group(1)
+            time.sleep(0.05)
+        raise LaunchError(f"the coordinator did not print its console URL within {timeout:.0f}s")
+
+    def leftovers(self) -> list[tuple[str, str]]:
+        """What the deployment leaves in ``data_dir`` once stopped: (path, what it is)."""
+        kinds = [
+            ("journal.db", "journal.db*", "the coordinator's journal (SQLite)"),
+            ("runner-N/store.db", "runner-*/store.db*", "each runner's dedupe store"),
+            ("ledger.jsonl", "ledger.jsonl", "the metered executor's record of every start"),
+            ("tokens", "tokens", "the tokens file (digests of the tokens printed at start)"),
+            ("runner-secret", "runner-secret", "the secret runners demand (plaintext mode)"),
+            ("certs/", "certs", "the deployment CA and every certificate and key"),
+            ("logs/", "logs", "every process's log"),
+            ("*.addr", "*.addr", "the addresses the processes announced"),
+        ]
+        return [(shown, what) for shown, pattern, what in kinds if any(self.data_dir.glob(pattern))]
 
     def metrics_address(self, name: str) -> str:
         """Where the process ``name`` serves /metrics (its file, written before it listens)."""
@@ -243,12 +296,13 @@ class LocalDeployment:
         )  # fmt: skip
         return ManagedProcess(name, argv, self._log(name), self.data_dir / f"{name}.addr")
 
-    def issue_token(self, principal: str) -> str:
+    def issue_token(self, principal: str, *, scopes: tuple[str, ...] = ()) -> str:
         """Add a principal to the tokens file; return its fresh bearer token."""
+        scope_flags = [flag for scope in scopes for flag in ("--scope", scope)]
         done = subprocess.run(
             python_module(
                 "coordinator_svc", "tokens", "add",
-                "--file", str(self.tokens_file), "--principal", principal,
+                "--file", str(self.tokens_file), "--principal", principal, *scope_flags,
             ),
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
@@ -258,7 +312,7 @@ class LocalDeployment:
 
     def start(self, timeout: float = 60.0) -> None:
         self.start_runners(timeout)
-        self.coordinator = self._coordinator_process("127.0.0.1:0")
+        self.coordinator = self._coordinator_process(f"127.0.0.1:{self.coordinator_port}")
         address = self.coordinator.start(timeout)
         self.coordinator_port = int(address.rsplit(":", 1)[1])
         self.coordinator.wait_healthy(timeout, self._open_coordinator_channel)
@@ -270,13 +324,16 @@ class LocalDeployment:
         # check` then reads "nothing ran yet", not "no ledger given".
         self.ledger.touch(exist_ok=True)
         self.token = self.issue_token("demo")
+        if self.with_admin_token:
+            self.admin_token = self.issue_token("admin", scopes=("admin",))
         self._make_credentials()
         for index in range(1, self.runner_count + 1):
             name = f"runner-{index}"
             store_dir = self.data_dir / name
             store_dir.mkdir(exist_ok=True)
             store = store_dir / "store.db"
-            process = self._runner_process(name, store, "127.0.0.1:0")
+            port = self.runner_base_port + index - 1 if self.runner_base_port else 0
+            process = self._runner_process(name, store, f"127.0.0.1:{port}")
             slot = RunnerSlot(name, process, store)
             self.runners.append(slot)
             address = process.start(timeout)
@@ -314,6 +371,7 @@ class LocalDeployment:
             ),
             "--migrate",
             *self._metrics_flags(name),
+            *(["--console-listen", self.console_listen] if self.console_listen else []),
             *runner_flags,
             *self.coordinator_args,
             *extra_args,

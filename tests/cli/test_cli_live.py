@@ -13,7 +13,7 @@ import pytest
 
 import turnwire.cli as cli
 from tests.sdk.live_stack import TOKEN, LiveStack
-from turnwire.client import TurnwireClient
+from turnwire.client import OperationState, TurnwireClient
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -43,7 +43,7 @@ def test_submit_wait_json_streams_events_and_exits_zero(
 def test_get_exit_status_and_result(stack: LiveStack, capsys: pytest.CaptureFixture[str]) -> None:
     """get --exit-status is 0 for SUCCEEDED; get --result prints the raw output."""
     assert run(stack, "submit", "-i", "abc", "--wait", "--json", "--timeout", "30") == 0
-    operation_id = json.loads(capsys.readouterr().out.splitlines()[0])["operation"]["operation_id"]
+    operation_id = json.loads(capsys.readouterr().out.splitlines()[0])["operation_id"]
     assert run(stack, "get", operation_id, "--exit-status") == 0
     assert "SUCCEEDED" in capsys.readouterr().out
     assert run(stack, "list") == 0
@@ -134,3 +134,77 @@ def test_ctrl_c_during_watch_exits_130_and_says_how_to_resume(stack: LiveStack) 
     message = err.decode()
     assert message.count("\n") == 1 and "Traceback" not in message
     assert f"turnwire watch {operation_id_text} --after " in message
+
+
+def _submit_sleeper(stack: LiveStack) -> str:
+    """A turn that runs for 20 s unless cancelled (the echo executor's sleep_ms)."""
+    with TurnwireClient(stack.address, TOKEN) as client:
+        submitted = client.submit(items=["long"], parameters={"sleep_ms": "20000"})
+    return submitted.operation.operation_id
+
+
+def test_get_exit_status_of_a_turn_not_terminal_has_its_own_code(
+    stack: LiveStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """get --exit-status (and --result) on a running turn exits 12, not 9 (which means
+    only that --timeout passed while waiting)."""
+    operation_id = _submit_sleeper(stack)
+    try:
+        assert run(stack, "get", operation_id, "--exit-status") == 12
+        assert run(stack, "get", operation_id, "--result") == 12
+        assert run(stack, "watch", operation_id, "--timeout", "0.5", "--exit-status") == 9
+    finally:
+        assert run(stack, "cancel", operation_id, "--wait", "--timeout", "30") == 0
+    capsys.readouterr()
+
+
+def test_cancel_wait_exits_zero_when_the_cancel_took_effect(
+    stack: LiveStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """cancel --wait on a running turn: it ends CANCELLED and the command exits 0."""
+    operation_id = _submit_sleeper(stack)
+    assert run(stack, "cancel", operation_id, "--wait", "--timeout", "30") == 0
+    out = capsys.readouterr().out
+    assert f"cancelled: {operation_id} ended CANCELLED" in out
+
+
+def test_cancel_of_a_turn_that_ended_first_exits_13(
+    stack: LiveStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """cancel (with or without --wait) of a turn that already SUCCEEDED: exit 13, "too
+    late", and the turn stays SUCCEEDED (C11: the cancel changed nothing)."""
+    assert run(stack, "submit", "-i", "done", "--wait", "--json", "--timeout", "30") == 0
+    operation_id = json.loads(capsys.readouterr().out.splitlines()[0])["operation_id"]
+    assert run(stack, "cancel", operation_id, "--wait", "--timeout", "30") == 13
+    assert run(stack, "cancel", operation_id) == 13
+    out = capsys.readouterr().out
+    assert out.count(f"too late: {operation_id} had already ended SUCCEEDED") == 2
+    with TurnwireClient(stack.address, TOKEN) as client:
+        assert client.get(operation_id).state is OperationState.SUCCEEDED
+
+
+def test_every_json_output_prints_one_flat_operation_shape(
+    stack: LiveStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """submit --json, submit --wait --json (its first line and each event's snapshot),
+    get --json, watch --json's snapshots and cancel --json: the same operation keys;
+    a submission adds only idempotency_key and replayed."""
+    assert run(stack, "submit", "-i", "shape", "--json") == 0
+    submitted = json.loads(capsys.readouterr().out)
+    operation_id = submitted["operation_id"]
+    with TurnwireClient(stack.address, TOKEN) as client:
+        client.wait(operation_id, timeout=30)
+    assert run(stack, "get", operation_id, "--json") == 0
+    got = json.loads(capsys.readouterr().out)
+    assert run(stack, "watch", operation_id, "--json") == 0
+    watched = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert run(stack, "submit", "-i", "shape", "--wait", "--json", "--timeout", "30") == 0
+    first, *events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert run(stack, "cancel", operation_id, "--json") == 13
+    cancelled = json.loads(capsys.readouterr().out)
+    shape = set(got)
+    assert "operation_id" in shape and "execution" in shape and "operation" not in shape
+    assert set(submitted) == set(first) == shape | {"idempotency_key", "replayed"}
+    snapshots = [event["operation"] for event in (*watched, *events) if "operation" in event]
+    assert snapshots and all(set(snapshot) == shape for snapshot in snapshots)
+    assert set(cancelled) == shape

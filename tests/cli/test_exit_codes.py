@@ -7,8 +7,9 @@ import pytest
 
 from turnwire.cli import describe_error
 from turnwire.cli.commands import Hinted, limited
-from turnwire.cli.exit_codes import EPILOG, ExitCode, for_error, for_outcome
+from turnwire.cli.exit_codes import EPILOG, ExitCode, for_cancel, for_error, for_outcome
 from turnwire.client import (
+    CheckConnectionSettings,
     CheckCredentials,
     Execution,
     FixTheRequest,
@@ -34,14 +35,41 @@ from turnwire.client import (
         (OperationState.REJECTED, 3),
         (OperationState.TIMED_OUT, 4),
         (OperationState.PROTOCOL_ERROR, 4),
-        (OperationState.RUNNING, 9),
-        (OperationState.DISPATCH_UNKNOWN, 9),
+        (OperationState.QUEUED, 12),
+        (OperationState.RUNNING, 12),
+        (OperationState.DISPATCH_UNKNOWN, 12),
     ],
 )
 def test_outcome_exit_status(state: OperationState, expected: int) -> None:
-    """--exit-status: 0 SUCCEEDED, 3 did not succeed, 4 ambiguous, 9 not terminal."""
+    """--exit-status: 0 SUCCEEDED, 3 did not succeed, 4 ambiguous, 12 not terminal
+    (its own code: 9 means only that --timeout passed while waiting)."""
     op = Operation(operation_id="op_1", state=state, execution=Execution.UNKNOWN)
     assert for_outcome(op) == expected
+
+
+@pytest.mark.parametrize(
+    ("state", "cancel_requested", "expected"),
+    [
+        (OperationState.CANCELLED, True, 0),
+        (OperationState.RUNNING, True, 0),
+        (OperationState.CANCELLING, True, 0),
+        (OperationState.SUCCEEDED, True, 13),
+        (OperationState.FAILED, True, 13),
+        (OperationState.REJECTED, False, 13),
+        (OperationState.TIMED_OUT, True, 4),
+        (OperationState.PROTOCOL_ERROR, True, 4),
+    ],
+)
+def test_cancel_exit_status(state: OperationState, cancel_requested: bool, expected: int) -> None:
+    """cancel: 0 pending or took effect (CANCELLED), 13 the turn ended otherwise first,
+    4 it ended ambiguous (as --exit-status says: check execution)."""
+    op = Operation(
+        operation_id="op_1",
+        state=state,
+        execution=Execution.STARTED,
+        cancel_requested=cancel_requested,
+    )
+    assert for_cancel(op) == expected
 
 
 @pytest.mark.parametrize(
@@ -53,6 +81,7 @@ def test_outcome_exit_status(state: OperationState, expected: int) -> None:
         (NotFound("none", reason="OPERATION_NOT_FOUND"), 6),
         (RetryLater("down", code=grpc.StatusCode.UNAVAILABLE), 7),
         (NoRunnerAvailable("no runner", reason="NO_RUNNER_FOR_TURN"), 8),
+        (CheckConnectionSettings("tls", code=grpc.StatusCode.UNAVAILABLE), 11),
         (WaitLonger("later", operation=None), 9),
         (ReportABug("odd", code=grpc.StatusCode.INTERNAL), 1),
     ],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import io
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +16,7 @@ from turnwire.cli.options import (
     resolve_address,
     resolve_token,
 )
-from turnwire.client import ReplayPolicy, TurnKind
+from turnwire.client import CheckConnectionSettings, ReplayPolicy, TurnKind
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -115,8 +116,19 @@ def test_token_file_is_read_and_stripped(tmp_path) -> None:  # type: ignore[no-u
     path.write_text("s3cret\n")
     assert resolve_token(parse("get", "op_1", "--token-file", str(path)), {}) == "s3cret"
     missing = parse("get", "op_1", "--token-file", str(tmp_path / "absent"))
-    with pytest.raises(UsageError, match="cannot read --token-file"):
+    with pytest.raises(CheckConnectionSettings, match=r"cannot read the token file .*--token-file"):
         resolve_token(missing, {})
+
+
+def test_token_file_variable_is_read_when_no_token_is_given(tmp_path: Path) -> None:
+    """TURNWIRE_TOKEN_FILE is the last resort: --token, --token-file and TURNWIRE_TOKEN win."""
+    path = tmp_path / "token"
+    path.write_text("from-file\n")
+    bare = parse("get", "op_1")
+    assert resolve_token(bare, {"TURNWIRE_TOKEN_FILE": str(path)}) == "from-file"
+    both = {"TURNWIRE_TOKEN_FILE": str(path), "TURNWIRE_TOKEN": "from-env"}
+    assert resolve_token(bare, both) == "from-env"
+    assert resolve_token(parse("get", "op_1", "--token", "flag"), both) == "flag"
 
 
 def test_an_installed_extension_is_registered_and_a_missing_one_skipped(
@@ -133,3 +145,35 @@ def test_an_installed_extension_is_registered_and_a_missing_one_skipped(
     assert "hello" in out and "ghost" not in out
     assert cli.main(["hello", "--name", "turnwire"]) == 0
     assert capsys.readouterr().out == "hello turnwire\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "dest", "expected"),
+    [
+        (("list", "--state", "RUNNING"), "state", ["running"]),
+        (("list", "--state", "running", "--state", "Dispatch_Unknown"), "state",
+         ["running", "dispatch-unknown"]),
+        (("submit", "-i", "x", "--kind", "READ_ONLY"), "kind", "read-only"),
+        (("submit", "-i", "x", "--policy", "Never-Automatic"), "policy", "never-automatic"),
+        (("admin", "operations", "--state", "TIMED_OUT"), "state", ["timed-out"]),
+        (("admin", "operations", "--execution", "UNKNOWN"), "execution", ["unknown"]),
+        (("admin", "verdict", "op_1", "NOT_EXECUTED", "--reason", "r"), "verdict",
+         "not-executed"),
+    ],
+)  # fmt: skip
+def test_enum_values_are_accepted_in_any_case(
+    argv: tuple[str, ...], dest: str, expected: object
+) -> None:
+    """Every enum-valued option takes its values in any case, with _ or - (README writes
+    `--state RUNNING`); the command sees the canonical spelling."""
+    assert getattr(parse(*argv), dest) == expected
+
+
+def test_a_bad_enum_value_is_refused_listing_the_choices(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An unknown state is still a usage error (exit 2) naming every choice."""
+    assert cli.main(["list", "--state", "SLEEPING"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'SLEEPING'" in err
+    assert "'queued'" in err and "'dispatch-unknown'" in err and "'rejected'" in err

@@ -115,6 +115,7 @@ def test_json_is_stable_and_lossless() -> None:
     assert payload["finished_at"] is None
     sub = render.submission_json(Submission(op, replayed=True, idempotency_key="k"))
     assert sub["replayed"] is True and sub["idempotency_key"] == "k"
+    assert sub["operation_id"] == "op_1" and sub["state"] == "SUCCEEDED"
 
 
 def test_replayed_submission_headline_says_it_is_the_same_operation() -> None:

@@ -14,36 +14,32 @@ the reconcile deadline (0.5 s here) ends the turn TIMED_OUT, UNKNOWN (C8).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import http.client
 import json
-import threading
 import time
-from collections.abc import Coroutine
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from coordinator_svc.config import CoordinatorConfig, DispatchTimings, RunnerEndpoint
 from tests.support import runner_access
+from tests.support.background_loop import BackgroundLoop
 from tests.support.fault_interceptor import DROP_RESPONSE, Fault, FaultInterceptor
 from turnwire.client import TurnwireClient
 
 ADMIN_TOKEN = "tok-ops-console-admin"
 TENANT_TOKEN = "tok-alice-console"
-STARTUP_SECONDS = 30.0
 # What the coordinator may not hear from the runner while a turn is made ambiguous.
 _SILENCED = ("GetOperationStatus", "BatchGetOperationStatus", "WatchOperations", "Cancel")
 
 
-class ConsoleStack:
+class ConsoleStack(BackgroundLoop):
     """One runner (echo executor), one coordinator with ``--console-listen 127.0.0.1:0``."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        super().__init__()
         self._runner: Any = None
         self._coordinator: Any = None
         # The first Dispatch's reply is lost and the runner goes silent (make_ambiguous).
@@ -55,18 +51,6 @@ class ConsoleStack:
         self.ambiguous_id = ""  # set by the package fixture (conftest.py)
         self.console_url = ""
         self.console_address = ""
-
-    def _run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(STARTUP_SECONDS)
-
-    def __enter__(self) -> ConsoleStack:
-        self._thread.start()
-        try:
-            self._run(self._start())
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
 
     async def _start(self) -> None:
         from coordinator_svc.app import start_coordinator
@@ -114,17 +98,6 @@ class ConsoleStack:
             await self._coordinator.stop()
         if self._runner is not None:
             await self._runner.stop(drain=False)
-
-    def __exit__(self, *exc_info: object) -> None:
-        try:
-            if self._thread.is_alive():
-                self._run(self._stop())
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(STARTUP_SECONDS)
-            self._loop.close()
-
-    # --- turns -------------------------------------------------------------------------
 
     def client(self) -> TurnwireClient:
         return TurnwireClient(self.address, TENANT_TOKEN)

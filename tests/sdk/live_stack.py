@@ -7,23 +7,20 @@ subprocess is involved.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import importlib
 import importlib.util
-import threading
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support import runner_access
+from tests.support.background_loop import BackgroundLoop
 from turnwire.client import RetryPolicy, TurnwireClient
 
 TOKEN = "tok-alice-e2e"
 OTHER_TOKEN = "tok-bob-e2e"
-STARTUP_SECONDS = 30.0
 # Quick retries for tests that lose messages on purpose.
 FAST_RETRY = RetryPolicy(attempts=4, initial_backoff=0.05, max_backoff=0.2)
 
@@ -35,14 +32,13 @@ def coordinator_app_or_skip() -> Any:
     return importlib.import_module("coordinator_svc.app")
 
 
-class LiveStack:
+class LiveStack(BackgroundLoop):
     """One runner (built-in echo executor) and one coordinator with two principals."""
 
     def __init__(self, directory: Path) -> None:
         self._directory = directory
         self._app = coordinator_app_or_skip()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        super().__init__()
         self._runner: Any = None
         self._coordinator: Any = None
         self._proxy: Any = None
@@ -50,18 +46,6 @@ class LiveStack:
         self.address = ""
         # The coordinator seen through a fault proxy (turnwire.faults), for lost replies.
         self.proxy_address = ""
-
-    def _run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(STARTUP_SECONDS)
-
-    def __enter__(self) -> LiveStack:
-        self._thread.start()
-        try:
-            self._run(self._start())
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
 
     async def _start(self) -> None:
         from coordinator_svc.config import CoordinatorConfig, RunnerEndpoint
@@ -140,15 +124,6 @@ class LiveStack:
             await self._coordinator.stop()
         if self._runner is not None:
             await self._runner.stop(drain=False)
-
-    def __exit__(self, *exc_info: object) -> None:
-        try:
-            if self._thread.is_alive():
-                self._run(self._stop())
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(STARTUP_SECONDS)
-            self._loop.close()
 
 
 def operation_count(client: TurnwireClient) -> int:

@@ -55,7 +55,8 @@ def deployment(tmp_path: Path) -> Iterator[LocalDeployment]:
 @pytest.mark.slow
 def test_a_tls_deployment_serves_the_cli_that_trusts_its_ca(deployment: LocalDeployment) -> None:
     """`turnwire submit --wait` with the deployment's CA (flag or TURNWIRE_CA_FILE) runs a
-    turn to SUCCEEDED; without it the plaintext client cannot connect (exit UNAVAILABLE)."""
+    turn to SUCCEEDED; without it the plaintext client cannot connect and is told to give
+    the CA (exit CONFIGURATION, naming --ca-file)."""
     assert deployment.ca_file is not None and deployment.ca_file.exists()
     common = ("--address", deployment.address, "--token", deployment.token)
     done = _turnwire(
@@ -69,7 +70,8 @@ def test_a_tls_deployment_serves_the_cli_that_trusts_its_ca(deployment: LocalDep
     )  # fmt: skip
     assert by_env.returncode == 0, by_env.stderr
     plaintext = _turnwire("submit", *common, "--input", "hi", "--retries", "0")
-    assert plaintext.returncode == ExitCode.UNAVAILABLE, plaintext.stderr
+    assert plaintext.returncode == ExitCode.CONFIGURATION, plaintext.stderr
+    assert "--ca-file" in plaintext.stderr
 
 
 @pytest.mark.slow

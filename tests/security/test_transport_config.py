@@ -24,7 +24,7 @@ from runner_svc.app import RunnerConfig, start_runner
 from tests.support import runner_access
 from turnwire.certs import issue_deployment
 from turnwire.client import AsyncTurnwireClient
-from turnwire.client.failures import RetryLater
+from turnwire.client.failures import CheckConnectionSettings
 from turnwire.secure_channels import channel_credentials
 from turnwire.transport_security import (
     RunnerAccess,
@@ -244,7 +244,7 @@ def test_a_turn_runs_over_tls_end_to_end(tmp_path: Path) -> None:
                 async with AsyncTurnwireClient(
                     coordinator.address, TOKEN, retries=0, timeout=3
                 ) as plaintext:
-                    with pytest.raises(RetryLater, match="UNAVAILABLE"):
+                    with pytest.raises(CheckConnectionSettings, match="speaks TLS"):
                         await plaintext.get(done.operation_id)
             finally:
                 await coordinator.stop()

@@ -28,9 +28,11 @@ import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
+# First: gRPC's own stderr verbosity is read when grpc loads (see the module).
+from turnwire.cli import _grpc_logs  # noqa: F401
 from turnwire.cli.commands import BUILTIN, Hinted, add_common_options
 from turnwire.cli.exit_codes import EPILOG, ExitCode, for_error
-from turnwire.cli.options import UsageError
+from turnwire.cli.options import UsageError, fold_choices
 from turnwire.client import TurnwireError
 
 # (subcommand name, module): added by other parts of the project.
@@ -49,7 +51,10 @@ twice, none is silently lost, and every final status is true, including
 "we cannot know whether it ran" (execution UNKNOWN).
 
 The coordinator address comes from --address or $TURNWIRE_ADDRESS (default
-127.0.0.1:50051); the token from --token, --token-file or $TURNWIRE_TOKEN.
+127.0.0.1:50051); the token from --token, --token-file, $TURNWIRE_TOKEN or
+$TURNWIRE_TOKEN_FILE; TLS from --ca-file or $TURNWIRE_CA_FILE (the CA that
+signed the coordinator's certificate; none: plaintext). The Python SDK reads
+the same variables (TurnwireClient.from_env()).
 """
 
 _EXAMPLES = """\
@@ -122,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         module.configure(sub)
         sub.set_defaults(handler=module.run)
+    fold_choices(parser)
     return parser
 
 
@@ -139,6 +145,7 @@ _ADVICE: dict[ExitCode, str] = {
     ExitCode.NO_RUNNER: "no runner serves this pool and kind",
     ExitCode.STILL_RUNNING: "not finished yet (it keeps running)",
     ExitCode.NOT_ALLOWED: "not allowed now (nothing changed)",
+    ExitCode.CONFIGURATION: "connection misconfigured (nothing was sent)",
     ExitCode.UNEXPECTED: "unexpected answer, please report it",
 }
 

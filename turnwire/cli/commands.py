@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
 from turnwire.cli import render
-from turnwire.cli.exit_codes import ExitCode, for_outcome
+from turnwire.cli.exit_codes import ExitCode, for_cancel, for_outcome
 from turnwire.cli.options import (
     UsageError,
     add_connection_options,
@@ -277,7 +277,8 @@ def configure_get(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--exit-status",
         action="store_true",
-        help="exit with the status of the state (9 while not terminal)",
+        help="exit with the status of the state: 0 SUCCEEDED, 3 FAILED/CANCELLED/REJECTED, "
+        "4 TIMED_OUT/PROTOCOL_ERROR, 12 not terminal yet",
     )
     parser.add_argument(
         "--result",
@@ -309,12 +310,21 @@ def run_get(args: argparse.Namespace) -> int:
 
 def configure_cancel(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("operation_id", metavar="OPERATION")
-    _add_wait_options(parser, wait_flag=True)
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="stay and show each transition until the turn is terminal; exit 0 if the "
+        "cancel took effect (CANCELLED), 13 if the turn ended first (SUCCEEDED, FAILED, "
+        "REJECTED), 4 if it ended ambiguous (TIMED_OUT, PROTOCOL_ERROR)",
+    )
+    _add_wait_options(parser, wait_flag=False)
 
 
 def cancel_headline(operation: Operation) -> str:
     if operation.cancel_lost_race:
         return f"too late: {operation.operation_id} finished first and stays SUCCEEDED"
+    if operation.is_terminal and operation.state is not OperationState.CANCELLED:
+        return f"too late: {operation.operation_id} had already ended {operation.state.value}"
     if operation.is_terminal:
         return f"{operation.operation_id} is {operation.state.value}"
     return (
@@ -324,19 +334,33 @@ def cancel_headline(operation: Operation) -> str:
 
 
 def run_cancel(args: argparse.Namespace) -> int:
+    """Exit 0 while the cancel is pending or once it took effect, 13 when the turn
+    had ended otherwise first (exit_codes.for_cancel)."""
     with open_client(args) as client:
         operation = client.cancel(args.operation_id)
         if args.json:
             _emit_json(render.operation_json(operation))
         else:
             _emit(cancel_headline(operation))
-        if not args.wait:
+        if not args.wait or operation.is_terminal:
             if not args.json:
                 _emit(render.operation_detail(operation))
-            return ExitCode.OK
+            return for_cancel(operation)
         after = operation.last_event_sequence
         final = follow(client, args.operation_id, after, args.timeout, as_json=args.json)
-        return for_outcome(final)
+        if not args.json:
+            _emit(cancel_outcome(final))
+        return for_cancel(final) if final.is_terminal else ExitCode.NOT_TERMINAL
+
+
+def cancel_outcome(operation: Operation) -> str:
+    """The last line of `cancel --wait`: whether the cancel took effect."""
+    if operation.state is OperationState.CANCELLED:
+        return f"cancelled: {operation.operation_id} ended CANCELLED"
+    return (
+        f"too late: {operation.operation_id} ended {operation.state.value} before the "
+        "cancel took effect"
+    )
 
 
 # --- list ------------------------------------------------------------------
@@ -348,7 +372,7 @@ def configure_list(parser: argparse.ArgumentParser) -> None:
         action="append",
         choices=STATES,
         metavar="STATE",
-        help="only this state (repeatable): " + ", ".join(STATES),
+        help="only this state (repeatable; any case): " + ", ".join(STATES),
     )
     parser.add_argument(
         "--limit", type=non_negative_int, default=50, metavar="N", help="at most N (0: all)"
@@ -421,7 +445,9 @@ BUILTIN: tuple[Command, ...] = (
     Command(
         "cancel",
         "ask a turn to stop (a turn that finished first stays SUCCEEDED)",
-        "examples:\n  turnwire cancel op_0123\n  turnwire cancel op_0123 --wait",
+        "examples:\n"
+        "  turnwire cancel op_0123\n"
+        "  turnwire cancel op_0123 --wait && echo cancelled   # 13: it ended first",
         configure_cancel,
         run_cancel,
     ),

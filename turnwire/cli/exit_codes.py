@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 
 from turnwire.client import (
+    CheckConnectionSettings,
     CheckCredentials,
     FixTheRequest,
     NoRunnerAvailable,
@@ -30,12 +31,16 @@ class ExitCode(enum.IntEnum):
     NO_RUNNER = 8
     STILL_RUNNING = 9
     NOT_ALLOWED = 10
+    CONFIGURATION = 11
+    NOT_TERMINAL = 12
+    CANCEL_TOO_LATE = 13
     INTERRUPTED = 130
 
 
 EPILOG = """\
 exit status:
-  0    ok (with --exit-status or --wait: the turn SUCCEEDED)
+  0    ok (with --exit-status or --wait: the turn SUCCEEDED; `cancel`: the
+       cancel is requested, and with --wait it took effect: CANCELLED)
   1    unexpected error (an answer outside the contract: please report it)
   2    usage error: bad arguments, or the coordinator refused the request
        as malformed (TURN_INVALID, IDEMPOTENCY_KEY_INVALID/REUSED, ...)
@@ -50,6 +55,14 @@ exit status:
   10   `turnwire admin`: the operation's state does not allow it (not
        terminal, not ambiguous, another verdict recorded, not provably
        unexecuted); nothing changed
+  11   connection misconfigured, nothing sent: TLS does not fit the
+       coordinator (--ca-file or TURNWIRE_CA_FILE missing, not the CA that
+       signed its certificate, or given to a plaintext coordinator), or a CA
+       or token file cannot be read
+  12   `get --exit-status/--result` (or a watch that ended before the end):
+       the turn is not terminal yet
+  13   `cancel`: too late, the turn ended first (SUCCEEDED, FAILED or
+       REJECTED) and the cancel changed nothing
   130  interrupted (Ctrl-C); the turn itself is not cancelled
 """
 
@@ -67,10 +80,23 @@ def for_outcome(operation: Operation) -> ExitCode:
         return ExitCode.TURN_DID_NOT_SUCCEED
     if operation.state in _UNTRUSTWORTHY:
         return ExitCode.OUTCOME_UNTRUSTWORTHY
-    return ExitCode.STILL_RUNNING
+    return ExitCode.NOT_TERMINAL
+
+
+def for_cancel(operation: Operation) -> ExitCode:
+    """The exit status of `turnwire cancel` for the operation it saw last: 0 while the
+    cancel is pending or once it took effect (CANCELLED); 13 when the turn ended
+    otherwise first (the cancel changed nothing); 4, as with --exit-status, when it
+    ended ambiguous (TIMED_OUT, PROTOCOL_ERROR: check `execution`)."""
+    if not operation.is_terminal or operation.state is OperationState.CANCELLED:
+        return ExitCode.OK
+    if operation.state in _UNTRUSTWORTHY:
+        return ExitCode.OUTCOME_UNTRUSTWORTHY
+    return ExitCode.CANCEL_TOO_LATE
 
 
 _BY_ERROR: tuple[tuple[type[TurnwireError], ExitCode], ...] = (
+    (CheckConnectionSettings, ExitCode.CONFIGURATION),
     (FixTheRequest, ExitCode.USAGE),
     (CheckCredentials, ExitCode.CREDENTIALS),
     (NotFound, ExitCode.NOT_FOUND),

@@ -8,18 +8,38 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import grpc
+from turnwire.client import ConnectionSettings, RetryPolicy, TurnwireClient
+from turnwire.client.settings import (
+    ADDRESS_ENV,
+    CA_FILE_ENV,
+    DEFAULT_ADDRESS,
+    TOKEN_ENV,
+    TOKEN_FILE_ENV,
+    tls_trusting,
+)
 
-from turnwire.client import RetryPolicy, TurnwireClient
-
-DEFAULT_ADDRESS = "127.0.0.1:50051"
-ADDRESS_ENV = "TURNWIRE_ADDRESS"
-TOKEN_ENV = "TURNWIRE_TOKEN"
-CA_FILE_ENV = "TURNWIRE_CA_FILE"
+__all__ = [
+    "ADDRESS_ENV",
+    "CA_FILE_ENV",
+    "DEFAULT_ADDRESS",
+    "TOKEN_ENV",
+    "TOKEN_FILE_ENV",
+    "UsageError",
+    "add_connection_options",
+    "add_json_option",
+    "fold_choices",
+    "non_negative_int",
+    "open_client",
+    "parse_pairs",
+    "positive_float",
+    "resolve_address",
+    "resolve_credentials",
+    "resolve_token",
+]
 
 
 class UsageError(Exception):
@@ -38,7 +58,13 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
         help=f"bearer token (default: ${TOKEN_ENV}); prefer the variable or --token-file, "
         "a flag is visible to other users in `ps`",
     )
-    group.add_argument("--token-file", type=Path, metavar="PATH", help="read the token from PATH")
+    group.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="PATH",
+        help=f"read the token from PATH (default: ${TOKEN_FILE_ENV}, used when ${TOKEN_ENV} "
+        "is not set)",
+    )
     group.add_argument(
         "--ca-file",
         type=Path,
@@ -69,43 +95,46 @@ def add_json_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _settings(args: argparse.Namespace, environ: Mapping[str, str]) -> ConnectionSettings:
+    """The connection the flags describe, each missing one from its variable
+    (the SDK's own rules: turnwire.client.settings)."""
+    return ConnectionSettings.resolve(
+        address=args.address,
+        token=args.token,
+        token_file=args.token_file,
+        ca_file=args.ca_file,
+        environ=environ,
+    )
+
+
 def resolve_address(args: argparse.Namespace, environ: Mapping[str, str]) -> str:
-    address: str = args.address or environ.get(ADDRESS_ENV) or DEFAULT_ADDRESS
-    return address
+    return _settings(args, environ).address
 
 
 def resolve_token(args: argparse.Namespace, environ: Mapping[str, str]) -> str | None:
-    if args.token:
-        return str(args.token)
-    if args.token_file is not None:
-        try:
-            return str(args.token_file.read_text(encoding="utf-8").strip())
-        except OSError as error:
-            raise UsageError(f"cannot read --token-file: {error.strerror}") from None
-    return environ.get(TOKEN_ENV) or None
+    """The token; CheckConnectionSettings if a token file cannot be read."""
+    return _settings(args, environ).token
 
 
 def resolve_credentials(args: argparse.Namespace, environ: Mapping[str, str]) -> Any:
-    """TLS channel credentials trusting --ca-file (or $TURNWIRE_CA_FILE), or None."""
-    path = args.ca_file or (Path(environ[CA_FILE_ENV]) if environ.get(CA_FILE_ENV) else None)
-    if path is None:
-        return None
-    try:
-        return grpc.ssl_channel_credentials(root_certificates=path.read_bytes())
-    except OSError as error:
-        raise UsageError(f"cannot read --ca-file {path}: {error.strerror}") from None
+    """TLS channel credentials trusting --ca-file (or $TURNWIRE_CA_FILE), or None;
+    CheckConnectionSettings if that file cannot be read or is not PEM."""
+    path = _settings(args, environ).ca_file
+    return None if path is None else tls_trusting(path)
 
 
 def open_client(
     args: argparse.Namespace, environ: Mapping[str, str] | None = None
 ) -> TurnwireClient:
-    environ = os.environ if environ is None else environ
-    return TurnwireClient(
-        resolve_address(args, environ),
-        resolve_token(args, environ),
+    """The client the connection options describe, built as the SDK's from_env builds it."""
+    return TurnwireClient.from_env(
+        address=args.address,
+        token=args.token,
+        token_file=args.token_file,
+        ca_file=args.ca_file,
+        environ=os.environ if environ is None else environ,
         timeout=args.rpc_timeout,
         retries=RetryPolicy(attempts=1 + args.retries),
-        credentials=resolve_credentials(args, environ),
     )
 
 
@@ -118,6 +147,36 @@ def parse_pairs(pairs: Sequence[str] | None, flag: str) -> dict[str, str]:
             raise UsageError(f"{flag} takes KEY=VALUE, got {pair!r}")
         parsed[key.strip()] = value
     return parsed
+
+
+def fold_choices(parser: argparse.ArgumentParser) -> None:
+    """Let every option of ``parser`` (and of its subcommands) whose values are a
+    list of words take them in any case, with ``_`` or ``-``: ``--state RUNNING``,
+    ``--kind READ_ONLY`` and ``--state running`` all work, and the command sees
+    the spelling of its choices. An unknown word is left as typed, so argparse
+    still refuses it naming every choice. Options with a ``type`` of their own
+    are left alone."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                fold_choices(subparser)
+        elif action.type is None and action.choices is not None:
+            words = [choice for choice in action.choices if isinstance(choice, str)]
+            if words:
+                action.type = _canonical_word(words)
+
+
+def _fold(word: str) -> str:
+    return word.strip().casefold().replace("_", "-")
+
+
+def _canonical_word(choices: Sequence[str]) -> Callable[[str], str]:
+    canonical = {_fold(choice): choice for choice in choices}
+
+    def canonical_word(text: str) -> str:
+        return canonical.get(_fold(text), text)
+
+    return canonical_word
 
 
 def positive_float(text: str) -> float:

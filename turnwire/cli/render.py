@@ -215,7 +215,8 @@ def _iso(moment: datetime | None) -> str | None:
 
 
 def operation_json(operation: Operation) -> dict[str, Any]:
-    """A stable JSON shape: enum names as strings, times ISO 8601 UTC, bytes base64."""
+    """The one JSON shape of an operation (get, list, cancel, submit and every watch
+    event's snapshot): enum names as strings, times ISO 8601 UTC, bytes base64."""
     result: dict[str, Any] | None = None
     if operation.result is not None:
         result = {
@@ -273,11 +274,17 @@ def event_json(event: OperationEvent) -> dict[str, Any]:
     }
 
 
+# What `submit --json` adds to the operation (a submission is an operation plus these).
+SUBMISSION_KEYS = ("idempotency_key", "replayed")
+
+
 def submission_json(submission: Submission) -> dict[str, Any]:
+    """The operation as `get --json` prints it, plus the key it was submitted with and
+    whether that key had been used before (``replayed``): one flat shape."""
     return {
+        **operation_json(submission.operation),
         "idempotency_key": submission.idempotency_key,
         "replayed": submission.replayed,
-        "operation": operation_json(submission.operation),
     }
 
 

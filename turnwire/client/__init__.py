@@ -2,7 +2,9 @@
 
     from turnwire.client import TurnwireClient
 
-    with TurnwireClient("127.0.0.1:50051", token="s3cret") as client:
+    # TURNWIRE_ADDRESS, TURNWIRE_TOKEN (or TURNWIRE_TOKEN_FILE), TURNWIRE_CA_FILE:
+    # the variables the `turnwire` command reads and `turnwire up` prints.
+    with TurnwireClient.from_env() as client:
         submitted = client.submit(items=["hello"], model="builtin/echo",
                                   parameters={"sleep_ms": "500"})
         for event in client.watch(submitted.operation.operation_id):
@@ -10,6 +12,14 @@
         final = client.get(submitted.operation.operation_id)
         # or both in one call (SubmitAndWatch), returning the terminal operation:
         final = client.submit_and_wait(items=["hello"], model="builtin/echo", timeout=60)
+
+    # or explicitly (TLS trusting the CA that signed the coordinator's certificate;
+    # without ca_file or credentials the connection is plaintext):
+    client = TurnwireClient("127.0.0.1:50051", token="s3cret", ca_file="certs/ca.pem")
+
+``from_env(address=..., token=..., token_file=..., ca_file=...)`` takes each
+setting given, else its variable, else the default (127.0.0.1:50051, no token,
+plaintext): ``turnwire.client.settings``. Every client class has it.
 
 Every call is safe to repeat and is repeated after a transient failure
 (UNAVAILABLE, DEADLINE_EXCEEDED, JOURNAL_UNAVAILABLE, SHUTTING_DOWN) with
@@ -21,6 +31,11 @@ Errors are named for what to do next; each carries ``code`` (the gRPC status
 code) and ``reason`` (the contract's ErrorInfo reason, or "" when none came):
 
     TurnwireError
+    ├── CheckConnectionSettings  TLS handshake failed (a CA that did not sign the
+    │                          coordinator's certificate, TLS to a plaintext
+    │                          coordinator), plaintext to a TLS coordinator, or a
+    │                          CA or token file unreadable; names ca_file /
+    │                          TURNWIRE_CA_FILE; never retried, nothing was sent
     ├── RetryLater             coordinator unreachable after the retries, or
     │                          JOURNAL_UNAVAILABLE / SHUTTING_DOWN after the
     │                          retries; a watch sets resume_after
@@ -59,6 +74,7 @@ from turnwire.client.admin_values import (
 )
 from turnwire.client.aio import AsyncTurnwireClient
 from turnwire.client.failures import (
+    CheckConnectionSettings,
     CheckCredentials,
     FixTheRequest,
     NoRunnerAvailable,
@@ -71,6 +87,7 @@ from turnwire.client.failures import (
     WaitLonger,
 )
 from turnwire.client.retrying import NO_RETRY, RetryPolicy
+from turnwire.client.settings import ConnectionSettings
 from turnwire.client.sync import TurnwireClient, new_idempotency_key
 from turnwire.client.turns import FileRef, InputItem, ModelRef, Turn, TurnFields
 from turnwire.client.values import (
@@ -98,7 +115,9 @@ __all__ = [
     "AsyncTurnwireClient",
     "Attempt",
     "AttemptOutcome",
+    "CheckConnectionSettings",
     "CheckCredentials",
+    "ConnectionSettings",
     "EvidencePage",
     "Execution",
     "FileRef",

@@ -208,6 +208,7 @@ class AsyncTurnwireClient(AsyncConnection):
                         return
                 return
             except grpc.RpcError as error:
+                await self._raise_if_plaintext_to_tls(error)
                 deadline_passed = deadline is not None and self._clock() >= deadline
                 pause = reopen_pause(
                     error,

@@ -57,6 +57,18 @@ class RetryLater(TurnwireError):
     resume_after: int | None = None
 
 
+class CheckConnectionSettings(TurnwireError):
+    """This client's connection settings do not fit the coordinator; nothing was sent.
+
+    A TLS handshake that failed (a CA that did not sign the coordinator's
+    certificate, a TLS client against a plaintext coordinator, a certificate
+    not valid for the address dialled), a plaintext client against a TLS
+    coordinator, or a CA or token file that cannot be read. The message names
+    the setting to fix (``ca_file=``, ``TURNWIRE_CA_FILE``, the CLI's
+    ``--ca-file``). Never retried: the same settings fail the same way.
+    """
+
+
 class FixTheRequest(TurnwireError):
     """The request is malformed (a bad turn, key, argument or page token)."""
 
@@ -157,10 +169,53 @@ def status_code(error: grpc.RpcError) -> grpc.StatusCode:
     return code if isinstance(code, grpc.StatusCode) else grpc.StatusCode.UNKNOWN
 
 
-def _details(error: grpc.RpcError) -> str:
+def status_details(error: grpc.RpcError) -> str:
     getter = getattr(error, "details", None)
     details = getter() if callable(getter) else None
     return details if isinstance(details, str) and details else "no details"
+
+
+# gRPC reports a failed TLS handshake with the same code as an unreachable
+# coordinator (UNAVAILABLE), but in its own words: "Tls handshake failed
+# (TSI_PROTOCOL_FAILURE): ... CERTIFICATE_VERIFY_FAILED" (a CA that did not sign
+# the server's certificate), "... WRONG_VERSION_NUMBER" (the server answered in
+# plaintext), "Peer name X is not in peer certificate", "Failed to create
+# security handshaker". A coordinator that is down or unreachable says
+# "Connection refused", "Socket closed", "Deadline Exceeded"... instead, and
+# stays RetryLater. (A plaintext client against a TLS coordinator also sees
+# only "Socket closed": turnwire.client.plaintext_check tells that case apart.)
+_HANDSHAKE_WORDS = ("Tls handshake failed", "Peer name", "security handshaker", "SSL_ERROR")
+CA_OPTION = "--ca-file or TURNWIRE_CA_FILE (Python: ca_file=)"
+
+
+def tls_misconfiguration(error: grpc.RpcError) -> CheckConnectionSettings | None:
+    """The configuration error a failed TLS handshake means, or None for any other failure."""
+    if status_code(error) is not grpc.StatusCode.UNAVAILABLE or error_info(error) is not None:
+        return None
+    details = status_details(error)
+    if not any(words in details for words in _HANDSHAKE_WORDS):
+        return None
+    if "WRONG_VERSION_NUMBER" in details:
+        advice = (
+            "the coordinator does not speak TLS (it runs --plaintext): connect without a CA "
+            f"(no {CA_OPTION})"
+        )
+    elif "CERTIFICATE_VERIFY_FAILED" in details:
+        advice = (
+            "the coordinator's certificate is not signed by the CA this client trusts: "
+            f"give the CA that signed it with {CA_OPTION}"
+        )
+    elif "Peer name" in details:
+        advice = (
+            "the coordinator's certificate is not valid for the address dialled: dial a name "
+            "it lists, or reissue it with `turnwire certs --host HOST`"
+        )
+    else:
+        advice = f"check the CA given with {CA_OPTION}"
+    return CheckConnectionSettings(
+        f"TLS handshake with the coordinator failed: {advice} (gRPC: {details})",
+        code=grpc.StatusCode.UNAVAILABLE,
+    )
 
 
 def is_retryable(error: grpc.RpcError) -> bool:
@@ -168,6 +223,8 @@ def is_retryable(error: grpc.RpcError) -> bool:
     typed = error_info(error)
     if typed is not None:
         return typed.reason in _RETRYABLE_REASONS
+    if tls_misconfiguration(error) is not None:
+        return False  # the same settings fail the same way
     return status_code(error) in _RETRYABLE_CODES
 
 
@@ -177,7 +234,7 @@ def exception_for(error: grpc.RpcError, *, attempts: int = 1) -> TurnwireError:
     typed = error_info(error)
     if typed is not None:
         kind = _BY_REASON.get(typed.reason) or _BY_CODE.get(code, ReportABug)
-        message = typed.message or _details(error)
+        message = typed.message or status_details(error)
         return kind(
             message,
             code=code,
@@ -185,8 +242,11 @@ def exception_for(error: grpc.RpcError, *, attempts: int = 1) -> TurnwireError:
             metadata=typed.metadata,
             retry_after=typed.retry_after,
         )
+    misconfigured = tls_misconfiguration(error)
+    if misconfigured is not None:
+        return misconfigured
     kind = _BY_CODE.get(code, ReportABug)
-    message = f"{code.name}: {_details(error)}"
+    message = f"{code.name}: {status_details(error)}"
     if attempts > 1:
         message += f" (after {attempts} attempts)"
     return kind(message, code=code)

@@ -278,6 +278,7 @@ class TurnwireClient(SyncConnection):
                         return
                 return
             except grpc.RpcError as error:
+                self._raise_if_plaintext_to_tls(error)
                 deadline_passed = deadline is not None and self._clock() >= deadline
                 pause = reopen_pause(
                     error,

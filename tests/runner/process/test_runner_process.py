@@ -112,7 +112,8 @@ def test_flags_fall_back_to_environment_variables() -> None:
     done = run_cli(["serve", "--help"], env=env)
     assert done.returncode == 0
     text = " ".join(done.stdout.split())
-    assert "default: 7" in text and "default: /tmp/x.db" in text and "default: 2.5" in text
+    assert "WRITABLE_SLOTS; default 7)" in text and "DRAIN_SECONDS; default 2.5)" in text
+    assert "RUNNER_STORE; default /tmp/x.db)" in text
 
 
 def test_bad_executor_spec_is_refused_clearly(tmp_path: Path) -> None:
@@ -130,6 +131,23 @@ def test_bad_executor_spec_is_refused_clearly(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "invalid executor spec" in done.stderr
     assert not (tmp_path / "r.db").exists()
+
+
+@pytest.mark.parametrize("by_env", [False, True], ids=["flag", "env"])
+def test_metered_without_a_ledger_is_refused_naming_the_flag(tmp_path: Path, by_env: bool) -> None:
+    """--executor metered (or TURNWIRE_RUNNER_EXECUTOR=metered) without --ledger: exit 2
+    naming --ledger and TURNWIRE_RUNNER_LEDGER, before the store (or anything) is opened."""
+    store = tmp_path / "r.db"
+    executor = [] if by_env else ["--executor", "metered"]
+    done = run_cli(
+        ["serve", "--store", str(store), *executor, *runner_access.runner_flags(),
+         "--metrics-listen", "127.0.0.1:0", "--metrics-address-file", str(tmp_path / "m")],
+        env={"TURNWIRE_RUNNER_EXECUTOR": "metered"} if by_env else None,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "--ledger" in done.stderr and "TURNWIRE_RUNNER_LEDGER" in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert not store.exists() and not (tmp_path / "m").exists()
 
 
 @pytest.mark.parametrize(
