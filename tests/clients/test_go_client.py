@@ -20,7 +20,7 @@ import pytest
 from tests.clients.conftest import ClientStack
 from tests.clients.debian import require_packages
 from tests.clients.walkthrough import check_walkthrough, run_walkthrough
-from tests.contract.repo_copy import REPO_ROOT, buf_path, in_ci
+from tests.contract.repo_copy import REPO_ROOT, buf_generate
 
 GO_MODULE = REPO_ROOT / "clients" / "go"
 IMPORT_PATH = "turnwire.dev/clients/go"
@@ -101,20 +101,7 @@ def test_go_walkthrough_refuses_a_missing_other_token(go_walkthrough: Path, tmp_
 def test_checked_in_go_stubs_are_what_buf_generate_writes(tmp_path: Path) -> None:
     """clients/go/gen equals a fresh `buf generate --template proto/buf.gen.go.yaml`."""
     require_packages("go")
-    buf = buf_path()
-    if buf is None:
-        if in_ci():
-            pytest.fail("buf is missing from node_modules: scripts/test runs npm ci first")
-        pytest.skip("buf is not installed (run scripts/test once: it runs npm ci)")
-    generated = subprocess.run(
-        [str(buf), "generate", "--template", "proto/buf.gen.go.yaml", "-o", str(tmp_path)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=BUILD_SECONDS,
-        check=False,
-    )
-    assert generated.returncode == 0, generated.stdout + generated.stderr
+    buf_generate("proto/buf.gen.go.yaml", tmp_path)
     fresh_root, checked_in_root = tmp_path / "clients/go/gen", GO_MODULE / "gen"
     fresh = {p.relative_to(fresh_root) for p in fresh_root.rglob("*.go")}
     checked_in = {p.relative_to(checked_in_root) for p in checked_in_root.rglob("*.go")}

@@ -21,7 +21,7 @@ import pytest
 from tests.clients.conftest import ClientStack
 from tests.clients.debian import require_packages
 from tests.clients.walkthrough import check_walkthrough, run_walkthrough
-from tests.contract.repo_copy import REPO_ROOT, buf_path, in_ci
+from tests.contract.repo_copy import REPO_ROOT, buf_generate
 
 JAVA_CLIENT = REPO_ROOT / "clients" / "java"
 CLASSPATH_LIST = JAVA_CLIENT / "classpath.txt"
@@ -66,21 +66,8 @@ def tcnative_library() -> Path:
 def java_build(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JavaBuild]:
     """gen/java from buf generate, compiled with clients/java against Debian's jars."""
     require_packages("java")
-    buf = buf_path()
-    if buf is None:
-        if in_ci():
-            pytest.fail("buf is missing from node_modules: scripts/test runs npm ci first")
-        pytest.skip("buf is not installed (run scripts/test once: it runs npm ci)")
     out = tmp_path_factory.mktemp("java-client")
-    generated = subprocess.run(
-        [str(buf), "generate", "--template", "proto/buf.gen.yaml", "-o", str(out)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_SECONDS,
-        check=False,
-    )
-    assert generated.returncode == 0, generated.stdout + generated.stderr
+    buf_generate("proto/buf.gen.yaml", out)
     jars = debian_classpath()
     missing = [jar for jar in jars if not Path(jar).is_file()]
     assert missing == [], f"{CLASSPATH_LIST} names jars that are not installed"

@@ -21,7 +21,7 @@ import pytest
 from google.protobuf import descriptor_pb2
 
 from tests.clients.conftest import ClientStack
-from tests.contract.repo_copy import REPO_ROOT, buf_path, in_ci
+from tests.contract.repo_copy import REPO_ROOT, require_buf
 from tests.support import runner_access
 from turnwire.transport_security import SECRET_HEADER
 
@@ -33,12 +33,7 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture(scope="module")
 def buf() -> Path:
-    path = buf_path()
-    if path is None:
-        if in_ci():
-            pytest.fail("buf is missing from node_modules: scripts/test runs npm ci first")
-        pytest.skip("buf is not installed (run scripts/test once: it runs npm ci)")
-    return path
+    return require_buf()
 
 
 def buf_curl(buf: Path, url: str, body: dict[str, Any], *flags: str) -> tuple[int, str, str]:
@@ -75,9 +70,11 @@ def refusal_detail(stderr: str) -> tuple[str, bytes]:
     return error["code"], base64.b64decode(value + "=" * (-len(value) % 4))
 
 
-def decode_error_info(buf: Path, schema: descriptor_pb2.FileDescriptorSet, detail: bytes,
-                      directory: Path) -> dict[str, Any]:  # fmt: skip
-    """`buf convert` with the reflected schema: the ErrorInfo as proto3 JSON."""
+def decoded_refusal(buf: Path, schema: descriptor_pb2.FileDescriptorSet, stderr: str,
+                    directory: Path) -> tuple[str, dict[str, Any]]:  # fmt: skip
+    """The code of buf curl's printed refusal, and its ErrorInfo as proto3 JSON, decoded by
+    `buf convert` with the reflected schema."""
+    code, detail = refusal_detail(stderr)
     image, message = directory / "reflected.binpb", directory / "detail.binpb"
     image.write_bytes(schema.SerializeToString())
     message.write_bytes(detail)
@@ -91,7 +88,13 @@ def decode_error_info(buf: Path, schema: descriptor_pb2.FileDescriptorSet, detai
     )  # fmt: skip
     assert converted.returncode == 0, converted.stdout + converted.stderr
     decoded: dict[str, Any] = json.loads(converted.stdout)
-    return decoded
+    return code, decoded
+
+
+MISSING_CREDENTIALS = (
+    "unauthenticated",
+    {"reason": "CREDENTIALS_MISSING", "domain": "turnwire.dev"},
+)
 
 
 def test_coordinator_reflection_serves_error_details_and_buf_decodes_a_refusal(
@@ -110,12 +113,7 @@ def test_coordinator_reflection_serves_error_details_and_buf_decodes_a_refusal(
         *tls,
     )
     assert code != 0, out
-    grpc_code, detail = refusal_detail(err)
-    assert grpc_code == "unauthenticated"
-    assert decode_error_info(buf, schema, detail, tmp_path) == {
-        "reason": "CREDENTIALS_MISSING",
-        "domain": "turnwire.dev",
-    }
+    assert decoded_refusal(buf, schema, err, tmp_path) == MISSING_CREDENTIALS
 
 
 def test_runner_reflection_serves_error_details_and_buf_decodes_a_refusal(
@@ -133,9 +131,4 @@ def test_runner_reflection_serves_error_details_and_buf_decodes_a_refusal(
         buf, f"{base}/turnwire.runner.v1.RunnerService/GetRunnerInfo", {}, *reflect
     )
     assert code != 0, out
-    grpc_code, detail = refusal_detail(err)
-    assert grpc_code == "unauthenticated"
-    assert decode_error_info(buf, schema, detail, tmp_path) == {
-        "reason": "CREDENTIALS_MISSING",
-        "domain": "turnwire.dev",
-    }
+    assert decoded_refusal(buf, schema, err, tmp_path) == MISSING_CREDENTIALS

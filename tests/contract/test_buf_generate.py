@@ -24,7 +24,7 @@ import grpc
 import pytest
 
 from tests.clients.debian import require_packages
-from tests.contract.repo_copy import REPO_ROOT, buf_path, in_ci, run
+from tests.contract.repo_copy import REPO_ROOT, buf_generate, in_ci, run
 from turnwire.common.v1 import errors_pb2, turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2
 from turnwire.errors import status_with_details
@@ -48,21 +48,8 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     # The Java generators (protoc 3.21.12, grpc_java_plugin) and the runtime the
     # Java is compiled against are Debian's.
     require_packages("java")
-    buf = buf_path()
-    if buf is None:
-        if in_ci():
-            pytest.fail("buf is missing from node_modules: scripts/test runs npm ci first")
-        pytest.skip("buf is not installed (run scripts/test once: it runs npm ci)")
     out = tmp_path_factory.mktemp("buf-generate")
-    result = subprocess.run(
-        [str(buf), "generate", "--template", TEMPLATE, "-o", str(out)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_SECONDS,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    buf_generate(TEMPLATE, out)
     yield out / "gen"
 
 
