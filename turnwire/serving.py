@@ -4,7 +4,8 @@
   turns on SO_REUSEPORT by default, and two runners answering on one port
   would split traffic between two dedupe tables.
 - Registers grpc health (SERVING / NOT_SERVING per service and overall) and
-  server reflection.
+  server reflection, which also serves the google.rpc files a refusal's
+  details are in (REFLECTED_DETAIL_FILES).
 - Serves TLS when given server credentials; without them (plaintext) it
   listens on loopback only (turnwire.transport_security, issue 11).
 - Reports the bound address (``127.0.0.1:0`` -> the real port) so launchers
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
@@ -33,6 +35,12 @@ NO_PORT_REUSE = (("grpc.so_reuseport", 0),)
 # limit 3,000). A burst must reach our own checks (a runner's gate, the
 # coordinator's call limits) and get their typed answer instead (issue 11).
 DEFAULT_PENDING_CALLS = 8000
+# A refusal's grpc-status-details-bin is a google.rpc.Status holding an
+# ErrorInfo (and RetryInfo): no service names these files, so a reflection
+# client resolves them by symbol (FileContainingSymbol google.rpc.ErrorInfo),
+# which reflection answers from the default descriptor pool. Importing them
+# here puts them there on both services, whatever else the process imports.
+REFLECTED_DETAIL_FILES = (status_pb2.DESCRIPTOR.name, error_details_pb2.DESCRIPTOR.name)
 
 
 class AddressInUseError(RuntimeError):

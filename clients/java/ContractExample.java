@@ -1,9 +1,10 @@
 // Turnwire's contract from Java, with the classes `buf generate --template
-// proto/buf.gen.yaml` writes to gen/java (protoc's Java generator) and
-// protobuf-java 4.29.6 or newer. See docs/CLIENTS.md.
+// proto/buf.gen.yaml` writes to gen/java (protoc 3.21.12's Java generator) and
+// protobuf-java 3.21.12 or newer 3.x (Debian: libprotobuf-java). See
+// docs/CLIENTS.md; dev/turnwire/examples/ is the full client, with grpc-java.
 //
-//   javac -cp protobuf-java.jar -sourcepath gen/java -d out clients/java/ContractExample.java
-//   java -cp out:protobuf-java.jar ContractExample TRAILER_FILE
+//   javac -cp /usr/share/java/protobuf.jar -sourcepath gen/java -d out clients/java/ContractExample.java
+//   java -cp out:/usr/share/java/protobuf.jar ContractExample TRAILER_FILE
 //
 // TRAILER_FILE holds the bytes of a refused call's `grpc-status-details-bin`
 // trailer. With grpc-java you get the same google.rpc.Status from

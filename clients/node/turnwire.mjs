@@ -1,6 +1,8 @@
 // Turnwire's public API from Node.js: @grpc/grpc-js with @grpc/proto-loader,
-// loading the .proto files straight from the repository's proto/ directory
-// (no generated code, no build step). See docs/CLIENTS.md.
+// loading the .proto files at run time (no generated code, no build step):
+// the copy packed into this package (proto/, written by copy-protos.mjs when
+// `npm pack` runs), or in a checkout the repository's own proto/ directory.
+// See docs/CLIENTS.md.
 //
 // Three rules every non-Python client has to get right, all kept here:
 // 1. uint64 fields (event sequences, Operation.last_event_sequence, byte
@@ -23,8 +25,11 @@ import protoLoader from "@grpc/proto-loader";
 import protobuf from "protobufjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-/** The repository's proto/ directory and the vendored google/rpc protos beside it. */
-export const PROTO_ROOT = path.resolve(here, "../../proto");
+const PACKED_PROTOS = path.join(here, "proto");
+/** Turnwire's .proto files, with the vendored google/rpc protos in its vendor/ directory. */
+export const PROTO_ROOT = existsSync(path.join(PACKED_PROTOS, "turnwire"))
+  ? PACKED_PROTOS
+  : path.resolve(here, "../../proto");
 export const INCLUDE_DIRS = [PROTO_ROOT, path.join(PROTO_ROOT, "vendor")];
 
 /** proto-loader options: uint64 as strings, enums by name, every field present. */

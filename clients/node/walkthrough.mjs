@@ -1,18 +1,23 @@
 #!/usr/bin/env node
 // A Turnwire client in Node.js (grpc-js), end to end against a live coordinator:
-//   1. submit a turn and watch it to its terminal state;
-//   2. submit a slow turn, wait until it runs, cancel it, watch it end;
-//   3. make a call the coordinator refuses and decode its google.rpc.ErrorInfo.
+//   1. submit a turn with an idempotency key, submit it again (a replay: the
+//      same operation), and watch it to its terminal state;
+//   2. submit a slow turn, watch until it runs, cancel it, and resume the watch
+//      from the last sequence seen to the terminal state;
+//   3. decode the google.rpc.ErrorInfo of three refusals: the key reused for
+//      another turn, a call without a token, and another principal's read.
 // Prints one JSON summary on stdout; exit 0 when every step behaved as the
 // contract says, 1 otherwise (the summary's "problems" says why), 2 on bad usage.
 //
-//   node clients/node/walkthrough.mjs --address HOST:PORT --token TOKEN [--ca-file CA.pem]
+//   node walkthrough.mjs --address HOST:PORT --token TOKEN --other-token TOKEN [--ca-file CA.pem]
 //
-// Flags fall back to TURNWIRE_ADDRESS, TURNWIRE_TOKEN and TURNWIRE_CA_FILE, the
-// variables `turnwire up` prints. See docs/CLIENTS.md.
+// Flags fall back to TURNWIRE_ADDRESS, TURNWIRE_TOKEN, TURNWIRE_OTHER_TOKEN and
+// TURNWIRE_CA_FILE. See docs/CLIENTS.md.
 
 import { randomUUID } from "node:crypto";
 import { parseArgs } from "node:util";
+
+import grpc from "@grpc/grpc-js";
 
 import {
   bearer,
@@ -23,10 +28,11 @@ import {
   watch,
 } from "./turnwire.mjs";
 
-const USAGE = `usage: node clients/node/walkthrough.mjs --address HOST:PORT --token TOKEN [options]
+const USAGE = `usage: node walkthrough.mjs --address HOST:PORT --token TOKEN --other-token TOKEN [options]
 
   --address HOST:PORT  the coordinator (env TURNWIRE_ADDRESS)
   --token TOKEN        a bearer token with the submit, read and cancel scopes (env TURNWIRE_TOKEN)
+  --other-token TOKEN  another principal's token with the read scope (env TURNWIRE_OTHER_TOKEN)
   --ca-file FILE       TLS, trusting this CA (env TURNWIRE_CA_FILE; what \`turnwire up\` prints);
                        without it the call is plaintext, which coordinators serve on loopback only
   --timeout SECONDS    give up on a step after this long (default 60)
@@ -45,6 +51,7 @@ function options() {
       options: {
         address: { type: "string", default: process.env.TURNWIRE_ADDRESS },
         token: { type: "string", default: process.env.TURNWIRE_TOKEN },
+        "other-token": { type: "string", default: process.env.TURNWIRE_OTHER_TOKEN },
         "ca-file": { type: "string", default: process.env.TURNWIRE_CA_FILE || undefined },
         timeout: { type: "string", default: "60" },
         "cancel-sleep-ms": { type: "string", default: "30000" },
@@ -60,6 +67,7 @@ function options() {
   }
   if (!parsed.address) usageError("--address (or TURNWIRE_ADDRESS) is required");
   if (!parsed.token) usageError("--token (or TURNWIRE_TOKEN) is required");
+  if (!parsed["other-token"]) usageError("--other-token (or TURNWIRE_OTHER_TOKEN) is required");
   const timeout = Number(parsed.timeout);
   const sleepMs = Number(parsed["cancel-sleep-ms"]);
   if (!(timeout > 0)) usageError("--timeout must be a positive number of seconds");
@@ -78,39 +86,29 @@ function turn(text, parameters = {}) {
   };
 }
 
-function summarizeOperation(operation) {
-  return {
-    operation_id: operation.operation_id,
-    state: operation.state,
-    execution: operation.execution,
-    stop_reason: operation.stop_reason,
-    cancel_requested: operation.cancel_requested,
-    // uint64: a decimal string, exactly as proto-loader (longs: String) decodes it.
-    last_event_sequence: operation.last_event_sequence,
-    error_reason: operation.error?.reason ?? "",
-    output_text: operation.result ? operation.result.output.toString("utf8") : null,
-  };
+/** Events as "sequence:state"; a uint64 sequence is a decimal string (longs: String). */
+function rendered(events) {
+  return events.map((event) => `${event.sequence}:${event.to_state}`);
 }
 
 async function submitAndWatch(client, metadata, timeout) {
-  const submitted = await unary(
-    client,
-    "SubmitTurn",
-    { idempotency_key: `node-${randomUUID()}`, turn: turn("hello from node") },
-    metadata,
-  );
-  const operationId = submitted.operation.operation_id;
+  const key = `node-${randomUUID()}`;
+  const request = { idempotency_key: key, turn: turn("hello from node") };
+  const first = await unary(client, "SubmitTurn", request, metadata);
+  // The same key with the same request: a replay, never a second operation.
+  const again = await unary(client, "SubmitTurn", request, metadata);
+  const operationId = first.operation.operation_id;
   const watched = await watch(client, operationId, "0", metadata, { seconds: timeout });
+  const operation = watched.operation;
   return {
     operation_id: operationId,
-    replayed: submitted.replayed,
-    events: watched.events.map((event) => ({
-      sequence: event.sequence,
-      to_state: event.to_state,
-      execution: event.execution,
-    })),
-    sequence_type: typeof watched.events[0]?.sequence,
-    operation: summarizeOperation(watched.operation),
+    idempotency_key: key,
+    replayed: again.replayed,
+    replay_operation_id: again.operation.operation_id,
+    events: rendered(watched.events),
+    state: operation.state,
+    last_event_sequence: operation.last_event_sequence,
+    output_text: operation.result ? operation.result.output.toString("utf8") : null,
   };
 }
 
@@ -131,45 +129,77 @@ async function cancelWhileRunning(client, metadata, timeout, sleepMs) {
     until: (event) =>
       event.to_state === "OPERATION_STATE_RUNNING" || isTerminal(event.to_state),
   });
-  const cancelled = await unary(client, "CancelOperation", { operation_id: operationId }, metadata);
-  // Resume from the cursor (a uint64 string) to the terminal event: no event is seen twice.
+  await unary(client, "CancelOperation", { operation_id: operationId }, metadata);
+  // Resume from the cursor (a uint64 string): every later event exactly once.
   const rest = await watch(client, operationId, running.cursor, metadata, { seconds: timeout });
   return {
     operation_id: operationId,
     state_before_cancel: running.operation?.state ?? null,
     resumed_after_sequence: running.cursor,
-    cancel_reply_state: cancelled.operation.state,
-    events_after_cancel: rest.events.map((event) => `${event.sequence}:${event.to_state}`),
-    operation: summarizeOperation(rest.operation ?? cancelled.operation),
+    events_after_cancel: rendered(rest.events),
+    state: rest.operation.state,
+    stop_reason: rest.operation.stop_reason,
   };
 }
 
-async function refusedCall(client, metadata) {
-  // A turn without a kind: refused INVALID_ARGUMENT / TURN_INVALID, nothing stored.
-  const request = { idempotency_key: `node-${randomUUID()}`, turn: turn("no kind") };
-  request.turn.kind = "TURN_KIND_UNSPECIFIED";
+/** A failed call's code name and ErrorInfo (reason, domain, metadata). */
+function described(error) {
+  const { codeName, errorInfo } = decodeStatusDetails(error);
+  return { refused: true, code: codeName, ...(errorInfo ?? {}) };
+}
+
+/** A refused call, described; a call that went through is {refused: false}. */
+async function refusal(call) {
   try {
-    const reply = await unary(client, "SubmitTurn", request, metadata);
-    return { refused: false, operation_id: reply.operation.operation_id };
+    await call();
+    return { refused: false };
   } catch (error) {
     if (error.code === undefined) throw error;
-    return { refused: true, ...decodeStatusDetails(error) };
+    return described(error);
   }
 }
 
+async function refusals(client, metadata, otherMetadata, submitted) {
+  const read = { operation_id: submitted.operation_id };
+  return {
+    // The first turn's key with another turn: IDEMPOTENCY_KEY_REUSED, nothing stored.
+    idempotency_key_reused: await refusal(() =>
+      unary(
+        client,
+        "SubmitTurn",
+        { idempotency_key: submitted.idempotency_key, turn: turn("another turn") },
+        metadata,
+      ),
+    ),
+    // No authorization metadata at all: UNAUTHENTICATED / CREDENTIALS_MISSING.
+    missing_token: await refusal(() => unary(client, "GetOperation", read, new grpc.Metadata())),
+    // Another principal reads the first turn: NOT_FOUND, exactly like a random id (§7).
+    cross_tenant_read: await refusal(() => unary(client, "GetOperation", read, otherMetadata)),
+  };
+}
+
+const EXPECTED_REASONS = {
+  idempotency_key_reused: "IDEMPOTENCY_KEY_REUSED",
+  missing_token: "CREDENTIALS_MISSING",
+  cross_tenant_read: "OPERATION_NOT_FOUND",
+};
+
 function problemsWith(summary) {
   const problems = [];
-  const first = summary.submitted.operation;
-  if (first.state !== "OPERATION_STATE_SUCCEEDED") problems.push(`first turn ended ${first.state}`);
-  if (summary.submitted.sequence_type !== "string") {
-    problems.push(`uint64 sequence decoded as ${summary.submitted.sequence_type}, not string`);
+  const { submitted, cancelled } = summary;
+  if (submitted.state !== "OPERATION_STATE_SUCCEEDED") {
+    problems.push(`first turn ended ${submitted.state}`);
   }
-  const second = summary.cancelled.operation;
-  if (second.state !== "OPERATION_STATE_CANCELLED") {
-    problems.push(`cancelled turn ended ${second.state}`);
+  if (!submitted.replayed || submitted.replay_operation_id !== submitted.operation_id) {
+    problems.push("the same key and request did not replay the first operation");
   }
-  if (!summary.refused.refused) problems.push("the malformed turn was accepted");
-  else if (!summary.refused.errorInfo) problems.push("the refusal carried no google.rpc.ErrorInfo");
+  if (cancelled.state !== "OPERATION_STATE_CANCELLED") {
+    problems.push(`cancelled turn ended ${cancelled.state}`);
+  }
+  for (const [name, reason] of Object.entries(EXPECTED_REASONS)) {
+    const got = summary.refusals[name].reason;
+    if (got !== reason) problems.push(`${name}: reason ${got}, want ${reason}`);
+  }
   return problems;
 }
 
@@ -184,14 +214,20 @@ async function main() {
       tls: Boolean(args["ca-file"]),
       submitted: await submitAndWatch(client, metadata, args.timeout),
       cancelled: await cancelWhileRunning(client, metadata, args.timeout, args.sleepMs),
-      refused: await refusedCall(client, metadata),
     };
+    summary.refusals = await refusals(
+      client,
+      metadata,
+      bearer(args["other-token"]),
+      summary.submitted,
+    );
     summary.problems = problemsWith(summary);
     summary.elapsed_ms = Date.now() - started;
     process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
     return summary.problems.length === 0 ? 0 : 1;
   } catch (error) {
-    const failure = error.code === undefined ? { message: String(error) } : decodeStatusDetails(error);
+    const failure =
+      error.code === undefined ? { message: String(error) } : { ...described(error), message: error.details };
     process.stdout.write(`${JSON.stringify({ address: args.address, failed: failure }, null, 2)}\n`);
     return 1;
   } finally {

@@ -12,6 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # What proto/generate.py writes (and compares): *_pb2.py(i) and *_pb2_grpc.py(i).
 _GENERATED_GLOB = "turnwire/**/*_pb2*.py*"
@@ -40,6 +42,33 @@ def copy_python_packages(target: Path) -> Path:
 def buf_path() -> Path | None:
     """The pinned buf from node_modules (installed by scripts/test), or None."""
     return _BUF if _BUF.exists() else None
+
+
+def require_buf() -> Path:
+    """The pinned buf; without it a test fails under CI=true and is skipped elsewhere."""
+    path = buf_path()
+    if path is None:
+        if in_ci():
+            pytest.fail("buf is missing from node_modules: scripts/test runs npm ci first")
+        pytest.skip("buf is not installed (run scripts/test once: it runs npm ci)")
+    return path
+
+
+# `buf generate` runs every generator of a template; the Java ones start a JVM.
+GENERATE_SECONDS = 240
+
+
+def buf_generate(template: str, out: Path) -> None:
+    """`buf generate --template TEMPLATE -o OUT` from the repository root; it must succeed."""
+    result = subprocess.run(
+        [str(require_buf()), "generate", "--template", template, "-o", str(out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=GENERATE_SECONDS,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def in_ci() -> bool:

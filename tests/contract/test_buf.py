@@ -6,19 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.contract.repo_copy import REPO_ROOT, buf_path, copy_proto_and_stubs, in_ci, run
+from tests.contract.repo_copy import REPO_ROOT, copy_proto_and_stubs, require_buf, run
 
 BASELINE = "proto/buf-baseline.binpb"
 
 
 @pytest.fixture
 def buf() -> str:
-    path = buf_path()
-    if path is None:
-        if in_ci():
-            pytest.fail("buf is missing from node_modules: scripts/test runs npm ci first")
-        pytest.skip("buf is not installed (run scripts/test once: it runs npm ci)")
-    return str(path)
+    return str(require_buf())
 
 
 def test_buf_lint_passes(buf: str) -> None:

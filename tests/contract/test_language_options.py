@@ -21,7 +21,7 @@ def expected_options(proto: Path, text: str) -> dict[str, str]:
     outer = "".join(part.capitalize() for part in proto.stem.split("_")) + "Proto"
     return {
         "csharp_namespace": f'"Turnwire.{title}.V1"',
-        "go_package": f'"turnwire.dev/gen/go/turnwire/{name}/v1;{name}v1"',
+        "go_package": f'"turnwire.dev/clients/go/gen/turnwire/{name}/v1;{name}v1"',
         "java_multiple_files": "true",
         "java_outer_classname": f'"{outer}"',
         "java_package": f'"dev.turnwire.{name}.v1"',

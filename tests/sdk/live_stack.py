@@ -18,6 +18,7 @@ import pytest
 from tests.support import runner_access
 from tests.support.background_loop import BackgroundLoop
 from turnwire.client import RetryPolicy, TurnwireClient
+from turnwire.transport_security import TlsMaterial
 
 TOKEN = "tok-alice-e2e"
 OTHER_TOKEN = "tok-bob-e2e"
@@ -35,8 +36,10 @@ def coordinator_app_or_skip() -> Any:
 class LiveStack(BackgroundLoop):
     """One runner (built-in echo executor) and one coordinator with two principals."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, tls: TlsMaterial | None = None) -> None:
+        """``tls``: the coordinator's TlsMaterial for its public API (None: plaintext)."""
         self._directory = directory
+        self._tls = tls
         self._app = coordinator_app_or_skip()
         super().__init__()
         self._runner: Any = None
@@ -44,6 +47,7 @@ class LiveStack(BackgroundLoop):
         self._proxy: Any = None
         self._config: Any = None
         self.address = ""
+        self.runner_address = ""
         # The coordinator seen through a fault proxy (turnwire.faults), for lost replies.
         self.proxy_address = ""
 
@@ -75,10 +79,12 @@ class LiveStack(BackgroundLoop):
             runners=(RunnerEndpoint(name="r1", address=self._runner.address),),
             tokens_file=str(tokens),
             runner_credentials=runner_access.CREDENTIALS,
+            tls=self._tls,
         )
         self._config = config
         self._coordinator = await self._app.start_coordinator(config)
         self.address = self._coordinator.address
+        self.runner_address = self._runner.address
         from turnwire.faults import start_proxy
 
         self._proxy = await start_proxy(self.address)

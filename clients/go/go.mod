@@ -1,0 +1,3 @@
+module turnwire.dev/clients/go
+
+go 1.19
