@@ -175,3 +175,13 @@ def test_a_command_the_docs_show_is_accepted_by_its_parser(command: DocCommand):
             if elided and "the following arguments are required" in err.getvalue():
                 return
             assert exit_.code in (0, None), f"{command}\n{err.getvalue()}"
+
+
+def test_the_quick_start_is_two_commands_and_ci_runs_the_second():
+    """README's quick start: one command runs the main job, one the tests; .ci/run is the latter."""
+    readme = (ROOT / "README.md").read_text()
+    quick_start = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    block = quick_start.split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].split() for line in block.splitlines() if line.strip()]
+    assert [words[0] for words in commands] == ["scripts/demo", "scripts/test"]
+    assert "exec bash scripts/test" in (ROOT / ".ci" / "run").read_text()
