@@ -48,11 +48,13 @@ from coordinator_svc.security_flags import (
 from coordinator_svc.timing_flags import add_timing_flags, positive_seconds
 from coordinator_svc.tokens_cli import add_tokens_parser, run_tokens_add
 from turnwire import event_loop
+from turnwire.distribution import add_version_flag, exit_unless_server_installed, invoked_as
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, MessageLimits, parse_byte_count
 from turnwire.observability import tracing
 from turnwire.observability.logs import add_log_format_flag, configure_logging
 
-PROG = "python -m coordinator_svc"
+SCRIPT = "turnwire-coordinator"
+PROG = invoked_as(SCRIPT, "coordinator_svc")
 DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_JOURNAL_URL = "sqlite:///./data/journal.db"
 EXIT_FAILED = 1
@@ -302,6 +304,7 @@ def _scheduling_flags(serve: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    add_version_flag(parser, SCRIPT)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _serve_parser(commands)
     migrate = commands.add_parser(
@@ -421,6 +424,7 @@ def _serve(args: argparse.Namespace) -> int:
     from coordinator_svc.app import check_replica_config, check_transport_security
     from coordinator_svc.ports import JournalError
     from coordinator_svc.storage import migrate
+    from turnwire.distribution import MissingPackageData
     from turnwire.serving import AddressInUseError
 
     configure_logging(args.log_level, args.log_format)
@@ -445,7 +449,7 @@ def _serve(args: argparse.Namespace) -> int:
         return event_loop.run(_serve_until_signalled(config, args.shutdown_grace))
     except TokensFileError as exc:
         return _fail(EXIT_USAGE, str(exc))
-    except (JournalError, AddressInUseError) as exc:
+    except (JournalError, AddressInUseError, MissingPackageData) as exc:
         return _fail(EXIT_FAILED, str(exc))
     except ValueError as exc:  # TURNWIRE_EVENT_LOOP names no loop we have
         return _fail(EXIT_USAGE, str(exc))
@@ -491,6 +495,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    exit_unless_server_installed(PROG, EXIT_USAGE)
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)

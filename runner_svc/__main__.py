@@ -15,6 +15,19 @@ from runner_svc import fork_safety
 
 fork_safety.turn_off_grpc_fork_handlers()
 
+from turnwire.distribution import (
+    MissingPackageData,
+    add_version_flag,
+    exit_unless_server_installed,
+    invoked_as,
+)
+
+SCRIPT = "turnwire-runner"
+PROG = invoked_as(SCRIPT, "runner_svc")
+# A client-only install (no `server` extra) fails here in one line naming the
+# fix, not with a traceback from the imports below that need SQLAlchemy.
+exit_unless_server_installed(PROG, 2)
+
 import argparse
 import asyncio
 import logging
@@ -52,8 +65,9 @@ def _env(name: str, default: str | None) -> str | None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m runner_svc", description="Turnwire runner: executes dispatched turns."
+        prog=PROG, description="Turnwire runner: executes dispatched turns."
     )
+    add_version_flag(parser, SCRIPT)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
         "serve",
@@ -293,6 +307,7 @@ def _migrate(args: argparse.Namespace) -> int:
     from runner_svc.storage.sqlite_store import lock_store, make_engine
 
     path = Path(args.store)
+    migrate.script_location()  # an incomplete install fails here, before any file is made
     lock = lock_store(path)  # never migrate under a live runner
     engine = make_engine(path)
     try:
@@ -320,7 +335,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.otel_endpoint:
             tracing.start(tracing.RUNNER_SERVICE, args.otel_endpoint)
         return event_loop.run(_serve(args))
-    except (StoreError, ExecutorSweepError, AddressInUseError, ValueError) as exc:
+    except (
+        StoreError,
+        ExecutorSweepError,
+        AddressInUseError,
+        MissingPackageData,
+        ValueError,
+    ) as exc:
         print(f"runner: {exc}", file=sys.stderr, flush=True)
         return 2
     finally:

@@ -35,6 +35,7 @@ class ManagedProcess:
     log_path: Path
     address_file: Path
     env: Mapping[str, str] = field(default_factory=dict)
+    cwd: Path | None = None  # default: the launcher's own
     popen: subprocess.Popen[bytes] | None = None
     address: str = ""
 
@@ -53,6 +54,7 @@ class ManagedProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **self.env},
+                cwd=self.cwd,
                 start_new_session=True,  # Ctrl-C in the terminal reaches only the launcher
             )
         finally:

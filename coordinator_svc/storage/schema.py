@@ -1,7 +1,9 @@
 """Schema revisions: run the Alembic migrations, and check a journal's revision.
 
-The Alembic environment lives in ``migrations/coordinator`` (see its
-README); it is configured here in code, so no ``alembic.ini`` is needed.
+The Alembic environment lives in ``migrations/coordinator`` in the source
+tree (see its README) and is installed as the package
+``coordinator_svc.migrations``, found through importlib.resources; it is
+configured here in code, so no ``alembic.ini`` is needed.
 The version table is ``coordinator_alembic_version`` so the runner's
 migrations can share a database without colliding.
 
@@ -11,6 +13,7 @@ never does (``sql.open_journal`` refuses a schema it does not expect).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -23,11 +26,17 @@ from alembic.util import CommandError
 
 from coordinator_svc.ports import JournalNotMigrated, JournalUnavailable, SchemaTooNew
 from coordinator_svc.storage.backends import READ_ONLY, Backend, SqliteBackend, backend_for
+from turnwire.distribution import alembic_environment
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-MIGRATIONS_DIR = REPO_ROOT / "migrations" / "coordinator"
+MIGRATIONS_PACKAGE = "coordinator_svc.migrations"
 VERSION_TABLE = "coordinator_alembic_version"
 MIGRATE_COMMAND = "python -m coordinator_svc migrate"
+
+
+@functools.cache
+def migrations_dir() -> Path:
+    """The installed Alembic environment (MissingPackageData if the install lacks it)."""
+    return alembic_environment(MIGRATIONS_PACKAGE)
 
 
 def journal_url(url: str | sa.URL) -> sa.URL:
@@ -46,7 +55,7 @@ def alembic_config(url: str | sa.URL) -> Config:
     where ``%`` in a password would be read as interpolation.
     """
     config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("script_location", str(migrations_dir()))
     # A revision's file is named by its id alone ("0003_what_it_does.py").
     config.set_main_option("file_template", "%%(rev)s")
     config.attributes["journal_url"] = journal_url(url)
@@ -55,7 +64,7 @@ def alembic_config(url: str | sa.URL) -> Config:
 
 def head_revision() -> str:
     """The newest revision this code knows (there must be exactly one head)."""
-    heads = ScriptDirectory(str(MIGRATIONS_DIR)).get_heads()
+    heads = ScriptDirectory(str(migrations_dir())).get_heads()
     if len(heads) != 1:
         raise RuntimeError(f"coordinator migrations must have one head, found {heads}")
     return heads[0]
@@ -70,6 +79,7 @@ def migrate(url: str | sa.URL, revision: str = "head") -> None:
     the schema as it was.
     """
     parsed = journal_url(url)
+    migrations_dir()  # an incomplete install fails here, before the database is touched
     backend = backend_for(parsed)
     if isinstance(backend, SqliteBackend):
         path = SqliteBackend.database_file(parsed)
@@ -92,7 +102,7 @@ def _current_revisions(connection: sa.Connection) -> tuple[str, ...]:
 
 
 def _refuse_unknown(current: tuple[str, ...]) -> None:
-    known = ScriptDirectory(str(MIGRATIONS_DIR))
+    known = ScriptDirectory(str(migrations_dir()))
     for revision in current:
         if not _knows(known, revision):
             raise SchemaTooNew(

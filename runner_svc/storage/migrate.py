@@ -1,11 +1,15 @@
 """Running the runner store's own Alembic environment (migrations/runner/).
 
+In the source tree it is ``migrations/runner``; installed, it is the package
+``runner_svc.migrations``, found through importlib.resources.
+
 The runner keeps its revision in its own version table so a coordinator
 journal and a runner store could even share a file without clashing.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -14,17 +18,25 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from turnwire.distribution import alembic_environment
+
 VERSION_TABLE = "runner_alembic_version"
-SCRIPT_LOCATION = Path(__file__).resolve().parents[2] / "migrations" / "runner"
+MIGRATIONS_PACKAGE = "runner_svc.migrations"
 
 
 class StoreSchemaError(RuntimeError):
     """The store's schema revision is one this code does not know (written by newer code?)."""
 
 
+@functools.cache
+def script_location() -> Path:
+    """The installed Alembic environment (MissingPackageData if the install lacks it)."""
+    return alembic_environment(MIGRATIONS_PACKAGE)
+
+
 def alembic_config(connection: sa.Connection | None = None, url: str = "") -> Config:
     config = Config()
-    config.set_main_option("script_location", str(SCRIPT_LOCATION))
+    config.set_main_option("script_location", str(script_location()))
     if url:
         config.set_main_option("sqlalchemy.url", url)
     if connection is not None:

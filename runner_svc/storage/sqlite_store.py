@@ -182,6 +182,7 @@ class SqliteRunnerStore:
         """Lock, check/upgrade the schema, take ownership. ``acquire_lock=False`` is for
         tests of the fencing defence only (it is what a lock failure would allow)."""
         path = Path(path)
+        migrate.script_location()  # an incomplete install fails here, before any file is made
         lock = lock_store(path) if acquire_lock else None
         engine = make_engine(path)
         connection: sqlite3.Connection | None = None

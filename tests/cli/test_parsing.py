@@ -131,18 +131,22 @@ def test_token_file_variable_is_read_when_no_token_is_given(tmp_path: Path) -> N
     assert resolve_token(parse("get", "op_1", "--token", "flag"), both) == "flag"
 
 
-def test_an_installed_extension_is_registered_and_a_missing_one_skipped(
+def test_a_listed_extension_is_imported_only_when_it_runs(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Registry: listed modules that exist become subcommands; absent ones are skipped."""
+    """Registry: `turnwire --help` lists an extension by its line without importing it;
+    running it imports its module and builds its options."""
     monkeypatch.setattr(
         cli,
         "EXTENSIONS",
-        (("hello", "tests.cli.sample_extension"), ("ghost", "turnwire.cli.no_such_module")),
+        (
+            cli.Extension("hello", "tests.cli.sample_extension", "say hello"),
+            cli.Extension("ghost", "turnwire.cli.no_such_module", "never imported"),
+        ),
     )
     assert cli.main(["--help"]) == 0
     out = capsys.readouterr().out
-    assert "hello" in out and "ghost" not in out
+    assert "say hello" in out and "never imported" in out
     assert cli.main(["hello", "--name", "turnwire"]) == 0
     assert capsys.readouterr().out == "hello turnwire\n"
 
@@ -177,3 +181,10 @@ def test_a_bad_enum_value_is_refused_listing_the_choices(
     err = capsys.readouterr().err
     assert "invalid choice: 'SLEEPING'" in err
     assert "'queued'" in err and "'dispatch-unknown'" in err and "'rejected'" in err
+
+
+def test_every_listed_extension_module_exists() -> None:
+    """Every module in turnwire.cli.EXTENSIONS imports and defines configure and run."""
+    for extension in cli.EXTENSIONS:
+        module = cli._load_extension(extension.module)  # TypeError without configure/run
+        assert module.__name__ == extension.module

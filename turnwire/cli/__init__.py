@@ -2,12 +2,16 @@
 
 Subcommands are registered in one place. The built-in ones live in
 ``turnwire.cli.commands``; others live in their own modules listed in
-``EXTENSIONS`` and are imported only when the parser is built. A listed module
-that is not installed is skipped, so the command works without it.
+``EXTENSIONS``, each with the line ``turnwire --help`` shows for it. A module
+is imported only when its command is the one run (or all of them, for
+``build_parser()`` without arguments), so a client command never loads what
+another needs. An extension marked ``server=True`` needs the `server` extra
+(``pip install 'turnwire[server]'``); without it the command says so and exits
+2 instead of running.
 
 An extension module defines::
 
-    SUMMARY = "one line for `turnwire --help`"
+    SUMMARY = "the description in its own --help"   # optional (else the listed line)
     EXAMPLES = "examples:\\n  turnwire demo ..."      # optional, shown in its --help
     def configure(parser: argparse.ArgumentParser) -> None: ...
     def run(args: argparse.Namespace) -> int: ...       # the exit status
@@ -22,10 +26,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 
 # First: gRPC's own stderr verbosity is read when grpc loads (see the module).
@@ -34,15 +38,26 @@ from turnwire.cli.commands import BUILTIN, Hinted, add_common_options
 from turnwire.cli.exit_codes import EPILOG, ExitCode, for_error
 from turnwire.cli.options import UsageError, fold_choices
 from turnwire.client import TurnwireError
+from turnwire.distribution import add_version_flag, server_extra_problem
 
-# (subcommand name, module): added by other parts of the project.
-EXTENSIONS: tuple[tuple[str, str], ...] = (
-    ("up", "turnwire.cli.up"),
-    ("demo", "turnwire.cli.demo"),
-    ("chaos", "turnwire.cli.chaos"),
-    ("check", "turnwire.harness.oracle_cli"),
-    ("certs", "turnwire.cli.certs"),
-    ("admin", "turnwire.cli.admin"),
+
+@dataclass(frozen=True)
+class Extension:
+    """A subcommand in its own module (imported only when it runs)."""
+
+    name: str
+    module: str
+    summary: str  # its line in `turnwire --help`
+    server: bool = False  # needs `pip install 'turnwire[server]'`
+
+
+EXTENSIONS: tuple[Extension, ...] = (
+    Extension("up", "turnwire.cli.up", "run a coordinator and runners here until Ctrl-C", True),
+    Extension("demo", "turnwire.cli.demo", "the demo of the promise, on a local deployment", True),
+    Extension("chaos", "turnwire.cli.chaos", "seeded chaos on a local deployment, judged", True),
+    Extension("check", "turnwire.harness.oracle_cli", "judge a finished run (§8 invariants)", True),
+    Extension("certs", "turnwire.cli.certs", "make a CA and mutual-TLS certificates", True),
+    Extension("admin", "turnwire.cli.admin", "the operator's commands (admin token)"),
 )
 
 _DESCRIPTION = """\
@@ -75,13 +90,7 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
 
 
-def _load_extension(module_name: str) -> ModuleType | None:
-    """The extension module, or None when it is not installed (then it is skipped)."""
-    try:
-        if importlib.util.find_spec(module_name) is None:
-            return None
-    except ModuleNotFoundError:
-        return None
+def _load_extension(module_name: str) -> ModuleType:
     module = importlib.import_module(module_name)
     missing = [name for name in ("configure", "run") if not callable(getattr(module, name, None))]
     if missing:
@@ -90,13 +99,22 @@ def _load_extension(module_name: str) -> ModuleType | None:
     return module
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_named(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not an option (the
+    top-level options, --help and --version, take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(configure: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The parser. ``configure`` names the extensions whose modules are imported and
+    whose options are built (None: every one); the others are listed by summary."""
     parser = argparse.ArgumentParser(
         prog="turnwire",
         description=_DESCRIPTION,
         epilog=_EXAMPLES + "\n" + EPILOG,
         formatter_class=_formatter,
     )
+    add_version_flag(parser, "turnwire")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in BUILTIN:
         sub = subparsers.add_parser(
@@ -109,19 +127,24 @@ def build_parser() -> argparse.ArgumentParser:
         command.configure(sub)
         add_common_options(sub)
         sub.set_defaults(handler=command.run)
-    for name, module_name in EXTENSIONS:
-        module = _load_extension(module_name)
-        if module is None:
+    # Only the top-level help, or a server command, reads the install's metadata.
+    shown = [e for e in EXTENSIONS if configure is None or not configure or e.name in configure]
+    server_missing = any(e.server for e in shown) and server_extra_problem("") is not None
+    for extension in EXTENSIONS:
+        unavailable = extension.server and server_missing
+        summary = extension.summary + (" (needs turnwire[server])" if unavailable else "")
+        if unavailable or (configure is not None and extension.name not in configure):
+            subparsers.add_parser(extension.name, help=summary)
             continue
-        summary = str(getattr(module, "SUMMARY", name))
-        examples = str(getattr(module, "EXAMPLES", ""))
+        module = _load_extension(extension.module)
         # An extension with exit codes of its own says so in EPILOG; the
         # generic one would contradict it.
         epilog = str(getattr(module, "EPILOG", EPILOG))
+        examples = str(getattr(module, "EXAMPLES", ""))
         sub = subparsers.add_parser(
-            name,
+            extension.name,
             help=summary,
-            description=summary,
+            description=str(getattr(module, "SUMMARY", summary)),
             epilog=(examples + "\n\n" if examples else "") + epilog,
             formatter_class=_formatter,
         )
@@ -162,9 +185,15 @@ def describe_error(error: TurnwireError | Hinted) -> tuple[str, ExitCode]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (never raises for expected errors)."""
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    command = command_named(words)
+    if any(e.server and e.name == command for e in EXTENSIONS):
+        problem = server_extra_problem(str(command))
+        if problem is not None:
+            return _fail(problem, ExitCode.USAGE)
+    parser = build_parser(configure=() if command is None else (command,))
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(words)
     except SystemExit as exit_:  # --help, or a usage error already printed by argparse
         return exit_.code if isinstance(exit_.code, int) else int(ExitCode.USAGE)
     handler: Handler = args.handler

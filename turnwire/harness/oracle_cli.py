@@ -3,7 +3,7 @@
 :func:`main_check` takes the arguments after ``check`` and returns the exit
 status instead of exiting. The module is also a ``turnwire.cli`` extension
 (``SUMMARY``, ``EXAMPLES``, ``configure``, ``run``): listing
-``("check", "turnwire.harness.oracle_cli")`` in ``turnwire.cli.EXTENSIONS``
+``Extension("check", "turnwire.harness.oracle_cli", ...)`` in ``turnwire.cli.EXTENSIONS``
 makes it ``turnwire check``.
 """
 

@@ -15,7 +15,7 @@ from alembic.script import ScriptDirectory
 from coordinator_svc.core.model import AttemptRecord, EventRecord, OperationRecord, OpState
 from coordinator_svc.ports import JournalNotMigrated, JournalUnavailable, SchemaTooNew
 from coordinator_svc.storage import alembic_config, head_revision, migrate, open_journal
-from coordinator_svc.storage.schema import MIGRATIONS_DIR, VERSION_TABLE
+from coordinator_svc.storage.schema import VERSION_TABLE, migrations_dir
 from coordinator_svc.storage.tables import (
     attempts,
     events,
@@ -68,7 +68,7 @@ def _set_version(url: str, revision: str) -> None:
 
 def test_migrations_have_exactly_one_head() -> None:
     """Migrations: the revision graph has one head, so `migrate` has one target."""
-    heads = ScriptDirectory(str(MIGRATIONS_DIR)).get_heads()
+    heads = ScriptDirectory(str(migrations_dir())).get_heads()
     assert heads == [head_revision()]
 
 
@@ -106,7 +106,7 @@ def test_downgrade_to_base_removes_the_journal_tables(empty_url: str) -> None:
 def test_every_revision_walks_up_and_down(empty_url: str) -> None:
     """Migrations: each revision upgrades, downgrades and upgrades again cleanly, base to head."""
     config = alembic_config(empty_url)
-    scripts = ScriptDirectory(str(MIGRATIONS_DIR))
+    scripts = ScriptDirectory(str(migrations_dir()))
     revisions = list(reversed(list(scripts.walk_revisions("base", "heads"))))
     assert revisions, "no migrations found"
     for script in revisions:
@@ -173,7 +173,7 @@ def test_unknown_database_scheme_is_refused() -> None:
 
 def test_open_refuses_an_older_schema(empty_url: str) -> None:
     """Migrations: a journal at an older known revision raises JournalNotMigrated, naming head."""
-    scripts = ScriptDirectory(str(MIGRATIONS_DIR))
+    scripts = ScriptDirectory(str(migrations_dir()))
     older = scripts.get_revision(head_revision()).down_revision
     if older is None:
         pytest.skip("only one revision exists, so there is no older schema to refuse")

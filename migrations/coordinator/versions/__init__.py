@@ -1,0 +1,1 @@
+"""The coordinator journal's revisions, one file each (Alembic skips this one)."""

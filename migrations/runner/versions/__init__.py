@@ -1,0 +1,1 @@
+"""The runner store's revisions, one file each (Alembic skips this one)."""
