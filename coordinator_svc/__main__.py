@@ -35,10 +35,12 @@ from coordinator_svc.config import (
     RunnerEndpoint,
     parse_runner_spec,
 )
-from coordinator_svc.core.quotas import PrincipalLimits, parse_limits
+from coordinator_svc.core.quotas import PrincipalLimits
+from coordinator_svc.migrate_cli import run_migrate
 from coordinator_svc.prune_cli import add_prune_parser, run_prune
 from coordinator_svc.replica_flags import add_replica_flags
 from coordinator_svc.retention_flags import add_retention_flags, retention_from_args
+from coordinator_svc.scheduling_flags import add_scheduling_flags, principal_limits
 from coordinator_svc.security_flags import (
     add_limit_flags,
     add_security_flags,
@@ -52,6 +54,7 @@ from turnwire.distribution import add_version_flag, exit_unless_server_installed
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, MessageLimits, parse_byte_count
 from turnwire.observability import tracing
 from turnwire.observability.logs import add_log_format_flag, configure_logging
+from turnwire.transport_security import RunnerCredentials, TlsMaterial
 
 SCRIPT = "turnwire-coordinator"
 PROG = invoked_as(SCRIPT, "coordinator_svc")
@@ -123,11 +126,36 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
         "exit 0. Exit 1 if the journal is unmigrated/too new/unreachable or the port "
         "is taken; exit 2 for bad flags.",
     )
+    _add_serve_flags(serve)
+    serve.add_argument(
+        "--check-config",
+        action="store_true",
+        help="check the flags, environment, files, certificates, tokens file and journal "
+        "(reachable, at this code's schema), print every problem with its fix, and exit "
+        "without serving: 0 all good, 2 problems (docs/DEPLOYMENT.md)",
+    )
+    health = commands.add_parser(
+        "health",
+        help="ask a running coordinator's gRPC health; exit 0 SERVING, 1 otherwise",
+        description="Ask the coordinator that `serve` with these same flags runs (at "
+        "--listen, or the address in --address-file; 0.0.0.0 and :: mean this host's "
+        "loopback) for its grpc.health.v1 status, over TLS trusting --tls-ca or in "
+        "plaintext; print it; exit 0 when SERVING, 1 otherwise. It takes every serve "
+        "flag, so a container's health check can be given the service's own command "
+        "line; it uses only the address and transport security flags.",
+    )
+    _add_serve_flags(health)
+    health.add_argument(
+        "--timeout", type=positive_seconds, default=5.0, help="seconds to wait (default 5)"
+    )
+
+
+def _add_serve_flags(serve: argparse.ArgumentParser) -> None:
     _serve_wiring_flags(serve)
     add_security_flags(serve)
     add_limit_flags(serve)
     _serve_behaviour_flags(serve)
-    _scheduling_flags(serve)
+    add_scheduling_flags(serve)
     add_replica_flags(serve)
     add_retention_flags(serve)
     add_timing_flags(serve)
@@ -254,54 +282,6 @@ def _serve_behaviour_flags(serve: argparse.ArgumentParser) -> None:
     tracing.add_endpoint_flag(serve, "TURNWIRE_OTEL_ENDPOINT")
 
 
-def _limits(text: str) -> PrincipalLimits:
-    try:
-        return parse_limits(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _principal_limits(text: str) -> tuple[str, PrincipalLimits]:
-    principal, sep, spec = text.partition(":")
-    if not sep or not principal:
-        raise argparse.ArgumentTypeError(f"expected PRINCIPAL:key=value[,...], got {text!r}")
-    return principal, _limits(spec)
-
-
-def _scheduling_flags(serve: argparse.ArgumentParser) -> None:
-    group = serve.add_argument_group(
-        "scheduling: fairness, quotas and queue timeout (README, waiting for capacity)"
-    )
-    keys = "max_queued=N, max_in_flight=N, submit_rate=PER_SECOND, submit_burst=N, weight=W"
-    group.add_argument(
-        "--quota",
-        type=_limits,
-        default=_env("TURNWIRE_QUOTA"),
-        metavar="KEY=VALUE[,...]",
-        help=f"limits for every principal without its own ({keys}); over a limit "
-        "SubmitTurn answers RESOURCE_EXHAUSTED with a RetryInfo (env TURNWIRE_QUOTA; "
-        "default: no limits, weight 1)",
-    )
-    group.add_argument(
-        "--principal-quota",
-        dest="principal_quotas",
-        action="append",
-        type=_principal_limits,
-        metavar="PRINCIPAL:KEY=VALUE[,...]",
-        help="one principal's limits and fair-share weight instead of --quota's; repeatable "
-        "(env TURNWIRE_PRINCIPAL_QUOTAS: specs separated by newlines)",
-    )
-    group.add_argument(
-        "--queue-timeout",
-        type=positive_seconds,
-        default=_env("TURNWIRE_QUEUE_TIMEOUT"),
-        metavar="SECONDS",
-        help="end a turn still QUEUED this long after acceptance TIMED_OUT, QUEUE_TIMEOUT, "
-        "NOT_STARTED, unless it sets limits.queue_timeout itself (env TURNWIRE_QUEUE_TIMEOUT; "
-        "default: none)",
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     add_version_flag(parser, SCRIPT)
@@ -324,13 +304,44 @@ def _runners_from_env() -> list[RunnerEndpoint]:
     return [parse_runner_spec(s.strip()) for s in re.split(r"[,\n]", text) if s.strip()]
 
 
-def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
-    """Raises ValueError for a config that parsed but does not hold together."""
+def runners_from_args(args: argparse.Namespace) -> list[RunnerEndpoint]:
+    """--runner, else TURNWIRE_RUNNERS; ValueError for a bad spec or a repeated name."""
     runners = args.runners if args.runners else _runners_from_env()
     names = [r.name for r in runners]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"runner names must be unique, repeated: {', '.join(duplicates)}")
+    return list(runners)
+
+
+def principal_quotas_from_args(args: argparse.Namespace) -> list[tuple[str, PrincipalLimits]]:
+    """--principal-quota, else TURNWIRE_PRINCIPAL_QUOTAS (one spec a line)."""
+    try:
+        return args.principal_quotas or [
+            principal_limits(line.strip())
+            for line in (_env("TURNWIRE_PRINCIPAL_QUOTAS", "") or "").splitlines()
+            if line.strip()
+        ]
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(f"TURNWIRE_PRINCIPAL_QUOTAS: {exc}") from None
+
+
+def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
+    """Raises ValueError for a config that parsed but does not hold together."""
+    runners = runners_from_args(args)
+    principal_quotas = principal_quotas_from_args(args)
+    tls, runner_credentials = security_from_args(args, has_runners=bool(runners))
+    return config_from_parts(args, runners, principal_quotas, tls, runner_credentials)
+
+
+def config_from_parts(
+    args: argparse.Namespace,
+    runners: Sequence[RunnerEndpoint],
+    principal_quotas: Sequence[tuple[str, PrincipalLimits]],
+    tls: TlsMaterial | None,
+    runner_credentials: RunnerCredentials | None,
+) -> CoordinatorConfig:
+    """The config from ``args`` and the parts config_from_args checked one by one."""
     timings = DispatchTimings(
         **{
             f.name: getattr(args, f.name)
@@ -338,12 +349,6 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
             if hasattr(args, f.name)
         }
     )
-    principal_quotas = args.principal_quotas or [
-        _principal_limits(line.strip())
-        for line in (_env("TURNWIRE_PRINCIPAL_QUOTAS", "") or "").splitlines()
-        if line.strip()
-    ]
-    tls, runner_credentials = security_from_args(args, has_runners=bool(runners))
     return CoordinatorConfig(
         tls=tls,
         runner_credentials=runner_credentials,
@@ -420,6 +425,10 @@ async def _serve_until_signalled(config: CoordinatorConfig, grace: float) -> int
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if args.check_config:
+        from coordinator_svc.check_config import run_check_config
+
+        return run_check_config(args, build_parser(), PROG)
     from coordinator_svc.api.auth import Authenticator, TokensFileError
     from coordinator_svc.app import check_replica_config, check_transport_security
     from coordinator_svc.ports import JournalError
@@ -457,41 +466,14 @@ def _serve(args: argparse.Namespace) -> int:
         tracing.shutdown()  # the last spans go out before the process ends
 
 
-def _current_revision(url: str) -> str | None:
-    import sqlalchemy as sa
-    from alembic.runtime.migration import MigrationContext
-
-    from coordinator_svc.storage import schema
-    from coordinator_svc.storage.backends import SqliteBackend
-
-    parsed = schema.journal_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        path = SqliteBackend.database_file(parsed)
-        if path is not None and not path.exists():
-            return None  # do not create the file just to look at it
-    engine = sa.create_engine(parsed)
-    try:
-        with engine.connect() as connection:
-            context = MigrationContext.configure(
-                connection, opts={"version_table": schema.VERSION_TABLE}
-            )
-            heads = context.get_current_heads()
-    finally:
-        engine.dispose()
-    return ", ".join(heads) or None
-
-
-def _migrate(args: argparse.Namespace) -> int:
-    from coordinator_svc.storage import head_revision, migrate
+def _health(args: argparse.Namespace) -> int:
+    from turnwire.health_probe import coordinator_health
 
     try:
-        before = _current_revision(args.journal_url)
-        migrate(args.journal_url)
-        after = _current_revision(args.journal_url)
-    except Exception as exc:  # alembic and drivers raise many kinds; all mean "not migrated"
-        return _fail(EXIT_FAILED, f"migration failed: {exc}")
-    print(f"journal schema: {before or '(empty)'} -> {after} (head {head_revision()})", flush=True)
-    return 0
+        tls, _ = security_from_args(args, has_runners=False)
+    except ValueError as exc:
+        return _fail(EXIT_USAGE, str(exc))
+    return coordinator_health(args.listen, args.address_file, tls, timeout=args.timeout)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -500,7 +482,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         return _serve(args)
     if args.command == "migrate":
-        return _migrate(args)
+        return run_migrate(args, _fail)
+    if args.command == "health":
+        return _health(args)
     if args.command == "prune":
         return run_prune(args, _fail)
     return run_tokens_add(args, _fail)

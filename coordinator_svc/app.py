@@ -372,16 +372,36 @@ def pending_calls(config: CoordinatorConfig) -> int:
     return max(DEFAULT_PENDING_CALLS, 4 * config.call_limits.streams_total)
 
 
-def check_transport_security(config: CoordinatorConfig) -> None:
-    """Issue 11, before anything opens: plaintext only on loopback, and runners
-    only with the credentials they demand (ValueError says which is missing)."""
+def transport_security_rules(config: CoordinatorConfig) -> list[tuple[str, Callable[[], None]]]:
+    """Issue 11, before anything opens: plaintext only on loopback, and runners only with
+    the credentials they demand. Each rule raises (ValueError says what is missing);
+    start-up stops at the first, ``serve --check-config`` runs them all."""
+    rules: list[tuple[str, Callable[[], None]]] = []
     if config.tls is None:
-        require_loopback_for_plaintext(config.listen, "plaintext listen address")
-    if config.metrics_listen is not None:
-        check_metrics_listen(config.metrics_listen, config.tls)
-    if config.console_listen is not None:
-        check_console_address(config.console_listen, config.tls)
-    if config.runners and config.runner_credentials is None:
+        rules.append(
+            (
+                "listen address",
+                lambda: require_loopback_for_plaintext(config.listen, "plaintext listen address"),
+            )
+        )
+    metrics, console = config.metrics_listen, config.console_listen
+    if metrics is not None:
+        rules.append(("metrics address", lambda: check_metrics_listen(metrics, config.tls)))
+    if console is not None:
+        rules.append(("console address", lambda: check_console_address(console, config.tls)))
+    if config.runners:
+        rules.append(("runner credentials", lambda: _check_runner_credentials(config)))
+    return rules
+
+
+def check_transport_security(config: CoordinatorConfig) -> None:
+    """Every rule of ``transport_security_rules``, stopping at the first broken one."""
+    for _, rule in transport_security_rules(config):
+        rule()
+
+
+def _check_runner_credentials(config: CoordinatorConfig) -> None:
+    if config.runner_credentials is None:
         raise SecurityConfigError(
             "runners are configured but the coordinator has no runner credentials: give "
             "--tls-cert/--tls-key/--tls-ca (mutual TLS), or --plaintext with "

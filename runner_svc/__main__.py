@@ -77,6 +77,28 @@ def _parser() -> argparse.ArgumentParser:
         "now, the variable's value included).",
     )
     _add_serve_arguments(serve)
+    serve.add_argument(
+        "--check-config",
+        action="store_true",
+        help="check the flags, environment, files, certificates, executor and store (its "
+        "directory, its schema), print every problem with its fix, and exit without "
+        "serving: 0 all good, 2 problems (docs/DEPLOYMENT.md)",
+    )
+    health = commands.add_parser(
+        "health",
+        help="ask a running runner's gRPC health; exit 0 SERVING, 1 otherwise",
+        description="Ask the runner that `serve` with these same flags runs (at --listen, "
+        "or the address in --address-file; 0.0.0.0 and :: mean this host's loopback) for "
+        "its grpc.health.v1 status, presenting its own certificate (so its CN must be "
+        "among its --coordinator-identity values) or, in plaintext, its secret; exit 0 "
+        "when SERVING, 1 otherwise. It takes every serve flag, so a container's health "
+        "check can be given the service's own command line.",
+    )
+    _add_serve_arguments(health)
+    for action in health._actions:
+        if action.dest == "store":
+            action.required = False  # the probe never opens the store
+    health.add_argument("--timeout", type=float, default=5.0, help="seconds to wait (default 5)")
     migrate = commands.add_parser("migrate", help="create or upgrade a store's schema, then exit")
     _store_flag(migrate)
     migrate.add_argument(
@@ -331,6 +353,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "migrate":
             return _migrate(args)
+        if args.command == "health":
+            from turnwire.health_probe import runner_health
+
+            return runner_health(
+                args.listen, args.address_file, access_from_args(args), timeout=args.timeout
+            )
+        if args.check_config:
+            from runner_svc.check_config import run_check_config
+
+            return run_check_config(args, _parser(), PROG)
         check_executor_flags(args)
         if args.otel_endpoint:
             tracing.start(tracing.RUNNER_SERVICE, args.otel_endpoint)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,6 +91,42 @@ class RunningRunner:
         log.info("incarnation %s stopped", self.incarnation_id)
 
 
+def config_rules(config: RunnerConfig) -> list[tuple[str, Callable[[], None]]]:
+    """What start_runner refuses before it opens anything; each rule raises ValueError
+    saying what is wrong. Start-up stops at the first, ``serve --check-config`` runs all."""
+    access = config.access
+
+    def who_may_call() -> None:
+        if access is None:
+            raise ValueError(
+                "a runner serves only its coordinator: give it TLS material (mutual TLS) "
+                "or a shared secret (plaintext, loopback only)"
+            )
+
+    def listen() -> None:
+        if access is not None and access.tls is None:
+            require_loopback_for_plaintext(config.listen, "plaintext listen address")
+
+    def slots() -> None:
+        if config.writable_slots < 0 or config.read_only_slots < 0:
+            raise ValueError("slot counts cannot be negative")
+
+    def message_limit() -> None:
+        MessageLimits(config.max_receive_bytes)  # raises ValueError if too small to be useful
+
+    rules = [
+        ("who may call", who_may_call),
+        ("listen address", listen),
+        ("slots", slots),
+        ("message limit", message_limit),
+    ]
+    metrics = config.metrics_listen
+    if metrics is not None:
+        tls = access.tls if access is not None else None
+        rules.append(("metrics address", lambda: check_metrics_listen(metrics, tls)))
+    return rules
+
+
 def _write_address(path: Path, address: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(address + "\n")
@@ -106,18 +143,10 @@ async def start_runner(
 
     ``executor`` and ``settings`` override what the config would build (tests).
     """
-    if config.access is None:
-        raise ValueError(
-            "a runner serves only its coordinator: give it TLS material (mutual TLS) "
-            "or a shared secret (plaintext, loopback only)"
-        )
-    if config.access.tls is None:  # before the store is opened: nothing to undo
-        require_loopback_for_plaintext(config.listen, "plaintext listen address")
-    if config.writable_slots < 0 or config.read_only_slots < 0:
-        raise ValueError("slot counts cannot be negative")
-    MessageLimits(config.max_receive_bytes)  # raises ValueError if too small to be useful
+    for _, rule in config_rules(config):  # before the store is opened: nothing to undo
+        rule()
+    assert config.access is not None  # config_rules refused None
     if config.metrics_listen is not None:  # issue 13: refused before anything opens
-        check_metrics_listen(config.metrics_listen, config.access.tls)
         ensure_port_free(config.metrics_listen)
     # Instruments only when /metrics is served: nothing on the hot path otherwise.
     metrics = RunnerMetrics() if config.metrics_listen is not None else None

@@ -88,7 +88,7 @@ def migrate(url: str | sa.URL, revision: str = "head") -> None:
     engine = backend.make_engine(parsed, busy_timeout=30.0)
     try:
         with engine.connect() as connection:
-            _refuse_unknown(_current_revisions(connection))
+            _refuse_unknown(current_revisions(connection))
         command.upgrade(alembic_config(parsed), revision)
     except sa.exc.SQLAlchemyError as error:
         raise JournalUnavailable(f"cannot migrate the journal: {error}") from error
@@ -96,7 +96,7 @@ def migrate(url: str | sa.URL, revision: str = "head") -> None:
         engine.dispose()
 
 
-def _current_revisions(connection: sa.Connection) -> tuple[str, ...]:
+def current_revisions(connection: sa.Connection) -> tuple[str, ...]:
     context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
     return tuple(context.get_current_heads())
 
@@ -118,7 +118,7 @@ def check_revision(connection: sa.Connection) -> None:
     Raises JournalNotMigrated (no schema, or an older one) or SchemaTooNew
     (a revision this code does not know: written by newer code).
     """
-    current = _current_revisions(connection)
+    current = current_revisions(connection)
     if not current:
         raise JournalNotMigrated(f"the journal has no schema; run `{MIGRATE_COMMAND}` first")
     _refuse_unknown(current)
