@@ -118,6 +118,21 @@ def test_a_taken_metrics_port_is_an_error_not_a_shared_port(tmp_path: Path) -> N
         first.stop()
 
 
+def test_a_restarted_process_takes_its_metrics_port_back_after_a_scrape() -> None:
+    """A scrape leaves the server's side of its connection in TIME_WAIT (the server
+    closes first); a service restarted within that minute must still bind its port
+    (SO_REUSEADDR: Linux refuses it only while a socket listens there)."""
+    first = start_metrics_endpoint("127.0.0.1:0", new_registry())
+    address = first.address
+    try:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
+            assert reply.status == 200
+    finally:
+        first.stop()
+    again = start_metrics_endpoint(address, new_registry())
+    again.stop()
+
+
 def _journal_scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     """The journal families as a scrape shows them, through the coordinator's collector."""
     registry = new_registry()

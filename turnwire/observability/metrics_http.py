@@ -228,8 +228,11 @@ def start_metrics_endpoint(
 
     class _Server(ThreadingWSGIServer):
         address_family = family
-        # No SO_REUSEADDR games: a taken port is an error, as for the gRPC ports.
-        allow_reuse_address = False
+        # SO_REUSEADDR, as gRPC sets on its ports and ensure_port_free probes with: a
+        # process restarted within a minute of a scrape takes its port back from the
+        # scrape's TIME_WAIT; Linux still refuses the bind while any socket LISTENs
+        # there, so a taken port stays an error (never a shared one: no SO_REUSEPORT).
+        allow_reuse_address = True
 
     try:
         server = make_server(
