@@ -37,14 +37,15 @@ from turnwire.transport_security import DEFAULT_COORDINATOR_IDENTITIES, TlsMater
 _UNREADABLE_TLS = TlsMaterial(b"", b"", b"")
 
 
-def other_programs() -> dict[str, set[str]]:
-    """The variables the runner and the `turnwire` command read (named in their help)."""
-    from runner_svc.__main__ import _parser as runner_parser
+def _client_names() -> set[str]:
     from turnwire.cli import build_parser as cli_parser
 
-    return {"turnwire-runner": environment_names(runner_parser()), "turnwire": (
-        environment_names(cli_parser())
-    )}  # fmt: skip
+    return environment_names(cli_parser())
+
+
+def _coordinators(name: str) -> bool:
+    """The coordinator's namespace: every TURNWIRE_* but the runner's TURNWIRE_RUNNER_*."""
+    return not name.startswith("TURNWIRE_RUNNER_")
 
 
 def run_check_config(args: argparse.Namespace, parser: argparse.ArgumentParser, prog: str) -> int:
@@ -53,7 +54,10 @@ def run_check_config(args: argparse.Namespace, parser: argparse.ArgumentParser, 
 
     report = ConfigReport(prog)
     own = environment_names(parser) | {event_loop.ENV}
-    report.check("environment", lambda: check_environment(os.environ, own, other_programs()))
+    report.check(
+        "environment",
+        lambda: check_environment(os.environ, own, _client_names(), _coordinators),
+    )
     report.check("event loop", lambda: f"{event_loop.chosen()} ({event_loop.ENV})")
     runners = report.check("runners", lambda: cli.runners_from_args(args), show=_runners)
     quotas = report.check(

@@ -302,6 +302,8 @@ class RunnerInfo:
     incarnation_id: str
     store_id: str
     slot_sizes: dict[TurnKind, int]
+    # The runner's Turnwire version (GetRunnerInfo.version); None: not asked (a fake).
+    version: str | None = None
 
 
 class WatchCall(Protocol):

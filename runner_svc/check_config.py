@@ -32,15 +32,15 @@ from turnwire.config_check import (
 from turnwire.transport_security import RunnerAccess, TlsMaterial
 
 
-def other_programs() -> dict[str, set[str]]:
-    """The variables the coordinator and the `turnwire` command read (named in their help)."""
-    from coordinator_svc.__main__ import build_parser as coordinator_parser
+def _client_names() -> set[str]:
     from turnwire.cli import build_parser as cli_parser
 
-    return {
-        "turnwire-coordinator": environment_names(coordinator_parser()),
-        "turnwire": environment_names(cli_parser()),
-    }
+    return environment_names(cli_parser())
+
+
+def _runners(name: str) -> bool:
+    """The runner's namespace: TURNWIRE_RUNNER_* (the coordinator's are the others)."""
+    return name.startswith("TURNWIRE_RUNNER_")
 
 
 def run_check_config(args: argparse.Namespace, parser: argparse.ArgumentParser, prog: str) -> int:
@@ -49,7 +49,9 @@ def run_check_config(args: argparse.Namespace, parser: argparse.ArgumentParser, 
 
     report = ConfigReport(prog)
     own = environment_names(parser) | {event_loop.ENV}
-    report.check("environment", lambda: check_environment(os.environ, own, other_programs()))
+    report.check(
+        "environment", lambda: check_environment(os.environ, own, _client_names(), _runners)
+    )
     report.check("event loop", lambda: f"{event_loop.chosen()} ({event_loop.ENV})")
     access = report.check(
         "who may call",

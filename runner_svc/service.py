@@ -56,6 +56,7 @@ from runner_svc.service_watch import watch_changes
 from runner_svc.storage.async_store import AsyncRunnerStore
 from runner_svc.storage.sqlite_store import StoreError
 from turnwire.crashpoints import crash_point
+from turnwire.distribution import version as installed_version
 from turnwire.observability.logs import note_turn, turn_context
 from turnwire.runner.v1 import runner_pb2
 
@@ -74,7 +75,9 @@ __all__ = [
 
 log = logging.getLogger("runner_svc.service")
 
-VERSION = "0.1.0"
+# What GetRunnerInfo reports: the installed distribution's version (coordinators
+# give turns only to runners within one minor version of theirs).
+VERSION = installed_version()
 
 
 class RunnerService:

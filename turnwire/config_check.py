@@ -136,31 +136,30 @@ def environment_names(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def check_environment(
-    environ: Iterable[str], own: set[str], others: dict[str, set[str]]
+    environ: Iterable[str],
+    own: set[str],
+    client: set[str],
+    in_own_namespace: Callable[[str], bool],
 ) -> str | Warned:
-    """The ``TURNWIRE_*`` variables set here: a problem if no Turnwire program reads one
-    (a misspelt name silently leaves its flag at the default), a warning if another
-    program reads it but this one does not."""
+    """The ``TURNWIRE_*`` variables set here. One in this program's namespace that it does
+    not read is a problem (misspelt, it would leave its flag at the default without a
+    word); one outside it (the other service's, say) is a warning; the `turnwire`
+    command's (``client``) pass."""
     present = sorted(name for name in environ if name.startswith("TURNWIRE_"))
-    everyone = own.union(*others.values())
-    unknown = [name for name in present if name not in everyone]
-    if unknown:
+    unknown = [name for name in present if name not in own and name not in client]
+    misspelt = [name for name in unknown if in_own_namespace(name)]
+    if misspelt:
         hints = []
-        for name in unknown:
-            close = difflib.get_close_matches(name, sorted(everyone), n=1)
+        for name in misspelt:
+            close = difflib.get_close_matches(name, sorted(own), n=1)
             hints.append(f"{name} (did you mean {close[0]}?)" if close else name)
         raise ConfigProblem(
-            f"no Turnwire program reads {', '.join(hints)}",
-            "rename or remove it (`--help` lists every variable each flag reads)",
+            f"this program reads no {', '.join(hints)}",
+            "rename or remove it (`--help` names the variable each flag reads)",
         )
-    elsewhere = [
-        f"{name} ({', '.join(sorted(p for p, names in others.items() if name in names))})"
-        for name in present
-        if name not in own
-    ]
     used = [name for name in present if name in own]
-    if elsewhere:
-        return Warned(f"read by other programs, not this one: {', '.join(elsewhere)}")
+    if unknown:
+        return Warned(f"not read by this program (another's?): {', '.join(unknown)}")
     return f"{len(used)} TURNWIRE_* variable(s) set, each one this program reads"
 
 

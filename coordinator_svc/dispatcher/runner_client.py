@@ -300,7 +300,12 @@ class RunnerClient:
                 receives,
                 self._limits.runner_max_receive_bytes,
             )
-        return RunnerInfo(str(reply.incarnation_id), str(reply.store_id), slot_sizes(reply.pools))
+        return RunnerInfo(
+            str(reply.incarnation_id),
+            str(reply.store_id),
+            slot_sizes(reply.pools),
+            version=str(reply.version),
+        )
 
     def watch(self, after_sequence: int) -> WatchCall:
         """One WatchOperations stream from ``after_sequence`` (C9)."""

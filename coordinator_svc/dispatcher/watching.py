@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from coordinator_svc.config import DispatchTimings
+from coordinator_svc.core.compatibility import runner_version_problem
 from coordinator_svc.core.events import RunnerIdentity, RunnerReported
 from coordinator_svc.core.model import Execution, OpState
 from coordinator_svc.dispatcher.runner_client import describe
@@ -35,8 +36,9 @@ from coordinator_svc.dispatcher.translate import (
     slot_sizes,
     slot_use,
 )
-from coordinator_svc.ports import RunnerGateway
+from coordinator_svc.ports import RunnerGateway, RunnerInfo
 from turnwire.backoff import backoff_seconds
+from turnwire.distribution import version as installed_version
 from turnwire.observability.logs import turn_extra
 from turnwire.runner.v1 import runner_pb2
 
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coordinator_svc.dispatcher.watch")
 
+COORDINATOR_VERSION = installed_version()
 _WATCHED_STATES = (OpState.RUNNING, OpState.CANCELLING, OpState.DISPATCH_UNKNOWN)
 # The runner's gate turned us away (R11): a configuration to fix, not a network blip.
 _REFUSED_BY_THE_GATE = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
@@ -95,6 +98,9 @@ class RunnerWatch:
                 if fresh:
                     self.identity = None
                     info = await self._client.info()
+                    if await self._outside_the_version_window(info):
+                        await asyncio.sleep(self._delay())
+                        continue
                     self._up()
                     self._dispatcher.runner_slots(self._client.name, info.slot_sizes)
                     await self._check_incarnation(info.incarnation_id)
@@ -122,6 +128,22 @@ class RunnerWatch:
                 fresh = True
                 self._failures += 1
                 await asyncio.sleep(self._delay())
+
+    async def _outside_the_version_window(self, info: RunnerInfo) -> bool:
+        """The version skew rule (core.compatibility): a runner outside the window gets
+        no slots, so no new turn; its bound turns are still woken for their status calls."""
+        if info.version is None:
+            return False
+        problem = runner_version_problem(self._client.name, info.version, COORDINATOR_VERSION)
+        if problem is None:
+            return False
+        self._dispatcher.runner_slots(self._client.name, {})
+        await self._check_incarnation(info.incarnation_id)
+        self._failures += 1
+        if self._failures == 1:  # once per streak: it repeats until someone upgrades
+            log.error("%s", problem)
+        self._down(problem)
+        return True
 
     def _log_interruption(self, error: grpc.aio.AioRpcError) -> None:
         if error.code() not in _REFUSED_BY_THE_GATE:

@@ -58,10 +58,17 @@ def good(certs: Certs, journal: str, tokens: Path) -> list[str]:
 
 
 def test_a_good_configuration_passes_every_check(
-    capsys: pytest.CaptureFixture[str], certs: Certs, journal: str, tokens: Path
+    capsys: pytest.CaptureFixture[str],
+    certs: Certs,
+    journal: str,
+    tokens: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Exit 0, one ok line per check, the journal at this code's head, nothing served."""
+    """Exit 0, one ok line per check, the journal at this code's head, nothing served; a
+    runner's variable in the environment (one file for both services) is only a warning."""
+    monkeypatch.setenv("TURNWIRE_RUNNER_STORE", "/var/lib/turnwire/runner.db")
     status, out = check(capsys, *good(certs, journal, tokens))
+    assert "TURNWIRE_RUNNER_STORE" in line_of(out, "environment")
     assert status == 0, out
     assert "PROBLEM" not in out
     assert f"schema at {head_revision()}, this code's head" in line_of(out, "journal")
@@ -91,7 +98,7 @@ def test_every_problem_is_reported_at_once_each_with_its_fix(
         "--tls-key", key, "--tls-ca", certs.ca,
     )  # fmt: skip
     assert status == 2, out
-    assert "did you mean TURNWIRE_JOURNAL_URL?" in line_of(out, "environment")
+    assert "did you mean TURNWIRE_JOURNAL_URL?)" in line_of(out, "environment")
     assert f"chmod 600 {key}" in line_of(out, "transport security")
     assert "--replica-id needs a PostgreSQL journal" in line_of(out, "replicas")
     assert "digest must be 64 lowercase hex" in line_of(out, "tokens file")

@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 
+from turnwire.distribution import version as installed_version
 from turnwire.ids import new_incarnation_id, new_store_id
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
 
@@ -82,7 +83,10 @@ class ScriptedRunner(runner_pb2_grpc.RunnerServiceServicer):
 
     async def GetRunnerInfo(self, request: Any, context: Any) -> Any:
         return _S.GetRunnerInfoResponse(
-            incarnation_id=self.incarnation_id, store_id=self.store_id, accepting=True
+            incarnation_id=self.incarnation_id,
+            store_id=self.store_id,
+            accepting=True,
+            version=installed_version(),  # as every runner reports it
         )
 
     async def WatchOperations(self, request: Any, context: Any) -> Any:
