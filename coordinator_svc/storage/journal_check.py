@@ -9,6 +9,7 @@ replica opens (``connections_per_replica``).
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -49,6 +50,8 @@ def check_journal(url: str, *, will_migrate: bool) -> str:
         raise ConfigProblem(f"invalid journal URL: {exc}", f"give {URL_FORMS}") from None
     shown = parsed.render_as_string(hide_password=True)
     backend = backend_for(parsed)
+    # Alembic's INFO lines ("Context impl ...") are noise in a report of findings.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     migrate_fix = (
         f"run `{MIGRATE} --journal-url URL` once (or start serve with --migrate, "
         "TURNWIRE_MIGRATE=1)"
