@@ -3,12 +3,11 @@ the ``serial`` marking that decides which tests scripts/test runs alone."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 
-from tests.support.postgres import ClusterStartError, PostgresCluster, missing_binary
+from tests.support.postgres import PostgresCluster, running_cluster
 from turnwire.observability.logs import remove_logging
 
 # Packages whose tests run alone, never beside a pytest-xdist worker: the bench
@@ -41,20 +40,8 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
 
     With CI=true a cluster that fails to start fails the tests instead of skipping.
     """
-    missing = missing_binary()
-    if missing is not None:
-        pytest.skip(f"cannot start a PostgreSQL test cluster, missing: {missing}")
-    cluster = PostgresCluster()
-    try:
-        try:
-            cluster.start()
-        except (ClusterStartError, OSError) as error:
-            if os.environ.get("CI") == "true":
-                pytest.fail(f"PostgreSQL cluster failed to start under CI: {error}")
-            pytest.skip(f"PostgreSQL cluster failed to start: {error}")
+    with running_cluster() as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

@@ -47,6 +47,14 @@ def probe_address(listen: str, address_file: str | None) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def _address(listen: str, address_file: str | None) -> str | None:
+    try:
+        return probe_address(listen, address_file)
+    except (OSError, ValueError) as exc:
+        print(f"health: {exc}", file=sys.stderr, flush=True)
+        return None
+
+
 def _name_override(tls: TlsMaterial, address: str) -> list[tuple[str, str]]:
     from cryptography import x509
 
@@ -86,10 +94,8 @@ def coordinator_health(
     listen: str, address_file: str | None, tls: TlsMaterial | None, *, timeout: float
 ) -> int:
     """The coordinator's health at ``listen`` (TLS trusting ``tls.ca``, or plaintext)."""
-    try:
-        address = probe_address(listen, address_file)
-    except (OSError, ValueError) as exc:
-        print(f"health: {exc}", file=sys.stderr, flush=True)
+    address = _address(listen, address_file)
+    if address is None:
         return EXIT_NOT_SERVING
     if tls is None:
         channel = grpc.insecure_channel(address)
@@ -104,10 +110,8 @@ def runner_health(
     listen: str, address_file: str | None, access: RunnerAccess, *, timeout: float
 ) -> int:
     """The runner's health at ``listen``, presenting its own certificate (or its secret)."""
-    try:
-        address = probe_address(listen, address_file)
-    except (OSError, ValueError) as exc:
-        print(f"health: {exc}", file=sys.stderr, flush=True)
+    address = _address(listen, address_file)
+    if address is None:
         return EXIT_NOT_SERVING
     credentials = RunnerCredentials.for_access(access)
     options = _name_override(access.tls, address) if access.tls is not None else []

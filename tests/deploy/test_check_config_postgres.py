@@ -28,7 +28,7 @@ from coordinator_svc.storage import head_revision
 from coordinator_svc.storage.journal_check import connections_per_replica
 from tests.deploy.conftest import Certs
 from tests.deploy.test_check_config_coordinator import line_of
-from tests.support.postgres import ClusterStartError, PostgresCluster, missing_binary
+from tests.support.postgres import PostgresCluster, running_cluster
 
 pytestmark = pytest.mark.postgres
 PASSWORD = "p@ss:w/rd%#?"
@@ -57,21 +57,11 @@ def _as_postgres(path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
-    missing = missing_binary()
-    if missing is not None:
-        pytest.skip(f"cannot start a PostgreSQL test cluster, missing: {missing}")
     from turnwire.certs import issue_deployment
 
     tls = tmp_path_factory.mktemp("pg-tls") / "tls"
     issue_deployment(tls, coordinators=[], runners=["postgres"])
-    cluster = PostgresCluster()
-    try:
-        try:
-            cluster.start()
-        except (ClusterStartError, OSError) as error:
-            if os.environ.get("CI") == "true":
-                pytest.fail(f"PostgreSQL cluster failed to start under CI: {error}")
-            pytest.skip(f"PostgreSQL cluster failed to start: {error}")
+    with running_cluster() as cluster:
         for name in ("postgres.pem", "postgres.key"):
             shutil.copy(tls / name, cluster.root / name)
             (cluster.root / name).chmod(0o600)
@@ -88,8 +78,6 @@ def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureC
         cluster.admin("SELECT pg_reload_conf()")
         _wait_for_ssl(cluster)
         yield SecureCluster(cluster, tls / "ca.pem")
-    finally:
-        cluster.stop()
 
 
 def _wait_for_ssl(cluster: PostgresCluster) -> None:

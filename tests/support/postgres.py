@@ -18,10 +18,11 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psycopg
+import pytest
 
 SERVER_BINARIES = ("initdb", "pg_ctl", "postgres")
 START_ATTEMPTS = 3  # a free port can be taken between probing and binding
@@ -181,3 +182,23 @@ class PostgresCluster:
 
     def drop_database(self, name: str) -> None:
         self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def running_cluster() -> Iterator[PostgresCluster]:
+    """A started PostgreSQL cluster of its own, stopped and deleted after; skips the test
+    without the binaries, or when it fails to start (fails it instead with CI=true)."""
+    missing = missing_binary()
+    if missing is not None:
+        pytest.skip(f"cannot start a PostgreSQL test cluster, missing: {missing}")
+    cluster = PostgresCluster()
+    try:
+        try:
+            cluster.start()
+        except (ClusterStartError, OSError) as error:
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"PostgreSQL cluster failed to start under CI: {error}")
+            pytest.skip(f"PostgreSQL cluster failed to start: {error}")
+        yield cluster
+    finally:
+        cluster.stop()
