@@ -121,7 +121,7 @@ def test_a_taken_metrics_port_is_an_error_not_a_shared_port(tmp_path: Path) -> N
 def _journal_scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     """The journal families as a scrape shows them, through the coordinator's collector."""
     registry = new_registry()
-    state = CoordinatorState(JournalCounts(url), ())
+    state = CoordinatorState(JournalCounts(url))
     registry.register(state)
     try:
         text = generate_latest(registry).decode()
