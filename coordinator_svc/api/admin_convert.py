@@ -135,7 +135,7 @@ def runner_to_proto(
 
 
 def kinds_to_proto(kinds: Iterable[TurnKind]) -> list[turn_pb2.TurnKind.ValueType]:
-    return [turn_kind_to_proto(kind) for kind in sorted(kinds, key=lambda k: k.value)]
+    return sorted(turn_kind_to_proto(kind) for kind in kinds)
 
 
 def membership_to_proto(record: MembershipRecord) -> admin_pb2.MembershipRecord:
