@@ -21,6 +21,7 @@ more, so:
 
 from __future__ import annotations
 
+from coordinator_svc.core import commands as cmd
 from coordinator_svc.core.attempting import end
 from coordinator_svc.core.decide_dispatch import on_refused
 from coordinator_svc.core.decision import Context, Decision, bookkeeping, nothing
@@ -29,6 +30,22 @@ from coordinator_svc.core.model import OperationRecord, OpState
 from turnwire.vocabulary import ErrorReason
 
 REMOVED = ErrorReason.RUNNER_REMOVED
+_KINDS: dict[type, str] = {
+    cmd.Preflight: "status",
+    cmd.Dispatch: "dispatch",
+    cmd.Cancel: "cancel",
+    cmd.Release: "release",
+}
+
+
+def not_a_member(record: OperationRecord, command: cmd.Command) -> NotAMember | None:
+    """What a shell answers for ``command`` when its runner is not a member (M6):
+    nothing is sent. None for a command that goes to no runner."""
+    runner = getattr(command, "runner", None)
+    kind = _KINDS.get(type(command))
+    if runner is None or kind is None:
+        return None
+    return NotAMember(runner, kind, record.attempt_count, record.last_event_sequence)
 
 
 def on_not_a_member(record: OperationRecord, ev: NotAMember, ctx: Context) -> Decision:

@@ -15,10 +15,10 @@ from dataclasses import replace
 from datetime import datetime
 
 from coordinator_svc.core import commands as cmd
+from coordinator_svc.core.decide_member import not_a_member
 from coordinator_svc.core.events import (
     CancelFailed,
     Event,
-    NotAMember,
     PreflightFailed,
     ReleaseDone,
 )
@@ -85,18 +85,6 @@ class CommandPerformer:
         self, record: OperationRecord, command: cmd.Command, runner: str
     ) -> list[Event]:
         """§11 M6: nothing is sent to a runner that is not a member; the core decides."""
-        kind = _COMMAND_KINDS.get(type(command), "")
-        log.info("%s: runner %s is not a member; %s not sent", record.operation_id, runner, kind)
-        return [
-            NotAMember(
-                runner, kind, record.attempt_count, asked_sequence=record.last_event_sequence
-            )
-        ]
-
-
-_COMMAND_KINDS: dict[type, str] = {
-    cmd.Preflight: "status",
-    cmd.Dispatch: "dispatch",
-    cmd.Cancel: "cancel",
-    cmd.Release: "release",
-}
+        answer = not_a_member(record, command)
+        log.info("%s: runner %s is not a member; nothing sent", record.operation_id, runner)
+        return [answer] if answer is not None else []
