@@ -100,6 +100,9 @@ class LocalDeployment:
     # Extra ``--runner`` spec options per runner name, e.g.
     # {"runner-2": "kinds=read_only"} (coordinator_svc.config.parse_runner_spec).
     runner_options: Mapping[str, str] = field(default_factory=dict)
+    # How many of the runners (the first ones) the coordinator gets a --runner
+    # flag for (None: all); the others join with `turnwire admin runners add`.
+    flagged_runners: int | None = None
     # Issue 13: every coordinator and runner serves /metrics on 127.0.0.1:0 and
     # writes where to DATA/<name>.metrics.addr (HTTPS with the deployment CA under tls).
     metrics: bool = False
@@ -243,12 +246,14 @@ class LocalDeployment:
         )  # fmt: skip
         return ManagedProcess(name, argv, self._log(name), self.data_dir / f"{name}.addr")
 
-    def issue_token(self, principal: str) -> str:
-        """Add a principal to the tokens file; return its fresh bearer token."""
+    def issue_token(self, principal: str, *scopes: str) -> str:
+        """Add a principal to the tokens file (with ``scopes``, else the default ones);
+        return its fresh bearer token."""
         done = subprocess.run(
             python_module(
                 "coordinator_svc", "tokens", "add",
                 "--file", str(self.tokens_file), "--principal", principal,
+                *(arg for scope in scopes for arg in ("--scope", scope)),
             ),
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
@@ -298,7 +303,7 @@ class LocalDeployment:
         """A coordinator process (``name`` names its log and address file;
         ``journal`` overrides the deployment's journal URL for this one)."""
         runner_flags: list[str] = []
-        for slot in self.runners:
+        for slot in self.runners[: self.flagged_runners]:
             options = self.runner_options.get(slot.name)
             spec = f"{slot.name}={slot.dispatch_address}" + (f";{options}" if options else "")
             runner_flags += ["--runner", spec]
