@@ -149,8 +149,8 @@ def member_refused(refused: MembershipRefused) -> ApiError:
             grpc.StatusCode.ALREADY_EXISTS,
             _R.ERROR_REASON_RUNNER_CONFLICT,
             f"runner {name} is a member at {member.address} (pool {member.pool}, kinds "
-            f"{kinds_text(member.kinds)}, generation {member.sequence}): to change it, "
-            "drain it, remove it, then add it again",
+            f"{kinds_text(member.kinds)}, generation {member.sequence}); a member's fields "
+            "never change: drain it, remove it, then add it again",
             runner=name,
             address=member.address,
             pool=member.pool,
@@ -161,8 +161,7 @@ def member_refused(refused: MembershipRefused) -> ApiError:
         return ApiError(
             grpc.StatusCode.FAILED_PRECONDITION,
             _R.ERROR_REASON_RUNNER_NOT_DRAINED,
-            f"runner {name} is not drained: drain it first (no new turns go to it), wait "
-            "for its turns to end, then remove it; or remove it with force",
+            f"runner {name} is not drained: drain it first, or remove it with force",
             runner=name,
         )
     if refused.refusal is MemberRefusal.RUNNER_HAS_TURNS:
@@ -170,8 +169,7 @@ def member_refused(refused: MembershipRefused) -> ApiError:
             grpc.StatusCode.FAILED_PRECONDITION,
             _R.ERROR_REASON_RUNNER_HAS_TURNS,
             f"runner {name} still has {refused.turns} turn(s) bound to it: wait for them to "
-            "end (bound_turns in ListRunners), or remove it with force (they then end "
-            "TIMED_OUT, RUNNER_REMOVED)",
+            "end, or remove it with force (they end TIMED_OUT, RUNNER_REMOVED)",
             runner=name,
             turns=str(refused.turns),
         )

@@ -113,15 +113,22 @@ def unknown_is_not_started(sim: Simulator) -> Policy:
             return decision
         if change.after.execution is not Execution.UNKNOWN:
             return decision
-        after = dataclasses.replace(change.after, execution=Execution.NOT_STARTED)
-        event_record = change.event
-        if event_record is not None:
-            event_record = dataclasses.replace(event_record, execution=Execution.NOT_STARTED)
-        return dataclasses.replace(
-            decision, change=dataclasses.replace(change, after=after, event=event_record)
-        )
+        return _billed_not_started(decision)
 
     return policy
+
+
+def _billed_not_started(decision: Decision) -> Decision:
+    """The decision with its change (and event) saying execution NOT_STARTED."""
+    change = decision.change
+    assert change is not None
+    after = dataclasses.replace(change.after, execution=Execution.NOT_STARTED)
+    event_record = change.event
+    if event_record is not None:
+        event_record = dataclasses.replace(event_record, execution=Execution.NOT_STARTED)
+    return dataclasses.replace(
+        decision, change=dataclasses.replace(change, after=after, event=event_record)
+    )
 
 
 def dispatch_without_write_ahead(sim: Simulator) -> Policy:
@@ -184,13 +191,7 @@ def left_runner_is_not_started(sim: Simulator) -> Policy:
         change = decision.change
         if not isinstance(event, NotAMember) or change is None or not change.after.state.terminal:
             return decision
-        after = dataclasses.replace(change.after, execution=Execution.NOT_STARTED)
-        event_record = change.event
-        if event_record is not None:
-            event_record = dataclasses.replace(event_record, execution=Execution.NOT_STARTED)
-        return dataclasses.replace(
-            decision, change=dataclasses.replace(change, after=after, event=event_record)
-        )
+        return _billed_not_started(decision)
 
     return policy
 

@@ -186,18 +186,13 @@ def hint_for(error: TurnwireError, args: argparse.Namespace) -> str | None:
     runner = getattr(args, "runner", "NAME")
     if error.reason == "RUNNER_NOT_DRAINED":
         return (
-            f"drain it first (turnwire admin runners drain {runner} --reason TEXT), wait for "
-            "its BOUND turns to reach 0, then remove it; or --force"
+            f"turnwire admin runners drain {runner} --reason TEXT; once "
+            "`turnwire admin runners` shows BOUND 0, remove it"
         )
     if error.reason == "RUNNER_HAS_TURNS":
-        turns = error.metadata.get("turns", "some")
-        return (
-            f"{turns} turn(s) still bound to {runner}: wait until `turnwire admin runners` "
-            "shows BOUND 0; --force ends them TIMED_OUT RUNNER_REMOVED"
-        )
+        return "wait until `turnwire admin runners` shows BOUND 0, or add --force"
     if error.reason == "RUNNER_CONFLICT":
         return (
-            f"{runner} is a member at {error.metadata.get('address', '?')}: to move it, "
-            f"drain it, `turnwire admin runners remove {runner}`, then add it again"
+            f"to move it: turnwire admin runners drain {runner}, remove {runner}, then add it again"
         )
     return None

@@ -11,6 +11,9 @@ import asyncio
 import dataclasses
 from pathlib import Path
 
+import grpc
+import pytest
+
 from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core.model import Execution, OpState
 from coordinator_svc.dispatcher import Dispatcher
@@ -55,12 +58,18 @@ def test_a_runner_added_at_run_time_takes_turns_and_leaves_nothing_behind(tmp_pa
             assert {(r.state, r.runner) for r in ended} == {(OpState.SUCCEEDED, "r2")}
             assert all(count == 1 for count in rig.starts().values())
 
+            # Its watch task and its client: what must not outlive the member.
+            watch_task = dispatcher.members._tasks["r2"]
+            client = dispatcher._calls.clients["r2"]
             change = await dispatcher.set_runners([r1], ())
             assert change.removed == (r2,)
+            assert watch_task.done()  # ended before set_runners returned
             assert "r2" not in dispatcher.members.watches
             assert not dispatcher._calls.configured("r2")
             assert not dispatcher.room.scheduler.known("r2")
             assert await settled_tasks(dispatcher) == before
+            with pytest.raises(grpc.aio.UsageError):  # its channel is closed
+                await client.info()
             last = await rig.terminal(await rig.submit())
             assert (last.state, last.runner) == (OpState.SUCCEEDED, "r1")
         finally:
