@@ -232,12 +232,25 @@ class LocalDeployment:
             env={**self.runner_env, **(env or {})},
         )
 
-    def _proxy_process(self, name: str, upstream: str, control_file: Path) -> ManagedProcess:
+    def _listen_as_before(self, name: str) -> str:
+        """The port ``name`` listened on the last time this data directory ran (its
+        address file), else a free one: the journal keeps the runner set (PROTOCOL.md
+        §11 M8), so a runner started again must be where the journal says it is."""
+        previous = self.data_dir / f"{name}.addr"
+        try:
+            port = int(previous.read_text().strip().rsplit(":", 1)[1])
+        except (OSError, IndexError, ValueError):
+            return "127.0.0.1:0"
+        return f"127.0.0.1:{port}"
+
+    def _proxy_process(
+        self, name: str, upstream: str, control_file: Path, listen: str = "127.0.0.1:0"
+    ) -> ManagedProcess:
         # The control address file is written before the proxy address file,
         # so once start() returns, both are there.
         argv = python_module(
             "turnwire.faults", "proxy",
-            "--listen", "127.0.0.1:0",
+            "--listen", listen,
             "--upstream", upstream,
             "--control", "127.0.0.1:0",
             "--control-address-file", str(control_file),
@@ -281,14 +294,17 @@ class LocalDeployment:
             store_dir = self.data_dir / name
             store_dir.mkdir(exist_ok=True)
             store = store_dir / "store.db"
-            process = self._runner_process(name, store, "127.0.0.1:0")
+            process = self._runner_process(name, store, self._listen_as_before(name))
             slot = RunnerSlot(name, process, store)
             self.runners.append(slot)
             address = process.start(timeout)
             slot.port = int(address.rsplit(":", 1)[1])
             process.wait_healthy(timeout, self._open_runner_channel)
             if self.with_proxies:
-                slot.proxy = self._proxy_process(f"proxy-{index}", address, slot.control_file)
+                proxy = f"proxy-{index}"
+                slot.proxy = self._proxy_process(
+                    proxy, address, slot.control_file, self._listen_as_before(proxy)
+                )
                 slot.proxy.start(timeout)
 
     def _coordinator_process(
