@@ -58,6 +58,8 @@ class Members:
             name: watch_for(client) for name, client in calls.clients.items()
         }
         self._tasks: dict[str, asyncio.Task[Any]] = {}
+        # Members this process cannot call (logged once each; tried again each read).
+        self._unreachable: set[RunnerEndpoint] = set()
         self._running = False
         # One change at a time: a replica's poll and an operator's call may race.
         self._lock = asyncio.Lock()
@@ -91,7 +93,10 @@ class Members:
                 await self._close(runner)
             for runner in change.added:
                 self._open(runner)
-            self.endpoints = tuple(sorted(runners, key=lambda e: e.name))
+            # A member this process could not build a client for is none here:
+            # the scheduler must not grant it turns it cannot send.
+            reachable = [e for e in runners if self._calls.configured(e.name)]
+            self.endpoints = tuple(sorted(reachable, key=lambda e: e.name))
             self._scheduler.set_runners(self.endpoints)
             wanted = frozenset(drained)
             drains_changed = wanted != self.drained
@@ -103,8 +108,12 @@ class Members:
             client = self._calls.add(runner)
         except ValueError as error:
             # The set is the journal's; this replica cannot call it (no credentials):
-            # say so, and treat it as not a member here (nothing is sent to it).
-            log.error("runner %s joined the set but cannot be called here: %s", runner.name, error)
+            # say so once, and treat it as not a member here (nothing is sent to it).
+            if runner not in self._unreachable:
+                self._unreachable.add(runner)
+                log.error(
+                    "runner %s is in the set but cannot be called here: %s", runner.name, error
+                )
             return
         watch = self._watch_for(client)
         self.watches[runner.name] = watch

@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from coordinator_svc.config import RunnerEndpoint
-from coordinator_svc.core.model import Execution, OpState
+from coordinator_svc.core.model import Execution, OpState, TurnKind
 from coordinator_svc.dispatcher import Dispatcher
 from coordinator_svc.storage import FakeJournal
 from tests.coordinator.dispatcher.rig import Rig
@@ -134,6 +134,26 @@ def test_a_name_added_again_is_a_new_member_with_its_own_watch(tmp_path: Path) -
             await rig.watching("r1")
             record = await rig.terminal(await rig.submit())
             assert (record.state, record.runner) == (OpState.SUCCEEDED, "r1")
+        finally:
+            await rig.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_member_this_process_cannot_call_is_none_here(tmp_path: Path) -> None:
+    """M5: without runner credentials a member of the journal's set cannot be called:
+    it is not a member here (no grant, no turn for its pool is accepted), and applying
+    the set again changes nothing."""
+
+    async def scenario() -> None:
+        rig = Rig(tmp_path, FakeJournal())
+        try:
+            dispatcher = rig.make_dispatcher(runner_credentials=None)
+            member = RunnerEndpoint("r1", "127.0.0.1:9", generation=1)
+            for _ in range(2):
+                await dispatcher.set_runners([member], ())
+                assert dispatcher.runners == () and not dispatcher.can_add_runners()
+            assert not dispatcher.has_runner_for("default", TurnKind.WRITABLE)
         finally:
             await rig.close()
 
