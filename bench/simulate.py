@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.simulation.broken_policies import BROKEN
-from tests.simulation.budget import HARD_CASES, BudgetResult, run_budget
+from tests.simulation.budget import HARD_CASES, RARE_CASES, BudgetResult, run_budget
 from tests.simulation.shrink import shrink
 from tests.simulation.sim_retention import SimRetention
 from tests.simulation.simulator import SimConfig, run_seed
@@ -82,7 +82,7 @@ def run_for(args: argparse.Namespace) -> int:
         f"{total.figures()}"
     )
     print("hard cases exercised:")
-    for name, key in HARD_CASES.items():
+    for name, key in {**HARD_CASES, **RARE_CASES}.items():
         print(f"  {name}: {total.coverage[key]}")
     if not args.no_retention:
         print("retention (PROTOCOL.md §9):")

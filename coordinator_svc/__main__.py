@@ -184,7 +184,10 @@ def _serve_wiring_flags(serve: argparse.ArgumentParser) -> None:
         action="append",
         type=_runner,
         metavar="NAME=HOST:PORT[;pool=P][;kinds=writable+read_only]",
-        help="a runner to dispatch to; repeatable "
+        help="a runner of the initial set; repeatable. The set lives in the journal: a name "
+        "it has never seen is recorded, one it holds must agree with it (else the start is "
+        "refused), a removed one is not added back; change it while running with "
+        "`turnwire admin runners add|drain|remove` (PROTOCOL.md §11) "
         "(env TURNWIRE_RUNNERS: specs separated by commas or newlines)",
     )
     serve.add_argument(

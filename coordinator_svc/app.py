@@ -31,12 +31,12 @@ from typing import cast
 
 import grpc
 
-from coordinator_svc.api.admin_drains import follow_drains, load_drains
 from coordinator_svc.api.admin_servicer import SERVICE_NAME as ADMIN_SERVICE_NAME
 from coordinator_svc.api.admin_servicer import AdminServicer, OperatorJournal, annotate
 from coordinator_svc.api.admin_servicer import add_to_server as add_admin_to_server
 from coordinator_svc.api.auth import RELOAD_POLL_SECONDS, Authenticator
 from coordinator_svc.api.call_limits import CallLimits
+from coordinator_svc.api.runner_set import follow_runner_set, load_runner_set
 from coordinator_svc.api.servicer import SERVICE_NAME, TurnServicer, add_to_server, utc_now
 from coordinator_svc.config import CoordinatorConfig
 from coordinator_svc.console import RunningConsole, check_console_address, start_console
@@ -90,7 +90,8 @@ class RunningCoordinator:
     listener: ChangeListener | None = None
     retention: JournalRetentionTask | None = None  # §9 K1, the scheduled pruning
     admin: AdminServicer | None = None  # AdminService (§10), when the journal keeps its records
-    drain_follower: asyncio.Task[None] | None = None  # a replica re-reads drains (§10 V8)
+    # A replica re-reads the runner set and the drains (§11 M5, §10 V8).
+    runner_set_follower: asyncio.Task[None] | None = None
     metrics: MetricsEndpoint | None = None  # issue 13, --metrics-listen
     instruments: CoordinatorMetrics | None = None  # what /metrics serves
     console: RunningConsole | None = None  # issue 13, --console-listen
@@ -110,8 +111,8 @@ class RunningCoordinator:
         self._stopped = True
         if self._token_follower is not None:
             self._token_follower.cancel()
-        if self.drain_follower is not None:
-            self.drain_follower.cancel()
+        if self.runner_set_follower is not None:
+            self.runner_set_follower.cancel()
         if self.metrics is not None:  # first: a scrape never reads a stopping process
             await asyncio.to_thread(self.metrics.stop)
         if self.instruments is not None:
@@ -177,7 +178,7 @@ async def start_coordinator(
     # Issue 13: instruments only when /metrics is served (nothing on the hot path otherwise);
     # a journal handed in (a test's fake) has no URL to count operations in.
     metrics = (
-        CoordinatorMetrics(config.journal_url if owned else None, config.runners)
+        CoordinatorMetrics(config.journal_url if owned else None)
         if config.metrics_listen is not None
         else None
     )
@@ -230,7 +231,7 @@ async def start_coordinator(
         "coordinator serving on %s (journal %s, %d runner(s))",
         running.address,
         _redacted(config.journal_url),
-        len(config.runners),
+        len(running.dispatcher.runners),
     )
     return running
 
@@ -250,9 +251,13 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
         if not isinstance(journal.inner, LeasingJournal):
             raise ValueError(f"{type(journal.inner).__name__} takes no leases: no replicas on it")
         ownership = Ownership(journal, replica, wiring.clock)
+    # A journal that keeps the operator's records keeps the runner set too (§11):
+    # the dispatcher starts empty and takes the journal's set (the flags weighed,
+    # M8) before recovery; on any other journal the flags are the set.
+    operator_journal = shared if isinstance(shared, AdminJournal) else None
     dispatcher = Dispatcher(
         journal,
-        config.runners,
+        config.runners if operator_journal is None else (),
         config.timings,
         feed,
         clock=wiring.clock,
@@ -266,10 +271,22 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
         runner_credentials=config.runner_credentials,
         ownership=ownership,
     )
-    # Drains first (§10 V8): recovery and the first grants already honour them.
-    operator_journal = shared if isinstance(shared, AdminJournal) else None
+    # The runner set and its drains first (§11 M5, §10 V8): recovery and the
+    # first grants already use them.
     if operator_journal is not None:
-        await load_drains(operator_journal, dispatcher)
+        await load_runner_set(
+            operator_journal,
+            dispatcher,
+            config.runners,
+            by=f"replica {replica.name}" if replica is not None else "the coordinator",
+            clock=wiring.clock,
+        )
+        if dispatcher.runners and not dispatcher.can_add_runners():
+            raise SecurityConfigError(
+                f"the journal's runner set has {len(dispatcher.runners)} member(s) but this "
+                "coordinator has no runner credentials: give --tls-cert/--tls-key/--tls-ca "
+                "(mutual TLS), or --plaintext with --runner-secret-file (loopback only)"
+            )
     await dispatcher.start()
     # A replica on PostgreSQL hears the others' commits (0005's NOTIFY), so its
     # API may read through the cache like a lone coordinator's: a notification
@@ -351,7 +368,9 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
         running.listener.start()
     running.admin = admin
     if operator_journal is not None and ownership is not None:
-        running.drain_follower = asyncio.create_task(follow_drains(operator_journal, dispatcher))
+        running.runner_set_follower = asyncio.create_task(
+            follow_runner_set(operator_journal, dispatcher)
+        )
     if config.tokens_reload_seconds > 0:
         running.follow_tokens_file(config.tokens_reload_seconds)
     return running

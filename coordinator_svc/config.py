@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from coordinator_svc.core.model import TurnKind
@@ -10,15 +11,77 @@ from coordinator_svc.retention_flags import JournalRetention
 from turnwire.limits import MessageLimits
 from turnwire.transport_security import RunnerCredentials, TlsMaterial
 
+ALL_KINDS: frozenset[TurnKind] = frozenset({TurnKind.WRITABLE, TurnKind.READ_ONLY})
+MAX_RUNNER_FIELD_CHARS = 255
+
 
 @dataclass(frozen=True)
 class RunnerEndpoint:
-    """One configured runner: a stable name, where it listens, what it serves."""
+    """One runner member: a stable name, where it listens, what it serves.
+
+    ``generation`` tells members of one name apart (PROTOCOL.md §11 M1): the
+    number of the journal record that added this member (0 where no journal
+    keeps the set). A name removed and added again is a new member.
+    """
 
     name: str
     address: str
     pool: str = "default"
-    kinds: frozenset[TurnKind] = frozenset({TurnKind.WRITABLE, TurnKind.READ_ONLY})
+    kinds: frozenset[TurnKind] = ALL_KINDS
+    generation: int = 0
+
+    def same_fields(self, other: RunnerEndpoint) -> bool:
+        """Address, pool and kinds agree (whatever the generations)."""
+        return (self.address, self.pool, self.kinds) == (other.address, other.pool, other.kinds)
+
+
+class RunnerSpecError(ValueError):
+    """A runner's name, address, pool or kinds that cannot be used; ``field`` names which."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _check_text(field: str, value: str, forbidden: str) -> None:
+    if not value or len(value) > MAX_RUNNER_FIELD_CHARS:
+        raise RunnerSpecError(field, f"{field} is required (1..{MAX_RUNNER_FIELD_CHARS} chars)")
+    if not value.isprintable() or any(c.isspace() or c in forbidden for c in value):
+        raise RunnerSpecError(
+            field, f"{field} {value!r} may not hold spaces, control characters or {forbidden!r}"
+        )
+
+
+def parse_kinds(text: str, field: str = "kinds") -> frozenset[TurnKind]:
+    """``writable+read_only`` (any case, ``+`` or ``,`` between) -> the kinds."""
+    names = [k.strip().upper().replace("-", "_") for k in re.split(r"[+,]", text) if k.strip()]
+    try:
+        kinds = frozenset(TurnKind(name) for name in names)
+    except ValueError:
+        kinds = frozenset()
+    if not kinds:
+        raise RunnerSpecError(field, f"{field} must be writable and/or read_only, got {text!r}")
+    return kinds
+
+
+def runner_endpoint(
+    name: str, address: str, pool: str = "default", kinds: frozenset[TurnKind] = ALL_KINDS
+) -> RunnerEndpoint:
+    """A runner member's fields, checked alike for --runner and AddRunner (§11 M2):
+    a name, a HOST:PORT address, a pool, at least one kind. RunnerSpecError names
+    the field. Whether plaintext may reach the address is the transport rule's
+    (``turnwire.transport_security``), not this."""
+    _check_text("name", name, "=;,")
+    _check_text("address", address, ";,")
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise RunnerSpecError(
+            "address", f"address must be HOST:PORT (port 1..65535), got {address!r}"
+        )
+    _check_text("pool", pool, ";,")
+    if not kinds or not kinds <= ALL_KINDS:
+        raise RunnerSpecError("kinds", "kinds must be writable and/or read_only")
+    return RunnerEndpoint(name=name, address=address, pool=pool, kinds=frozenset(kinds))
 
 
 def parse_runner_spec(spec: str) -> RunnerEndpoint:
@@ -28,19 +91,22 @@ def parse_runner_spec(spec: str) -> RunnerEndpoint:
     if not sep or not name or ":" not in address:
         raise ValueError(f"runner spec must be NAME=HOST:PORT[;pool=P][;kinds=K+K], got {spec!r}")
     pool = "default"
-    kinds = {TurnKind.WRITABLE, TurnKind.READ_ONLY}
+    kinds = ALL_KINDS
     for option in options:
         key, _, value = option.partition("=")
         if key == "pool" and value:
             pool = value
         elif key == "kinds" and value:
             try:
-                kinds = {TurnKind(k.strip().upper()) for k in value.split("+")}
-            except ValueError as exc:
+                kinds = parse_kinds(value)
+            except RunnerSpecError as exc:
                 raise ValueError(f"runner {name}: kinds must be writable and/or read_only") from exc
         else:
             raise ValueError(f"runner {name}: unknown option {option!r}")
-    return RunnerEndpoint(name=name, address=address, pool=pool, kinds=frozenset(kinds))
+    try:
+        return runner_endpoint(name, address, pool, kinds)
+    except RunnerSpecError as exc:
+        raise ValueError(f"runner spec {spec!r}: {exc}") from exc
 
 
 @dataclass(frozen=True)

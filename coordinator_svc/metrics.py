@@ -23,7 +23,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from sqlalchemy.pool import NullPool
 
-from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core.model import (
     Change,
     EventRecord,
@@ -112,7 +111,7 @@ def _reason_label(reason: str | None) -> str:
 class CoordinatorMetrics:
     """Every instrument of one coordinator process, on a registry of its own."""
 
-    def __init__(self, journal_url_text: str | None, runners: Sequence[RunnerEndpoint]) -> None:
+    def __init__(self, journal_url_text: str | None) -> None:
         self.registry: CollectorRegistry = new_registry()
         self.journal_seconds = Histogram(
             "turnwire_journal_commit_seconds",
@@ -143,9 +142,7 @@ class CoordinatorMetrics:
         )
         self.server_interceptor = ServerLatencyInterceptor(server_histogram(self.registry))
         self.client_interceptor = ClientLatencyInterceptor(client_histogram(self.registry))
-        self.state = CoordinatorState(
-            JournalCounts(journal_url_text) if journal_url_text else None, tuple(runners)
-        )
+        self.state = CoordinatorState(JournalCounts(journal_url_text) if journal_url_text else None)
         self.registry.register(self.state)
 
     def journal(self, inner: Journal) -> CachedJournal:
@@ -247,8 +244,9 @@ class MemoryView:
     in_flight: dict[str, int]
 
 
-def memory_view(dispatcher: Dispatcher, runners: Sequence[RunnerEndpoint]) -> MemoryView:
-    """Runs on the event loop (``read_on_loop``)."""
+def memory_view(dispatcher: Dispatcher) -> MemoryView:
+    """Runs on the event loop (``read_on_loop``). Slots of the members now (§11 M5):
+    a runner that left the set leaves these families at the next scrape."""
     scheduler = dispatcher.room.scheduler
     slots = tuple(
         SlotView(
@@ -258,7 +256,7 @@ def memory_view(dispatcher: Dispatcher, runners: Sequence[RunnerEndpoint]) -> Me
             scheduler.size(runner.name, kind),
             scheduler.in_use(runner.name, kind),
         )
-        for runner in runners
+        for runner in dispatcher.runners
         if scheduler.known(runner.name)  # sizes come from its GetRunnerInfo
         for kind in TurnKind
         if kind in runner.kinds
@@ -281,7 +279,6 @@ class CoordinatorState(Collector):
     and counters the dispatcher keeps itself)."""
 
     counts: JournalCounts | None
-    runners: tuple[RunnerEndpoint, ...]
     dispatcher: Dispatcher | None = None
     loop: asyncio.AbstractEventLoop | None = None
     journal_failures: int = field(default=0)
@@ -304,7 +301,7 @@ class CoordinatorState(Collector):
         view = None
         if self.dispatcher is not None and self.loop is not None:
             dispatcher = self.dispatcher
-            view = read_on_loop(self.loop, lambda: memory_view(dispatcher, self.runners))
+            view = read_on_loop(self.loop, lambda: memory_view(dispatcher))
         yield from self._memory_families(view)
 
     def _journal_families(self, rows: list[JournalRow], readable: bool) -> Iterator[Metric]:

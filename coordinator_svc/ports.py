@@ -40,6 +40,7 @@ from coordinator_svc.core.events import (
     PreflightAnswer,
     PreflightFailed,
 )
+from coordinator_svc.core.membership import MemberRefusal, MembershipRecord, RunnerRoster
 from coordinator_svc.core.model import (
     AttemptRecord,
     Change,
@@ -80,6 +81,29 @@ class InvalidWrite(ValueError):
     Examples: a naive datetime, a changed envelope, an event that does not
     describe the change, an attempt number that is not the next one.
     """
+
+
+class MembershipRefused(InvalidWrite):
+    """A membership write the rules refuse (PROTOCOL.md §11 M2, M3); nothing was written.
+
+    ``member`` is the name's latest record (the live member a conflicting add
+    met, or the one a removal would have ended); ``turns`` the turns bound to
+    it when that is the reason.
+    """
+
+    def __init__(
+        self,
+        refusal: MemberRefusal,
+        runner: str,
+        *,
+        member: MembershipRecord | None = None,
+        turns: int = 0,
+    ) -> None:
+        super().__init__(f"{refusal}: {runner}")
+        self.refusal = refusal
+        self.runner = runner
+        self.member = member
+        self.turns = turns
 
 
 class IdempotencyKeyReused(JournalError):
@@ -294,6 +318,44 @@ class AdminJournal(Protocol):
         """Every drained runner, by name."""
         ...
 
+    # --- runner membership (§11) ---
+
+    async def add_runner(self, record: MembershipRecord) -> tuple[MembershipRecord, bool]:
+        """M2: make ``record`` (an ADDED record; its sequence is ignored) the name's
+        member unless it is one. Returns (the live member as stored, True if this
+        call stored it): a live member with the same fields is a replay. A live
+        member with other fields: MembershipRefused(RUNNER_CONFLICT), nothing
+        stored. Concurrent adds of one name store one record."""
+        ...
+
+    async def remove_runner(
+        self,
+        runner: str,
+        *,
+        generation: int,
+        by: str,
+        reason: str,
+        at: datetime,
+        force: bool,
+    ) -> tuple[MembershipRecord, bool]:
+        """M3/M4: end the name's live member (of ``generation``; 0: whichever) and,
+        in the same transaction, its drain. Returns (the REMOVED record, True if
+        this call stored it); asking again for a removal already recorded is a
+        replay. Without ``force`` the runner must be drained and have no bound
+        turn (states in ``core.membership.BOUND_STATES``), read in the removal's
+        own transaction. MembershipRefused (RUNNER_NOT_FOUND, RUNNER_NOT_DRAINED,
+        RUNNER_HAS_TURNS), nothing stored, otherwise."""
+        ...
+
+    async def runner_roster(self) -> RunnerRoster:
+        """M1/M5: every name's latest membership record and every drain, in one read."""
+        ...
+
+    async def bound_turns(self) -> dict[str, int]:
+        """Non-terminal operations bound to each runner (BOUND_STATES), by name;
+        runners with none are absent."""
+        ...
+
 
 @dataclass(frozen=True)
 class RunnerInfo:
@@ -359,7 +421,9 @@ class RunnerGateway(Protocol):
 
     def watch(self, after_sequence: int) -> WatchCall: ...
 
-    async def close(self) -> None: ...
+    async def close(self, grace: float | None = None) -> None:
+        """Close the connection; with ``grace``, calls in flight get that long first."""
+        ...
 
 
 # A journal's submit (``Journal.submit``), handed to the dispatcher so it can

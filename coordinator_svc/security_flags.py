@@ -116,7 +116,9 @@ def security_from_args(
             raise SecurityConfigError(
                 "--tls-* and --plaintext/--runner-secret-file exclude each other"
             )
-        return tls, RunnerCredentials(tls=tls) if has_runners else None
+        # With TLS the coordinator can always call runners (its certificate is its
+        # client identity), also ones added at run time (§11 M2).
+        return tls, RunnerCredentials(tls=tls)
     if not args.plaintext:
         raise SecurityConfigError(
             "choose transport security: --tls-cert, --tls-key and --tls-ca (`turnwire certs` "

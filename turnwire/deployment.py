@@ -107,6 +107,9 @@ class LocalDeployment:
     # Extra ``--runner`` spec options per runner name, e.g.
     # {"runner-2": "kinds=read_only"} (coordinator_svc.config.parse_runner_spec).
     runner_options: Mapping[str, str] = field(default_factory=dict)
+    # How many of the runners (the first ones) the coordinator gets a --runner
+    # flag for (None: all); the others join with `turnwire admin runners add`.
+    flagged_runners: int | None = None
     # Every coordinator and runner serves /metrics on 127.0.0.1 (port 0, or from
     # metrics_base_port) and writes where to DATA/<name>.metrics.addr (HTTPS with
     # the deployment CA under tls).
@@ -282,12 +285,25 @@ class LocalDeployment:
             env={**self.runner_env, **(env or {})},
         )
 
-    def _proxy_process(self, name: str, upstream: str, control_file: Path) -> ManagedProcess:
+    def _listen_as_before(self, name: str) -> str:
+        """The port ``name`` listened on the last time this data directory ran (its
+        address file), else a free one: the journal keeps the runner set (PROTOCOL.md
+        §11 M8), so a runner started again must be where the journal says it is."""
+        previous = self.data_dir / f"{name}.addr"
+        try:
+            port = int(previous.read_text().strip().rsplit(":", 1)[1])
+        except (OSError, IndexError, ValueError):
+            return "127.0.0.1:0"
+        return f"127.0.0.1:{port}"
+
+    def _proxy_process(
+        self, name: str, upstream: str, control_file: Path, listen: str = "127.0.0.1:0"
+    ) -> ManagedProcess:
         # The control address file is written before the proxy address file,
         # so once start() returns, both are there.
         argv = python_module(
             "turnwire.faults", "proxy",
-            "--listen", "127.0.0.1:0",
+            "--listen", listen,
             "--upstream", upstream,
             "--control", "127.0.0.1:0",
             "--control-address-file", str(control_file),
@@ -332,15 +348,21 @@ class LocalDeployment:
             store_dir = self.data_dir / name
             store_dir.mkdir(exist_ok=True)
             store = store_dir / "store.db"
-            port = self.runner_base_port + index - 1 if self.runner_base_port else 0
-            process = self._runner_process(name, store, f"127.0.0.1:{port}")
+            if self.runner_base_port:
+                listen = f"127.0.0.1:{self.runner_base_port + index - 1}"
+            else:
+                listen = self._listen_as_before(name)
+            process = self._runner_process(name, store, listen)
             slot = RunnerSlot(name, process, store)
             self.runners.append(slot)
             address = process.start(timeout)
             slot.port = int(address.rsplit(":", 1)[1])
             process.wait_healthy(timeout, self._open_runner_channel)
             if self.with_proxies:
-                slot.proxy = self._proxy_process(f"proxy-{index}", address, slot.control_file)
+                proxy = f"proxy-{index}"
+                slot.proxy = self._proxy_process(
+                    proxy, address, slot.control_file, self._listen_as_before(proxy)
+                )
                 slot.proxy.start(timeout)
 
     def _coordinator_process(
@@ -355,7 +377,7 @@ class LocalDeployment:
         """A coordinator process (``name`` names its log and address file;
         ``journal`` overrides the deployment's journal URL for this one)."""
         runner_flags: list[str] = []
-        for slot in self.runners:
+        for slot in self.runners[: self.flagged_runners]:
             options = self.runner_options.get(slot.name)
             spec = f"{slot.name}={slot.dispatch_address}" + (f";{options}" if options else "")
             runner_flags += ["--runner", spec]

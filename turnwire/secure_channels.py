@@ -18,7 +18,7 @@ from turnwire.observability import tracing
 from turnwire.transport_security import (
     RunnerCredentials,
     TlsMaterial,
-    require_loopback_for_plaintext,
+    check_runner_address,
 )
 
 ChannelOptions = Sequence[tuple[str, Any]]
@@ -55,11 +55,11 @@ def runner_aio_channel(
     chain = [*tracing.client_interceptors(), *interceptors]
     if attach_secret and credentials.secret is not None:
         chain = [*_aio_secret(credentials.call_metadata), *chain]
+    check_runner_address(credentials, address)
     if credentials.tls is not None:
         return grpc.aio.secure_channel(
             address, channel_credentials(credentials.tls), options=options, interceptors=chain
         )
-    require_loopback_for_plaintext(address, "runner address")
     return grpc.aio.insecure_channel(address, options=options, interceptors=chain or None)
 
 
@@ -67,9 +67,9 @@ def runner_sync_channel(
     credentials: RunnerCredentials, address: str, *, options: ChannelOptions = ()
 ) -> Any:
     """A synchronous channel to a runner, presenting ``credentials`` on every call."""
+    check_runner_address(credentials, address)
     if credentials.tls is not None:
         return grpc.secure_channel(address, channel_credentials(credentials.tls), options=options)
-    require_loopback_for_plaintext(address, "runner address")
     channel = grpc.insecure_channel(address, options=options)
     return grpc.intercept_channel(channel, _SyncSecret(credentials.call_metadata))
 

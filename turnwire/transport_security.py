@@ -61,6 +61,13 @@ def require_loopback_for_plaintext(address: str, role: str) -> None:
         )
 
 
+def check_runner_address(credentials: RunnerCredentials, address: str) -> None:
+    """Raise SecurityConfigError unless ``credentials`` may reach a runner at ``address``:
+    mutual TLS reaches any address; plaintext (a shared secret) loopback only."""
+    if credentials.tls is None:
+        require_loopback_for_plaintext(address, "runner address")
+
+
 def check_private_file(path: Path, what: str) -> None:
     """Refuse a secret or key file that group or others may read or write."""
     try:

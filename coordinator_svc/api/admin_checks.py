@@ -10,10 +10,13 @@ from collections.abc import Iterable
 import grpc
 
 from coordinator_svc.api.admin_convert import executions_from_proto, verdict_from_proto
-from coordinator_svc.api.convert import op_state_from_proto
+from coordinator_svc.api.convert import op_state_from_proto, turn_kind_from_proto
 from coordinator_svc.api.errors import ApiError
+from coordinator_svc.config import ALL_KINDS, RunnerEndpoint, RunnerSpecError, runner_endpoint
+from coordinator_svc.core.membership import MemberRefusal, kinds_text
 from coordinator_svc.core.model import Execution, OperationRecord, OpState
 from coordinator_svc.core.operator import Refusal, Verdict, VerdictRecord
+from coordinator_svc.ports import MembershipRefused
 from turnwire.common.v1 import errors_pb2, turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2
 
@@ -89,13 +92,88 @@ def runner(value: str, configured: Iterable[str]) -> str:
     if not value or len(value) > MAX_ID_CHARS:
         raise invalid("runner", f"runner is required (1..{MAX_ID_CHARS} chars)")
     if value not in set(configured):
-        raise ApiError(
-            grpc.StatusCode.NOT_FOUND,
-            _R.ERROR_REASON_RUNNER_NOT_FOUND,
-            f"no configured runner is named {value!r}",
-            runner=value,
-        )
+        raise runner_not_found(value)
     return value
+
+
+def runner_not_found(name: str) -> ApiError:
+    return ApiError(
+        grpc.StatusCode.NOT_FOUND,
+        _R.ERROR_REASON_RUNNER_NOT_FOUND,
+        f"no member of the runner set is named {name!r}",
+        runner=name,
+    )
+
+
+def optional_reason(value: str) -> str:
+    """An optional why: empty, or as ``reason`` requires."""
+    return reason(value) if value else ""
+
+
+def runner_fields(
+    name: str, address: str, pool: str, kinds: Iterable[turn_pb2.TurnKind.ValueType]
+) -> RunnerEndpoint:
+    """AddRunner's fields, checked as a --runner flag's are (§11 M2)."""
+    try:
+        wanted = frozenset(turn_kind_from_proto(kind) for kind in kinds) or ALL_KINDS
+    except ValueError:
+        raise invalid(
+            "kinds", "kinds must be TURN_KIND_WRITABLE and/or TURN_KIND_READ_ONLY"
+        ) from None
+    try:
+        return runner_endpoint(name, address, pool or "default", wanted)
+    except RunnerSpecError as exc:
+        raise invalid("runner" if exc.field == "name" else exc.field, str(exc)) from None
+
+
+def plaintext_address(address: str, message: str) -> ApiError:
+    """An address plaintext may not reach (the transport rule, M2)."""
+    return invalid("address", message)
+
+
+def no_runner_credentials() -> ApiError:
+    return ApiError(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        _R.ERROR_REASON_RUNNER_CREDENTIALS_MISSING,
+        "this coordinator has no credentials runners accept (mutual TLS: --tls-cert, "
+        "--tls-key, --tls-ca; or --plaintext with --runner-secret-file): it cannot call a "
+        "runner it would add",
+    )
+
+
+def member_refused(refused: MembershipRefused) -> ApiError:
+    """The typed error for a membership act the rules refuse (M2, M3)."""
+    name, member = refused.runner, refused.member
+    if refused.refusal is MemberRefusal.RUNNER_CONFLICT and member is not None:
+        return ApiError(
+            grpc.StatusCode.ALREADY_EXISTS,
+            _R.ERROR_REASON_RUNNER_CONFLICT,
+            f"runner {name} is a member at {member.address} (pool {member.pool}, kinds "
+            f"{kinds_text(member.kinds)}, generation {member.sequence}); a member's fields "
+            "never change: drain it, remove it, then add it again",
+            runner=name,
+            address=member.address,
+            pool=member.pool,
+            kinds=kinds_text(member.kinds),
+            generation=str(member.sequence),
+        )
+    if refused.refusal is MemberRefusal.RUNNER_NOT_DRAINED:
+        return ApiError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            _R.ERROR_REASON_RUNNER_NOT_DRAINED,
+            f"runner {name} is not drained: drain it first, or remove it with force",
+            runner=name,
+        )
+    if refused.refusal is MemberRefusal.RUNNER_HAS_TURNS:
+        return ApiError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            _R.ERROR_REASON_RUNNER_HAS_TURNS,
+            f"runner {name} still has {refused.turns} turn(s) bound to it: wait for them to "
+            "end, or remove it with force (they end TIMED_OUT, RUNNER_REMOVED)",
+            runner=name,
+            turns=str(refused.turns),
+        )
+    return runner_not_found(name)
 
 
 def no_runner_for(pool: str, kind: str) -> ApiError:

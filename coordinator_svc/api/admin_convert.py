@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from coordinator_svc.api.convert import event_to_proto, timestamp
-from coordinator_svc.core.model import AttemptOutcome, AttemptRecord, EventRecord, Execution
+from coordinator_svc.api.convert import event_to_proto, timestamp, turn_kind_to_proto
+from coordinator_svc.core.membership import MemberAction, MembershipRecord
+from coordinator_svc.core.model import (
+    AttemptOutcome,
+    AttemptRecord,
+    EventRecord,
+    Execution,
+    TurnKind,
+)
 from coordinator_svc.core.operator import DrainRecord, OperatorNotes, Verdict, VerdictRecord
 from coordinator_svc.dispatcher.runner_states import RunnerState
 from turnwire.common.v1 import turn_pb2
@@ -15,6 +22,7 @@ from turnwire.wire_values import EnumBridge
 _VERDICTS = EnumBridge(Verdict, coordinator_pb2.Verdict, "VERDICT_")
 _OUTCOMES = EnumBridge(AttemptOutcome, admin_pb2.AttemptOutcome, "ATTEMPT_OUTCOME_")
 _EXECUTIONS = EnumBridge(Execution, turn_pb2.Execution, "EXECUTION_")
+_ACTIONS = EnumBridge(MemberAction, admin_pb2.MembershipAction, "MEMBERSHIP_ACTION_")
 
 # Only a terminal operation with one of these executions can carry a verdict
 # (UNKNOWN) or have been requeued (UNKNOWN, NOT_STARTED): others need no lookup.
@@ -89,11 +97,21 @@ def evidence_to_proto(
     )
 
 
-def runner_to_proto(state: RunnerState, drain: DrainRecord | None) -> admin_pb2.Runner:
+def runner_to_proto(
+    state: RunnerState,
+    drain: DrainRecord | None,
+    member: MembershipRecord | None = None,
+    bound_turns: int = 0,
+) -> admin_pb2.Runner:
+    """A member as ListRunners shows it: this process's view (``state``), its drain,
+    the journal record that added it (None where no journal keeps the set) and the
+    turns bound to it in the journal."""
     runner = admin_pb2.Runner(
         name=state.name,
         address=state.address,
         pools=[state.pool],
+        kinds=kinds_to_proto(state.kinds),
+        generation=state.generation,
         incarnation_id=state.incarnation_id,
         store_id=state.store_id,
         writable_slots=state.writable_slots,
@@ -103,9 +121,35 @@ def runner_to_proto(state: RunnerState, drain: DrainRecord | None) -> admin_pb2.
         answering=state.answering,
         health=state.health,
         drained=drain is not None,
+        bound_turns=bound_turns,
     )
     if drain is not None:
         runner.drained_by = drain.drained_by
         runner.drain_reason = drain.reason
         runner.drained_at.CopyFrom(timestamp(drain.drained_at))
+    if member is not None:
+        runner.added_by = member.recorded_by
+        runner.added_reason = member.reason
+        runner.added_at.CopyFrom(timestamp(member.recorded_at))
     return runner
+
+
+def kinds_to_proto(kinds: Iterable[TurnKind]) -> list[turn_pb2.TurnKind.ValueType]:
+    return sorted(turn_kind_to_proto(kind) for kind in kinds)
+
+
+def membership_to_proto(record: MembershipRecord) -> admin_pb2.MembershipRecord:
+    message = admin_pb2.MembershipRecord(
+        runner=record.runner,
+        sequence=record.sequence,
+        action=_ACTIONS.to_wire[record.action],  # type: ignore[arg-type]
+        address=record.address,
+        pool=record.pool,
+        kinds=kinds_to_proto(record.kinds),
+        recorded_by=record.recorded_by,
+        reason=record.reason,
+        forced=record.forced,
+        bound_turns=record.bound_turns,
+    )
+    message.recorded_at.CopyFrom(timestamp(record.recorded_at))
+    return message

@@ -18,22 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 import grpc
 
 from coordinator_svc.api import admin_checks as check
-from coordinator_svc.api.admin_convert import (
-    apply_all,
-    apply_notes,
-    evidence_to_proto,
-    runner_to_proto,
-)
+from coordinator_svc.api.admin_convert import apply_all, apply_notes, evidence_to_proto
+from coordinator_svc.api.admin_runners import RunnerAdmin, RunnerDispatch
 from coordinator_svc.api.auth import Authenticator, Scope
 from coordinator_svc.api.call_limits import CallLimits
-from coordinator_svc.api.control import DispatchControl
 from coordinator_svc.api.convert import operation_to_proto
 from coordinator_svc.api.errors import abort_with, edge_refusal
 from coordinator_svc.api.paging import decode_page_token, encode_page_token
@@ -44,7 +39,6 @@ from coordinator_svc.core.model import (
     OpState,
 )
 from coordinator_svc.core.operator import (
-    DrainRecord,
     OperationFilter,
     OperatorNotes,
     Refusal,
@@ -56,7 +50,6 @@ from coordinator_svc.core.operator import (
     verdict_outcome,
     verdict_refusal,
 )
-from coordinator_svc.dispatcher.runner_states import RunnerState
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import AdminJournal, InvalidWrite, Journal, PageCursor
 from turnwire.coordinator.v1 import admin_pb2, admin_pb2_grpc
@@ -85,12 +78,8 @@ _EVENT_PAGE = 1000
 _MAX_EVENT_PAGES = 100
 
 
-class AdminDispatch(DispatchControl, Protocol):
+class AdminDispatch(RunnerDispatch, Protocol):
     """What AdminService needs of the dispatcher beyond the public API's port."""
-
-    def set_drained(self, runners: Collection[str]) -> None: ...
-
-    def runner_states(self) -> list[RunnerState]: ...
 
 
 class OperatorJournal(Journal, AdminJournal, Protocol):
@@ -118,6 +107,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self._auth = authenticator
         self._limits = call_limits
         self._clock = clock
+        self._runners = RunnerAdmin(journal, dispatch, clock)
 
     async def _guard(self, context: Any, body: Callable[[str], Awaitable[_T]]) -> _T:
         """Authenticate with the admin scope, run ``body(principal)``, type any failure."""
@@ -382,65 +372,36 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             operation=made_view, original=original_view, replayed=replayed
         )
 
-    # --- runners ------------------------------------------------------------------
-
-    async def _runner_views(self) -> list[admin_pb2.Runner]:
-        """Every configured runner; the drains read now from the journal (and handed
-        to the dispatcher, which a replica otherwise learns at its next poll)."""
-        drains = {d.runner: d for d in await self._journal.drains()}
-        self._dispatch.set_drained(drains)
-        return [runner_to_proto(s, drains.get(s.name)) for s in self._dispatch.runner_states()]
-
-    async def _runner_view(self, name: str) -> admin_pb2.Runner:
-        return next(r for r in await self._runner_views() if r.name == name)
-
-    def _configured(self) -> list[str]:
-        return [s.name for s in self._dispatch.runner_states()]
-
-    async def DrainRunner(
-        self, request: admin_pb2.DrainRunnerRequest, context: Any
-    ) -> admin_pb2.DrainRunnerResponse:
-        async def body(principal: str) -> admin_pb2.DrainRunnerResponse:
-            runner = check.runner(request.runner, self._configured())
-            why = check.reason(request.reason)
-            kept, stored = await self._journal.drain(
-                DrainRecord(runner, principal, why, self._clock())
-            )
-            if stored:
-                log.info("operator %s drained runner %s: %s", principal, runner, why)
-            return admin_pb2.DrainRunnerResponse(
-                runner=await self._runner_view(kept.runner), replayed=not stored
-            )
-
-        return await self._guard(context, body)
-
-    async def UndrainRunner(
-        self, request: admin_pb2.UndrainRunnerRequest, context: Any
-    ) -> admin_pb2.UndrainRunnerResponse:
-        async def body(principal: str) -> admin_pb2.UndrainRunnerResponse:
-            runner = check.runner(request.runner, self._configured())
-            removed = await self._journal.undrain(runner)
-            if removed is not None:
-                log.info(
-                    "operator %s undrained runner %s (drained by %s: %s)",
-                    principal,
-                    runner,
-                    removed.drained_by,
-                    removed.reason,
-                )
-            return admin_pb2.UndrainRunnerResponse(
-                runner=await self._runner_view(runner), replayed=removed is None
-            )
-
-        return await self._guard(context, body)
+    # --- runners (§11, §10 V8: api/admin_runners.py) -------------------------------
 
     async def ListRunners(
         self, request: admin_pb2.ListRunnersRequest, context: Any
     ) -> admin_pb2.ListRunnersResponse:
-        async def body(principal: str) -> admin_pb2.ListRunnersResponse:
-            return admin_pb2.ListRunnersResponse(runners=await self._runner_views())
+        return await self._guard(context, lambda principal: self._runners.list())
 
-        return await self._guard(context, body)
+    async def DrainRunner(
+        self, request: admin_pb2.DrainRunnerRequest, context: Any
+    ) -> admin_pb2.DrainRunnerResponse:
+        return await self._guard(context, lambda principal: self._runners.drain(principal, request))
+
+    async def UndrainRunner(
+        self, request: admin_pb2.UndrainRunnerRequest, context: Any
+    ) -> admin_pb2.UndrainRunnerResponse:
+        return await self._guard(
+            context, lambda principal: self._runners.undrain(principal, request)
+        )
+
+    async def AddRunner(
+        self, request: admin_pb2.AddRunnerRequest, context: Any
+    ) -> admin_pb2.AddRunnerResponse:
+        return await self._guard(context, lambda principal: self._runners.add(principal, request))
+
+    async def RemoveRunner(
+        self, request: admin_pb2.RemoveRunnerRequest, context: Any
+    ) -> admin_pb2.RemoveRunnerResponse:
+        return await self._guard(
+            context, lambda principal: self._runners.remove(principal, request)
+        )
 
 
 async def annotate(journal: AdminJournal, operations: Sequence[Any]) -> None:

@@ -16,6 +16,7 @@ pure: no clock, no I/O, so every rule is a table-driven unit test.
     CancelRequested         decide_cancel.on_requested (C11)
     CancelAnswered/Failed   decide_cancel            (C11, C14)
     ReleaseDone             decide_tick.on_release_done (C10)
+    NotAMember              decide_member.on_not_a_member (§11 M6)
 
 A decision that would need an illegal edge raises ``IllegalTransition`` and
 changes nothing; a terminal operation never changes state (C10).
@@ -26,6 +27,7 @@ from __future__ import annotations
 from coordinator_svc.core import (
     decide_cancel,
     decide_dispatch,
+    decide_member,
     decide_preflight,
     decide_tick,
 )
@@ -38,6 +40,7 @@ from coordinator_svc.core.events import (
     DispatchRefused,
     DispatchUnknown,
     Event,
+    NotAMember,
     PreflightAnswer,
     PreflightFailed,
     ReleaseDone,
@@ -75,4 +78,6 @@ def decide(record: OperationRecord, event: Event, ctx: Context) -> Decision:
             return decide_cancel.on_failed(record, event, ctx)
         case ReleaseDone():
             return decide_tick.on_release_done(record, ctx)
+        case NotAMember():
+            return decide_member.on_not_a_member(record, event, ctx)
     raise TypeError(f"unknown event {event!r}")  # pragma: no cover - Event is closed

@@ -44,6 +44,8 @@ DEFINITE_REFUSALS = frozenset(
         ErrorReason.STALE_FENCING_TOKEN,
         # §6.1: below the runner's admission floor, never admitted.
         ErrorReason.DISPATCH_STALE,
+        # §11 M6: not even sent (its runner is not a member).
+        ErrorReason.RUNNER_REMOVED,
     }
 )
 # Refusals that end the operation.

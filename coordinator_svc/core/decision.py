@@ -230,6 +230,9 @@ def close_current(
 # did not run (C6) and says nothing against the turn, so it never counts
 # toward max_attempts and never fails a turn.
 CAPACITY_REFUSALS = frozenset({ErrorReason.NO_FREE_SLOT, ErrorReason.SHUTTING_DOWN})
+# Refusals that never count toward max_attempts: a full runner's (C6a), and a
+# Dispatch never sent because its runner is not a member (§11 M6).
+UNCOUNTED_REFUSALS = CAPACITY_REFUSALS | {ErrorReason.RUNNER_REMOVED}
 
 
 def refusal_reason(attempt: AttemptRecord) -> str:
@@ -240,8 +243,9 @@ def refusal_reason(attempt: AttemptRecord) -> str:
 
 
 def counted_attempts(attempts: tuple[AttemptRecord, ...]) -> int:
-    """Attempts that count toward max_attempts: all but capacity refusals."""
-    return sum(refusal_reason(a) not in CAPACITY_REFUSALS for a in attempts)
+    """Attempts that count toward max_attempts: all but capacity refusals and
+    Dispatches never sent (§11 M6)."""
+    return sum(refusal_reason(a) not in UNCOUNTED_REFUSALS for a in attempts)
 
 
 def capacity_streak(attempts: tuple[AttemptRecord, ...]) -> int:

@@ -146,6 +146,18 @@ class ReleaseDone:
     """The runner was told it may drop the result (C10)."""
 
 
+@dataclass(frozen=True)
+class NotAMember:
+    """A command was for a runner that is not a member of the runner set (removed,
+    or never added: PROTOCOL.md §11 M6), so nothing was sent. ``command`` names
+    it: ``status``, ``dispatch``, ``cancel`` or ``release``."""
+
+    runner: str
+    command: str
+    asked_attempt: int
+    asked_sequence: int | None = None
+
+
 Event = (
     Tick
     | Restarted
@@ -159,4 +171,5 @@ Event = (
     | CancelAnswered
     | CancelFailed
     | ReleaseDone
+    | NotAMember
 )

@@ -80,6 +80,23 @@ class Scheduler:
         # Drained by an operator (PROTOCOL §10 V8): no grants until undrained.
         self._drained: frozenset[str] = frozenset()
 
+    # --- who the runners are (§11 M5) ---
+
+    def set_runners(self, runners: Sequence[RunnerEndpoint]) -> None:
+        """The members now: grants go only to these."""
+        self._runners = tuple(runners)
+
+    def forget(self, runner: str) -> None:
+        """``runner`` left the set: its sizes and its own report go (a member added
+        again under the name starts unknown, like any new one). Turns still bound
+        to it keep their slots counted until they end (M6)."""
+        self._sizes.pop(runner, None)
+        self._reported.pop(runner, None)
+
+    @property
+    def runners(self) -> tuple[RunnerEndpoint, ...]:
+        return self._runners
+
     # --- what the runners have ---
 
     def learned(self, runner: str, sizes: Mapping[TurnKind, int]) -> None:

@@ -22,11 +22,13 @@ StatusCall = Callable[[Sequence[tuple[str, int]]], Awaitable[list[Answer]]]
 
 
 class StatusBatcher:
-    def __init__(self, call: StatusCall, *, max_batch: int = 256) -> None:
+    def __init__(self, call: StatusCall, *, runner: str = "", max_batch: int = 256) -> None:
         self._call = call
+        self._runner = runner
         self._max_batch = max_batch
         self._pending: list[tuple[str, int, asyncio.Future[Answer]]] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._sending = False
 
     async def ask(self, operation_id: str, asked_attempt: int) -> Answer:
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
@@ -49,6 +51,7 @@ class StatusBatcher:
     async def _send(self, batch: list[tuple[str, int, asyncio.Future[Answer]]]) -> None:
         # One id once per call, even if two steps asked for it.
         unique = list(dict.fromkeys(op for op, _, _ in batch))
+        self._sending = True
         try:
             answers = await self._call([(op, 0) for op in unique])
         except Exception as error:  # fail every asker the same way, never hang one
@@ -56,10 +59,22 @@ class StatusBatcher:
                 if not future.done():
                     future.set_exception(error)
             return
+        finally:
+            self._sending = False
         by_id = dict(zip(unique, answers, strict=True))
         for op, attempt, future in batch:
             if not future.done():
                 future.set_result(dataclasses.replace(by_id[op], asked_attempt=attempt))
+
+    def close(self, detail: str) -> None:
+        """The runner left the set (§11 M5): every ask not sent yet is answered as
+        unreachable now (a call already sent ends with its own answer)."""
+        if self._flusher is not None and not self._flusher.done() and not self._sending:
+            self._flusher.cancel()
+        pending, self._pending = self._pending, []
+        for _, attempt, future in pending:
+            if not future.done():
+                future.set_result(PreflightFailed(self._runner, detail, attempt))
 
     def cancel(self) -> None:
         if self._flusher is not None:

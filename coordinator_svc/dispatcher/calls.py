@@ -40,7 +40,7 @@ from turnwire.backoff import backoff_seconds
 from turnwire.crashpoints import crash_point
 from turnwire.limits import MessageLimits
 from turnwire.observability.logs import turn_context
-from turnwire.transport_security import RunnerCredentials
+from turnwire.transport_security import RunnerCredentials, check_runner_address
 
 log = logging.getLogger("coordinator_svc.dispatcher")
 
@@ -76,23 +76,19 @@ class RunnerCalls:
     ) -> None:
         self._timings = timings
         self._settle_grace = settle_grace
-        # gRPC clients unless the caller brings its own gateways (tests: in process).
-        if gateways is not None:
-            self.clients: dict[str, RunnerGateway] = dict(gateways)
-        elif runners and credentials is None:
+        self._metrics = metrics
+        self._interceptors = tuple(interceptors)
+        self._limits = limits
+        self._credentials = credentials
+        # In-process gateways by name (tests); otherwise a gRPC client per member.
+        self._gateways = dict(gateways) if gateways is not None else None
+        if gateways is None and runners and credentials is None:
             raise ValueError(
                 "runners are configured but no runner credentials: a runner serves only "
                 "its coordinator (mutual TLS, or a shared secret on loopback)"
             )
-        else:
-            self.clients = {
-                r.name: RunnerClient(
-                    r, timings, metrics, credentials, _for_runner(interceptors, r.name), limits
-                )
-                for r in runners
-                if credentials is not None
-            }
-        self._batchers = {n: StatusBatcher(c.statuses) for n, c in self.clients.items()}
+        self.clients: dict[str, RunnerGateway] = {}
+        self._batchers: dict[str, StatusBatcher] = {}
         self.releases = ReleaseCarrier(self._release_alone, metrics)
         self._release_tasks: set[asyncio.Task[bool]] = set()
         # Consecutive unanswered calls per runner.
@@ -107,9 +103,60 @@ class RunnerCalls:
         # commit records execution STARTED (R3) without a commit of its own.
         self._started: dict[str, tuple[str, RunnerOp]] = {}
         self._start_wake: dict[str, asyncio.Event] = {}
+        # Clients of members that left, closing after their grace (§11 M5).
+        self._closing: dict[asyncio.Task[None], RunnerGateway] = {}
+        for runner in runners:
+            self.add(runner)
 
     def configured(self, runner: str) -> bool:
+        """``runner`` is a member now: commands for it are sent (§11 M6)."""
         return runner in self.clients
+
+    def check_address(self, address: str) -> None:
+        """SecurityConfigError unless these credentials may reach ``address`` (the
+        transport rule the channel itself applies: plaintext to loopback only)."""
+        if self._credentials is not None:
+            check_runner_address(self._credentials, address)
+
+    def can_reach(self) -> bool:
+        """Whether a member added now could be called (in-process gateways, or
+        credentials its runner accepts: §11 M2)."""
+        return self._gateways is not None or self._credentials is not None
+
+    def add(self, runner: RunnerEndpoint) -> RunnerGateway:
+        """A member's client and status batcher (§11 M5); ValueError if it cannot be reached."""
+        if self._gateways is not None and runner.name in self._gateways:
+            client = self._gateways[runner.name]
+        elif self._credentials is not None:
+            interceptors = _for_runner(self._interceptors, runner.name)
+            client = RunnerClient(
+                runner, self._timings, self._metrics, self._credentials, interceptors, self._limits
+            )
+        else:
+            raise ValueError(f"runner {runner.name}: no runner credentials to call it with")
+        self.clients[runner.name] = client
+        self._batchers[runner.name] = StatusBatcher(client.statuses, runner=runner.name)
+        return client
+
+    def remove(self, runner: str) -> None:
+        """A member left (§11 M5): nothing more is sent to it (``configured`` is False
+        at once); calls already on the wire get ``grace`` to end with their own
+        answers, then the channel closes (``drain``)."""
+        client = self.clients.pop(runner, None)
+        batcher = self._batchers.pop(runner, None)
+        if batcher is not None:
+            batcher.close(f"runner {runner} left the runner set")
+        self.releases.drop(runner)
+        self.trouble.pop(runner, None)
+        if client is not None:
+            grace = self._timings.dispatch_timeout + self._settle_grace + self._timings.start_grace
+            closing = asyncio.get_running_loop().create_task(client.close(grace))
+            self._closing[closing] = client
+            closing.add_done_callback(lambda done: self._closing.pop(done, None))
+
+    async def drain(self) -> None:
+        """Wait for the channels of members that left to close."""
+        await asyncio.gather(*list(self._closing), return_exceptions=True)
 
     def dispatching(self, operation_id: str) -> bool:
         """A Dispatch reply for this operation is on the way (or being held)."""
@@ -147,11 +194,17 @@ class RunnerCalls:
             batcher.cancel()
         for client in self.clients.values():
             await client.close()
+        for closing, client in list(self._closing.items()):
+            closing.cancel()  # a channel still in its grace: close it now
+            await client.close()
+        await self.drain()
 
     def note_answered(self, runner: str) -> None:
         self._note(runner, answered=True)
 
     def _note(self, runner: str, *, answered: bool) -> None:
+        if runner not in self.clients:
+            return  # left the set meanwhile: no streak to keep
         if answered:
             self.trouble.pop(runner, None)
         else:
@@ -265,12 +318,14 @@ class RunnerCalls:
         A Release that still fails is healed later: the runner's watch shows
         the settled row unreleased and the terminal operation releases it again.
         """
-        client = self.clients[command.runner]
         t = self._timings
         # Its own turn context: an owed Release goes alone from a timer that
         # another turn's work armed (dispatcher/releases.py).
         with turn_context(operation_id, runner=command.runner, incarnation=command.incarnation_id):
             for attempt in range(RELEASE_TRIES):
+                client = self.clients.get(command.runner)
+                if client is None:  # left the set (§11 M6): its row stays (K6)
+                    return False
                 if await client.release(operation_id, command):
                     return True
                 await asyncio.sleep(

@@ -58,6 +58,7 @@ from coordinator_svc.core.events import (
     RunnerIdentity,
     Tick,
 )
+from coordinator_svc.core.membership import BOUND_STATES, MembershipChange
 from coordinator_svc.core.model import (
     AttemptRecord,
     EventRecord,
@@ -79,6 +80,7 @@ from coordinator_svc.dispatcher.first_attempt import (
     report_unwritten,
     write_together,
 )
+from coordinator_svc.dispatcher.members import Members
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.ownership import Ownership
 from coordinator_svc.dispatcher.performing import CommandPerformer
@@ -161,7 +163,6 @@ class Dispatcher:
     ) -> None:
         self._journal = journal
         self._ownership = ownership
-        self._runners = tuple(runners)
         self._timings = timings
         self._feed = feed
         self._clock = clock
@@ -169,7 +170,7 @@ class Dispatcher:
         self._status_poll = status_poll if status_poll is not None else timings.status_poll
         self.metrics = DispatcherMetrics()
         self._calls = RunnerCalls(
-            self._runners,
+            runners,
             timings,
             self.metrics,
             interceptors,
@@ -178,7 +179,6 @@ class Dispatcher:
             credentials=runner_credentials,
             gateways=gateways,
         )
-        self._watches = [RunnerWatch(c, self, timings) for c in self._calls.clients.values()]
         self._performer = CommandPerformer(self._calls, self._failed, self._schedule_at)
         # Striped per-operation locks: one load-decide-commit at a time per
         # operation, without a lock object per operation ever seen.
@@ -189,7 +189,16 @@ class Dispatcher:
         self._preflight_first_attempts = preflight_first_attempts
         self._attempt_with_acceptance = not (preflight_first_attempts or queue_before_first_attempt)
         quotas = quotas or Quotas()
-        self.room = WaitingRoom(self._runners, quotas, self.deadlines, clock, self.wake)
+        self.room = WaitingRoom(runners, quotas, self.deadlines, clock, self.wake)
+        # The runner set and each member's watch stream (§11 M5): changed only
+        # through set_runners.
+        self.members = Members(
+            runners,
+            self._calls,
+            self.room.scheduler,
+            lambda client: RunnerWatch(client, self, timings),
+            self._spawn,
+        )
         # Operations a grant is routing right now (their slot is reserved).
         self._routing: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -201,8 +210,6 @@ class Dispatcher:
             journal, clock, timings.idle_poll, skip=self._looked_after, tick=self._due
         )
         self._replica = ReplicaDuties(self) if ownership is not None else None
-        # Runners an operator drained (§10 V8): no new turns; set by set_drained.
-        self.drained: frozenset[str] = frozenset()
         self._running = False
 
     # --- the API the service uses (coordinator_svc.api.control.DispatchControl) ---
@@ -219,13 +226,11 @@ class Dispatcher:
         if self._replica is not None:
             self._spawn(self._replica.keep_leases(lambda: self._running))
         self._spawn(self._due_scan.run(lambda: self._running))
-        for watch in self._watches:
-            self._spawn(watch.run())
+        self.members.start()
 
     async def stop(self) -> None:
         self._running = False
-        for watch in self._watches:
-            watch.stop()
+        self.members.stop()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -319,12 +324,12 @@ class Dispatcher:
         return describe_wait(
             record,
             self.room.scheduler,
-            self._runners,
+            self.runners,
             routing=record.operation_id in self._routing,
             retry_at=self._agenda.not_before(record.operation_id),
             now=self._clock(),
             trouble=self._calls.trouble,
-            watches=self._watches,
+            watches=list(self.members.watches.values()),
         )
 
     async def request_cancel(self, record: OperationRecord) -> OperationRecord:
@@ -337,15 +342,34 @@ class Dispatcher:
             self._spawn(self._drive(record.operation_id, None, first=step))
         return step.record
 
+    @property
+    def runners(self) -> tuple[RunnerEndpoint, ...]:
+        """The members now (§11 M1), by name."""
+        return self.members.endpoints
+
+    @property
+    def drained(self) -> frozenset[str]:
+        return self.members.drained
+
     def has_runner_for(self, pool: str, kind: TurnKind) -> bool:
-        return any(serves(r, pool, kind) for r in self._runners)
+        return any(serves(r, pool, kind) for r in self.runners)
+
+    def can_add_runners(self) -> bool:
+        """A runner added now could be called (credentials it accepts: §11 M2)."""
+        return self._calls.can_reach()
+
+    def check_runner_address(self, address: str) -> None:
+        """SecurityConfigError unless this coordinator's runner credentials may
+        reach ``address`` (plaintext: loopback only, as for --runner)."""
+        self._calls.check_address(address)
 
     # --- the loop ---
 
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     def _schedule_tick(self, operation_id: str) -> None:
         # Before start() the due scan has not begun; it will find the operation.
@@ -455,28 +479,54 @@ class Dispatcher:
         unreachable = {r for r, n in trouble.items() if n >= UNREACHABLE_AFTER}
         self.room.scheduler.avoid(unreachable, self.drained)
 
-    def set_drained(self, runners: Collection[str]) -> None:
-        """The runners drained now (§10 V8, from the journal): no grant and no first
-        attempt goes to them; turns bound there go on. Undraining routes at once."""
-        drained = frozenset(runners)
-        if drained != self.drained:
-            self.drained = drained
+    async def set_runners(
+        self, runners: Sequence[RunnerEndpoint], drained: Collection[str]
+    ) -> MembershipChange:
+        """The one way the runner set and its drains change (§11 M5, §10 V8): the
+        journal's, read at start, by a replica's poll, or after an operator's call.
+        A member that joined gets its machinery and waiting turns may go to it; one
+        that left loses it, and every operation this process drives that is bound
+        to it is looked at now (M6). A drained runner gets no grant and no first
+        attempt; turns bound there go on; undraining routes at once."""
+        change, drains_changed = await self.members.apply(runners, drained)
+        for runner in change.removed:
+            self._spawn(self._look_at_bound(runner.name))
+        if change or drains_changed:
             self._pump()
+        return change
+
+    async def _look_at_bound(self, runner: str) -> None:
+        """Wake the operations bound to a runner that left the set (M6): each is
+        decided at once instead of at its next poll. The due scan is the fallback
+        if the journal cannot be read now."""
+        try:
+            bound = await self.bound_to(runner, BOUND_STATES)
+        except JournalError as error:
+            log.warning(
+                "runner %s left the set; its turns wait for the due scan: %s", runner, error
+            )
+            return
+        for record in bound:
+            if runner not in self.members.names and (
+                self._replica is None or self._replica.owns(record)
+            ):
+                self.wake(record.operation_id)
 
     def runner_states(self) -> list[RunnerState]:
-        """Every configured runner as this coordinator sees it (ListRunners)."""
+        """Every member as this coordinator sees it (ListRunners)."""
         identities = {}
-        for watch in self._watches:
+        watches = list(self.members.watches.values())
+        for watch in watches:
             known = watch.identity
             identities[watch.runner] = (
                 None if known is None else (known.incarnation_id, known.store_id)
             )
         return runner_states(
-            self._runners,
+            self.runners,
             self.room.scheduler,
             identities,
             self._calls.trouble,
-            self._watches,
+            watches,
             self.drained,
         )
 
@@ -513,14 +563,15 @@ class Dispatcher:
         """The runner's identity if a live watch on it knows it (C2a)."""
         if self._preflight_first_attempts:
             return None
-        return self.watch_on(runner).identity
+        watch = self.members.watch_on(runner)
+        return watch.identity if watch is not None else None
 
     def watch_on(self, runner: str) -> RunnerWatch:
-        """The watch stream on ``runner`` (one per configured runner)."""
-        for watch in self._watches:
-            if watch.runner == runner:
-                return watch
-        raise KeyError(runner)
+        """The watch stream on ``runner`` (one per member)."""
+        watch = self.members.watch_on(runner)
+        if watch is None:
+            raise KeyError(runner)
+        return watch
 
     def _after_grant_queued(self, record: OperationRecord) -> None:
         """Still QUEUED after its grant: wait out the backoff, or wait again now."""

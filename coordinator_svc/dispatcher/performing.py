@@ -2,8 +2,9 @@
 
 Each command becomes runner calls (``calls.RunnerCalls``) whose replies come
 back as events for the next step; ScheduleAt goes back to the engine's timers.
-A command for a runner that is no longer configured is answered as if the
-runner were unreachable (C8), without a call.
+A command for a runner that is not a member of the runner set (removed, or
+never added) is not sent: it is answered ``NotAMember`` and the core decides
+(PROTOCOL.md §11 M6).
 """
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ from dataclasses import replace
 from datetime import datetime
 
 from coordinator_svc.core import commands as cmd
-from coordinator_svc.core.events import CancelFailed, Event, PreflightFailed, ReleaseDone
+from coordinator_svc.core.decide_member import not_a_member
+from coordinator_svc.core.events import (
+    CancelFailed,
+    Event,
+    PreflightFailed,
+    ReleaseDone,
+)
 from coordinator_svc.core.model import OperationRecord
 from coordinator_svc.dispatcher.calls import RunnerCalls
 from coordinator_svc.dispatcher.spans import command_span
@@ -45,7 +52,7 @@ class CommandPerformer:
         op_id = record.operation_id
         runner = getattr(command, "runner", None)
         if runner is not None and not self._calls.configured(runner):
-            return self._unconfigured(record, command)
+            return self._not_a_member(record, command, runner)
         match command:
             case cmd.Preflight(runner=runner):
                 answer = await self._calls.preflight(runner, op_id, record.attempt_count)
@@ -74,13 +81,10 @@ class CommandPerformer:
                 return []
         return []  # pragma: no cover - Command is closed
 
-    def _unconfigured(self, record: OperationRecord, command: cmd.Command) -> list[Event]:
-        """The bound runner is no longer configured: it is unreachable (C8)."""
-        detail = f"runner {getattr(command, 'runner', '?')} is not configured"
-        streak = self._bump(record.operation_id)
-        if isinstance(command, cmd.Preflight):
-            return [PreflightFailed(command.runner, detail, record.attempt_count, streak)]
-        if isinstance(command, cmd.Cancel):
-            return [CancelFailed(command.runner, "", detail=detail, retry_streak=streak)]
-        log.warning("%s: %s; %s not sent", record.operation_id, detail, type(command).__name__)
-        return []
+    def _not_a_member(
+        self, record: OperationRecord, command: cmd.Command, runner: str
+    ) -> list[Event]:
+        """§11 M6: nothing is sent to a runner that is not a member; the core decides."""
+        answer = not_a_member(record, command)
+        log.info("%s: runner %s is not a member; nothing sent", record.operation_id, runner)
+        return [answer] if answer is not None else []

@@ -76,6 +76,11 @@ class ReleaseCarrier:
         if timer is not None:
             timer.cancel()
 
+    def drop(self, runner: str) -> None:
+        """``runner`` left the set (§11 M6): what is owed to it is never sent (its
+        rows stay, K6)."""
+        self._forget(runner)
+
     def close(self) -> None:
         """Stop: what is still owed is not sent (the runner keeps those results, R9)."""
         for runner in list(self._timers):

@@ -129,8 +129,9 @@ class RunnerClient:
     def name(self) -> str:
         return self.endpoint.name
 
-    async def close(self) -> None:
-        await self._channel.close(grace=None)
+    async def close(self, grace: float | None = None) -> None:
+        """Close the channel; with ``grace``, calls in flight get that long to end first."""
+        await self._channel.close(grace=grace)
 
     async def statuses(
         self, asked: Sequence[tuple[str, int]]

@@ -1,4 +1,4 @@
-"""Every configured runner as this coordinator sees it now (AdminService.ListRunners).
+"""Every member of the runner set as this coordinator sees it now (AdminService.ListRunners).
 
 Read from what the dispatcher already keeps, nothing asked of the runner: its
 identity from the live watch stream (``watching``: unset while the stream is
@@ -23,6 +23,8 @@ class RunnerState:
     name: str
     address: str
     pool: str
+    kinds: frozenset[TurnKind]
+    generation: int
     incarnation_id: str
     store_id: str
     writable_slots: int
@@ -59,6 +61,8 @@ def runner_states(
                 name=runner.name,
                 address=runner.address,
                 pool=runner.pool,
+                kinds=runner.kinds,
+                generation=runner.generation,
                 incarnation_id=identity[0] if identity else "",
                 store_id=identity[1] if identity else "",
                 writable_slots=_size(scheduler, runner, TurnKind.WRITABLE),

@@ -8,7 +8,9 @@ operation is read from the journal the first time it is needed.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
+from coordinator_svc.core.membership import MembershipRecord, RunnerRoster
 from coordinator_svc.core.model import EventRecord, OperationRecord
 from coordinator_svc.core.operator import (
     DrainRecord,
@@ -57,3 +59,26 @@ class CachedAdmin:
 
     async def drains(self) -> list[DrainRecord]:
         return await self._admin().drains()
+
+    async def add_runner(self, record: MembershipRecord) -> tuple[MembershipRecord, bool]:
+        return await self._admin().add_runner(record)
+
+    async def remove_runner(
+        self,
+        runner: str,
+        *,
+        generation: int,
+        by: str,
+        reason: str,
+        at: datetime,
+        force: bool,
+    ) -> tuple[MembershipRecord, bool]:
+        return await self._admin().remove_runner(
+            runner, generation=generation, by=by, reason=reason, at=at, force=force
+        )
+
+    async def runner_roster(self) -> RunnerRoster:
+        return await self._admin().runner_roster()
+
+    async def bound_turns(self) -> dict[str, int]:
+        return await self._admin().bound_turns()

@@ -9,7 +9,19 @@ make the journal refuse them too, whoever calls it.
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 
+from coordinator_svc.config import RunnerSpecError, runner_endpoint
+from coordinator_svc.core.membership import (
+    AddOutcome,
+    MemberAction,
+    MemberRefusal,
+    MembershipRecord,
+    add_outcome,
+    removal_refusal,
+    removal_replayed,
+    removed,
+)
 from coordinator_svc.core.model import EventRecord, OperationRecord
 from coordinator_svc.core.operator import (
     DrainRecord,
@@ -19,7 +31,7 @@ from coordinator_svc.core.operator import (
     requeue_refusal,
     verdict_refusal,
 )
-from coordinator_svc.ports import InvalidWrite
+from coordinator_svc.ports import InvalidWrite, MembershipRefused
 from coordinator_svc.storage import rules
 
 # sequence 1: one verdict per operation (V3); the key leaves room for more.
@@ -80,3 +92,59 @@ def check_drain(record: DrainRecord) -> DrainRecord:
     if not record.runner or not record.drained_by or not record.reason:
         raise InvalidWrite("a drain names the runner, who drained it and why")
     return dataclasses.replace(record, drained_at=rules.as_utc(record.drained_at, "drain time"))
+
+
+# --- runner membership (§11) -----------------------------------------------------
+
+
+def check_add(latest: MembershipRecord | None, record: MembershipRecord) -> MembershipRecord | None:
+    """M2: the ADDED record to store after the name's ``latest`` (its next
+    sequence, time in UTC), or None for a replay; MembershipRefused otherwise."""
+    if record.action is not MemberAction.ADDED or not record.recorded_by:
+        raise InvalidWrite("an added member is an ADDED record naming who added it")
+    try:
+        runner_endpoint(record.runner, record.address, record.pool, record.kinds)
+    except RunnerSpecError as exc:
+        raise InvalidWrite(str(exc)) from exc
+    outcome = add_outcome(latest, record.endpoint)
+    if outcome is AddOutcome.REPLAY:
+        return None
+    if isinstance(outcome, MemberRefusal):
+        raise MembershipRefused(outcome, record.runner, member=latest)
+    return dataclasses.replace(
+        record,
+        sequence=latest.sequence + 1 if latest is not None else 1,
+        recorded_at=rules.as_utc(record.recorded_at, "membership time"),
+        forced=False,
+        bound_turns=0,
+    )
+
+
+def check_removal(
+    runner: str,
+    latest: MembershipRecord | None,
+    *,
+    generation: int,
+    drained: bool,
+    bound: int,
+    by: str,
+    reason: str,
+    at: datetime,
+    force: bool,
+) -> MembershipRecord | None:
+    """M3/M4: the REMOVED record to store, or None when ``latest`` already is the
+    removal asked for (a replay); MembershipRefused otherwise."""
+    if removal_replayed(latest, generation):
+        return None
+    if not by or not reason:
+        raise InvalidWrite("a removal names who removed the runner and why")
+    refusal = removal_refusal(
+        latest, generation=generation, drained=drained, bound=bound, force=force
+    )
+    if refusal is not None or latest is None:
+        raise MembershipRefused(
+            refusal or MemberRefusal.RUNNER_NOT_FOUND, runner, member=latest, turns=bound
+        )
+    return removed(
+        latest, by, reason, rules.as_utc(at, "membership time"), forced=force, bound=bound
+    )

@@ -33,13 +33,14 @@ from coordinator_svc.ports import (
 )
 from coordinator_svc.storage import rules
 from coordinator_svc.storage.admin_fake import FakeAdmin
+from coordinator_svc.storage.membership_fake import FakeMembership
 
 
 def _order_key(record: OperationRecord) -> tuple[datetime, str]:
     return (record.created_at, record.operation_id)
 
 
-class FakeJournal(FakeAdmin):
+class FakeJournal(FakeAdmin, FakeMembership):
     """The Journal port in memory (see ``coordinator_svc.ports.Journal``)."""
 
     def __init__(self) -> None:

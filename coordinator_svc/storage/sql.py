@@ -56,6 +56,7 @@ from coordinator_svc.storage.backends import (
 from coordinator_svc.storage.connections import KeptConnections
 from coordinator_svc.storage.group_commit import GroupCommit, Outcome, Work
 from coordinator_svc.storage.leases import LeaseStatements, SqlLeases
+from coordinator_svc.storage.membership_sql import SqlMembership
 from coordinator_svc.storage.single_statement import (
     OneStatement,
     SingleStatements,
@@ -88,7 +89,7 @@ class _StaleConnection(Exception):
     """A kept connection was found dead before anything was written on it."""
 
 
-class SqlJournal(SqlLeases, SqlAdmin):
+class SqlJournal(SqlLeases, SqlAdmin, SqlMembership):
     """The Journal port on a SQL database. Make one with ``open_journal``."""
 
     def __init__(

@@ -194,3 +194,24 @@ runner_drains = sa.Table(
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("drained_at", UtcDateTime, nullable=False),
 )
+
+# --- Runner membership (PROTOCOL.md §11 M1): per name, numbered ADDED/REMOVED
+# records; the latest decides. Append-only: 0007's triggers refuse UPDATE and
+# DELETE.
+runner_membership = sa.Table(
+    "runner_membership",
+    metadata,
+    sa.Column("runner", _NAME, primary_key=True),
+    sa.Column("sequence", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("action", _ENUM, nullable=False),
+    sa.Column("address", _NAME, nullable=False),
+    sa.Column("pool", _NAME, nullable=False),
+    sa.Column("kinds", sa.String(64), nullable=False),
+    sa.Column("recorded_by", _NAME, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("recorded_at", UtcDateTime, nullable=False),
+    sa.Column("forced", sa.Boolean, nullable=False),
+    sa.Column("bound_turns", sa.Integer, nullable=False),
+    sa.CheckConstraint("action IN ('ADDED', 'REMOVED')", name="action"),
+    sa.CheckConstraint("sequence >= 1", name="sequence"),
+)

@@ -136,7 +136,7 @@ def test_a_restarted_process_takes_its_metrics_port_back_after_a_scrape() -> Non
 def _journal_scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     """The journal families as a scrape shows them, through the coordinator's collector."""
     registry = new_registry()
-    state = CoordinatorState(JournalCounts(url), ())
+    state = CoordinatorState(JournalCounts(url))
     registry.register(state)
     try:
         text = generate_latest(registry).decode()

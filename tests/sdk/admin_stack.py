@@ -51,6 +51,7 @@ class AdminStack:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runner: Any = None
+        self._extra: list[Any] = []
         self._coordinator: Any = None
         self._faults = FaultInterceptor()
         self.address = ""
@@ -159,11 +160,29 @@ class AdminStack:
                     raise AssertionError(f"r1 not answering after {timeout}s: {runner}")
                 time.sleep(0.05)
 
+    def extra_runner(self, name: str) -> str:
+        """Start another echo runner the coordinator was not started with; its address."""
+        from runner_svc.app import RunnerConfig, start_runner
+
+        async def start() -> Any:
+            return await start_runner(
+                RunnerConfig(
+                    store_path=self._directory / f"{name}.db",
+                    access=runner_access.ACCESS,
+                    executor="echo",
+                )
+            )
+
+        runner = self._run(start())
+        self._extra.append(runner)
+        return str(runner.address)
+
     async def _stop(self) -> None:
         if self._coordinator is not None:
             await self._coordinator.stop()
-        if self._runner is not None:
-            await self._runner.stop(drain=False)
+        for runner in (self._runner, *self._extra):
+            if runner is not None:
+                await runner.stop(drain=False)
 
     def __exit__(self, *exc_info: object) -> None:
         try:

@@ -28,11 +28,13 @@ from turnwire.client import (
     CheckCredentials,
     Execution,
     FixTheRequest,
+    MembershipAction,
     NoRunnerAvailable,
     NotAllowed,
     NotFound,
     OperationState,
     RetryPolicy,
+    TurnKind,
     TurnwireClient,
     TurnwireError,
     Verdict,
@@ -474,5 +476,40 @@ def test_live_async_client_drains_and_sees_runners(live: AdminStack) -> None:
             assert missing.value.reason == "RUNNER_NOT_FOUND"
             pages = [page async for page in admin.list_ambiguous(include_open=True)]
             assert pages[-1].next_page_token == ""
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.timeout(60)
+def test_live_async_client_adds_and_removes_a_runner(live: AdminStack) -> None:
+    """AsyncAdminClient (PROTOCOL.md §11 M2-M4): add_runner makes r2 a member with its
+    kinds and who added it (again: a replay); r1 at another address is NotAllowed
+    RUNNER_CONFLICT; remove_runner without a drain is NotAllowed RUNNER_NOT_DRAINED,
+    with force it is a REMOVED record, and asking again a replay."""
+    address = live.extra_runner("r2")
+
+    async def scenario() -> None:
+        async with AsyncAdminClient(live.address, ADMIN_TOKEN) as admin:
+            added = await admin.add_runner("r2", address, kinds=["read-only"], reason="cap")
+            assert not added.replayed and added.runner.generation == 1
+            assert added.runner.kinds == (TurnKind.READ_ONLY,)
+            assert (added.runner.added_by, added.runner.added_reason) == ("ops", "cap")
+            assert (await admin.add_runner("r2", address, kinds=["read_only"])).replayed
+            with pytest.raises(NotAllowed) as conflict:
+                await admin.add_runner("r1", "127.0.0.1:9")
+            assert conflict.value.reason == "RUNNER_CONFLICT"
+            assert conflict.value.metadata["address"] == live.runner_address
+            with pytest.raises(NotAllowed) as not_drained:
+                await admin.remove_runner("r2", reason="done")
+            assert not_drained.value.reason == "RUNNER_NOT_DRAINED"
+            removed = await admin.remove_runner("r2", reason="done", force=True)
+            assert not removed.replayed
+            assert (removed.removal.action, removed.removal.sequence) == (
+                MembershipAction.REMOVED,
+                2,
+            )
+            assert removed.removal.forced and removed.removal.bound_turns == 0
+            assert (await admin.remove_runner("r2", reason="again")).replayed
+            assert [r.name for r in await admin.runners()] == ["r1"]
 
     asyncio.run(scenario())

@@ -19,6 +19,7 @@ from coordinator_svc.core.events import (
     DispatchRefused,
     DispatchUnknown,
     Event,
+    NotAMember,
     PreflightAnswer,
     Tick,
 )
@@ -112,15 +113,22 @@ def unknown_is_not_started(sim: Simulator) -> Policy:
             return decision
         if change.after.execution is not Execution.UNKNOWN:
             return decision
-        after = dataclasses.replace(change.after, execution=Execution.NOT_STARTED)
-        event_record = change.event
-        if event_record is not None:
-            event_record = dataclasses.replace(event_record, execution=Execution.NOT_STARTED)
-        return dataclasses.replace(
-            decision, change=dataclasses.replace(change, after=after, event=event_record)
-        )
+        return _billed_not_started(decision)
 
     return policy
+
+
+def _billed_not_started(decision: Decision) -> Decision:
+    """The decision with its change (and event) saying execution NOT_STARTED."""
+    change = decision.change
+    assert change is not None
+    after = dataclasses.replace(change.after, execution=Execution.NOT_STARTED)
+    event_record = change.event
+    if event_record is not None:
+        event_record = dataclasses.replace(event_record, execution=Execution.NOT_STARTED)
+    return dataclasses.replace(
+        decision, change=dataclasses.replace(change, after=after, event=event_record)
+    )
 
 
 def dispatch_without_write_ahead(sim: Simulator) -> Policy:
@@ -153,7 +161,44 @@ def trust_the_store_blindly(sim: Simulator) -> Policy:
     return policy
 
 
+def resend_when_the_runner_left(sim: Simulator) -> Policy:
+    """Breaks §11 M6 (and C6): a turn bound to a runner that left the set is
+    sent to another member, as if nothing could have run there."""
+
+    def policy(record: OperationRecord, event: Event, ctx: Context) -> Decision:
+        bound = record.state in (OpState.DISPATCH_UNKNOWN, OpState.RUNNING, OpState.CANCELLING)
+        others = sorted(name for name in sim.runners if name != record.runner)
+        if isinstance(event, NotAMember) and bound and others:
+            other = sim.runners[others[0]]
+            return write_ahead(
+                record,
+                ctx,
+                runner=other.name,
+                incarnation_id=other.incarnation_id,
+                store_id=other.store.store_id,
+                why="its runner left the set",
+            )
+        return decide(record, event, ctx)
+
+    return policy
+
+
+def left_runner_is_not_started(sim: Simulator) -> Policy:
+    """Breaks §11 M6 (and C14): a turn whose runner left the set ends NOT_STARTED."""
+
+    def policy(record: OperationRecord, event: Event, ctx: Context) -> Decision:
+        decision = decide(record, event, ctx)
+        change = decision.change
+        if not isinstance(event, NotAMember) or change is None or not change.after.state.terminal:
+            return decision
+        return _billed_not_started(decision)
+
+    return policy
+
+
 BROKEN: dict[str, Callable[[Simulator], Policy]] = {
+    "resend_when_the_runner_left": resend_when_the_runner_left,
+    "left_runner_is_not_started": left_runner_is_not_started,
     "replay_after_changed_incarnation": replay_after_changed_incarnation,
     "timeout_is_refusal": timeout_is_refusal,
     "skip_preflight": skip_preflight,

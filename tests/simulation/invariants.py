@@ -25,6 +25,7 @@ from coordinator_svc.core.model import (
     TurnKind,
 )
 from tests.simulation.sim_journal import SimJournal
+from tests.simulation.sim_membership import MembershipChecker
 from tests.simulation.sim_runner import RefusedReply, SimRunner
 from tests.simulation.sim_scheduling import SchedulingChecker
 from tests.simulation.world import DispatchRequest, Ledger
@@ -101,6 +102,10 @@ class Checker:
     starts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     # Issue 9: the scheduler's capacity and fairness rules (scheduled schedules).
     scheduling: SchedulingChecker | None = None
+    # §11: the runner set's rules (membership schedules).
+    membership: MembershipChecker | None = None
+    # Every (operation, attempt) whose Dispatch a coordinator put on the wire.
+    sent: set[tuple[str, int]] = field(default_factory=set)
     grants: int = 0
     contended_grants: int = 0
     _ledger_seen: int = 0
@@ -115,6 +120,8 @@ class Checker:
             raise Violation("6 terminal once", op, f"terminal {before.state} changed")
         if stored.state != before.state and stored.state not in PROTOCOL_EDGES[before.state]:
             raise Violation("6 legal edges", op, f"{before.state} -> {stored.state}")
+        if self.membership is not None:
+            self._check_membership(change, stored)
         if not self.check_proofs:
             return
         for update in change.attempt_updates:
@@ -127,8 +134,19 @@ class Checker:
         ):
             self._check_disappeared(stored)
 
+    def _check_membership(self, change: Change, stored: OperationRecord) -> None:
+        assert self.membership is not None
+        if change.new_attempt is not None:
+            self.membership.attempt_written(stored.operation_id, change.new_attempt.number)
+        newly = stored.state in _TERMINAL and change.before.state not in _TERMINAL
+        if newly and stored.error_reason == "RUNNER_REMOVED":
+            broken = self.membership.ended_removed(stored)
+            if broken:
+                raise Violation("§11 M6 removal", stored.operation_id, broken)
+
     def sending_dispatch(self, runner: str, request: DispatchRequest) -> None:
         self._check_attempt_row(runner, request, "sent")
+        self.sent.add((request.operation_id, request.attempt))
         if self.scheduling is not None:
             records = self.journal.operations.values()
             broken = self.scheduling.dispatch_sent(runner, request.operation_id, records)
@@ -191,7 +209,15 @@ class Checker:
                 f"{request.expected_incarnation_id} without its committed attempt row ({row})",
             )
 
+    def _refused_unsent(self, op: str, number: int) -> bool:
+        """Closed REFUSED and never put on the wire (§11 M6: its runner was not a member)."""
+        row = self.journal.attempts.get(op, {}).get(number)
+        unsent = (op, number) not in self.sent
+        return unsent and row is not None and row.outcome is AttemptOutcome.REFUSED
+
     def _check_refused(self, op: str, number: int) -> None:
+        if (op, number) not in self.sent:
+            return  # never put on the wire: nothing of it reached any runner
         seen = self.dispatch_results.get((op, number), [])
         refused = [s for s in seen if s.startswith("refused:") and s[8:] in _DEFINITE]
         if not refused or len(refused) != len(seen):
@@ -211,8 +237,11 @@ class Checker:
         full = sum(
             1
             for number in range(1, new.number)
-            if (seen := self.dispatch_results.get((op, number), []))
-            and all(s in ("refused:NO_FREE_SLOT", "refused:SHUTTING_DOWN") for s in seen)
+            if self._refused_unsent(op, number)  # never sent (§11 M6): not counted
+            or (
+                (seen := self.dispatch_results.get((op, number), []))
+                and all(s in ("refused:NO_FREE_SLOT", "refused:SHUTTING_DOWN") for s in seen)
+            )
         )
         if new.number - full > max_attempts:
             raise Violation(

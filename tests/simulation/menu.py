@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from coordinator_svc.core.model import OpState, ReplayPolicy, TurnKind
 from coordinator_svc.core.ownership import Role, role
+from tests.simulation import sim_membership
 from tests.simulation.world import at
 
 if TYPE_CHECKING:
@@ -105,7 +106,22 @@ def actions(sim: Simulator) -> list[Action]:
                 acts.append((w["finish"], f"finish {op}@{name}"))
         acts += [(w["watch"], f"watch {op}@{name}") for op in runner.store.rows]
     acts.append((w["advance"], "advance"))
+    if sim.membership is not None:
+        acts += sim_membership.actions(sim.membership, sorted(sim.runners), _views(sim))
     return acts
+
+
+def _views(sim: Simulator) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    return {name: (c.members or frozenset(), c.drained) for name, c in sim.coordinators.items()}
+
+
+def _routes(sim: Simulator, replica: str) -> list[str]:
+    """Where a QUEUED turn may be routed: every runner, or in a membership schedule
+    the members this replica knows of that are not drained (as its scheduler)."""
+    coordinator = sim.coordinators[replica]
+    if coordinator.members is None:
+        return sorted(sim.runners)
+    return sorted(coordinator.members - coordinator.drained)
 
 
 def choose(sim: Simulator) -> str:
@@ -147,11 +163,14 @@ def complete(sim: Simulator, label: str) -> str:
     if kind == "tick":
         route = "-"
         queued = sim.journal.operations[words[1]].state is OpState.QUEUED
+        routes = _routes(sim, words[2][1:])
         if queued and sim.setup.scheduled:
             route = "*"  # the real scheduler routes it
-        elif queued and rng.random() < 0.95:
-            route = rng.choice(sorted(sim.runners))
+        elif queued and routes and rng.random() < 0.95:
+            route = rng.choice(routes)
         return f"tick {words[1]} {route} {words[2]}"
+    if kind == "member":
+        return sim_membership.complete(rng, label, sorted(sim.coordinators))
     if kind == "deliver":
         message = sim.network.in_flight[int(words[1][1:])]
         return f"{label} fail" if message.is_request and rng.random() < 0.04 else label
@@ -202,6 +221,10 @@ def heal_action(sim: Simulator) -> str | None:
                 return f"restart {name} kept"  # R7: held until restart; an operator restarts it
         if not runner.accepting:
             return f"restart {name} kept"  # drained: an operator starts it again
+    if sim.membership is not None:
+        act = sim_membership.heal_action(sim.membership, sorted(sim.runners), _views(sim))
+        if act is not None:
+            return act
     due = [
         (name, op)
         for name in sorted(sim.coordinators)
@@ -211,7 +234,8 @@ def heal_action(sim: Simulator) -> str | None:
     if due:
         name, op = rng.choice(due)
         queued = sim.journal.operations[op].state is OpState.QUEUED
-        route = ("*" if sim.setup.scheduled else rng.choice(sorted(sim.runners))) if queued else "-"
+        routes = _routes(sim, name) or ["-"]
+        route = ("*" if sim.setup.scheduled else rng.choice(routes)) if queued else "-"
         return f"tick {op} {route} @{name}"
     return None
 
@@ -245,7 +269,9 @@ def draw_setup(rng: random.Random, seed: int, config: SimConfig) -> Setup:
         # A flood on few slots (issue 9): turns wait, so grants meet other principals.
         operations = side.randint(3, config.scheduled_operations)
         specs = tuple(dataclasses.replace(s, slots=1) for s in specs[:2])
-    return Setup(specs, operations, replicas, skew, scheduled)
+    # Drawn last, from a generator of its own: every other choice is as before.
+    membership = random.Random(seed * 104729 + 3).random() < config.membership_share
+    return Setup(specs, operations, replicas, skew, scheduled, membership)
 
 
 # --- replaying labels ---------------------------------------------------------------
@@ -282,6 +308,8 @@ def enabled(sim: Simulator, label: str) -> bool:
         return words[1] in sim.journal.operations
     if kind == "submit":
         return len(sim.journal.operations) < sim.setup.operations
+    if kind == "member":
+        return sim.membership is not None and (words[1] == "sync" or words[2] in sim.runners)
     if kind == "restart" and words[2].startswith("restored:"):
         return int(words[2][9:]) < len(sim.snapshots.get(words[1], []))
     return kind in ("restart", "drain", "advance", "crash")

@@ -19,6 +19,9 @@ def count_coverage(sim: Simulator) -> None:
         coverage["scheduled"] += 1
         coverage["scheduler_grants"] += sim.checker.grants
         coverage["fair:contended"] += sim.checker.contended_grants
+    if sim.checker.membership is not None:
+        coverage["membership"] += 1
+        coverage["removed_endings_raced"] += sim.checker.membership.raced_endings
 
     for coordinator in sim.coordinators.values():
         coverage.update({f"tag:{k}": v for k, v in coordinator.tags.items()})

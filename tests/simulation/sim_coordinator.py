@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
+from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core import commands as cmd
 from coordinator_svc.core.agenda import Agenda
 from coordinator_svc.core.decide import decide
 from coordinator_svc.core.decide_cancel import mark_requested
+from coordinator_svc.core.decide_member import not_a_member
 from coordinator_svc.core.decision import Context, Decision
 from coordinator_svc.core.events import (
     CancelRequested,
@@ -50,6 +52,7 @@ from coordinator_svc.core.ownership import Role, role
 from coordinator_svc.dispatcher.first_attempt import first_attempt_now
 from coordinator_svc.ports import LeaseLost, StaleVersion
 from tests.simulation.sim_journal import SimJournal
+from tests.simulation.sim_membership import SimMembership
 from tests.simulation.sim_scheduling import SimScheduling
 from tests.simulation.wire import (
     Call,
@@ -156,6 +159,12 @@ class SimCoordinator:
     # scheduler grants at once, on a runner it knows, is stored with its first
     # attempt written ahead in the acceptance's own transaction.
     attempt_with_acceptance: bool = True
+    # §11: this process's view of the runner set (None: every runner, no
+    # membership in this schedule) and of the drains, and the journal's set it
+    # reads at a restart (M5). Nothing is sent to a runner outside the view (M6).
+    members: frozenset[str] | None = None
+    drained: frozenset[str] = frozenset()
+    membership: SimMembership | None = None
 
     # --- client calls -------------------------------------------------------------
 
@@ -238,8 +247,9 @@ class SimCoordinator:
         if self.crash_after_commit is not None and self.crash_after_commit():
             self.counters["crash_after_first_attempt_with_acceptance"] += 1
             raise CoordinatorCrashed(self.name, f"{op}: crashed after the commit")
-        for command in decision.commands:
-            self.perform(stored, command)
+        gone = [event for c in decision.commands if (event := self.perform(stored, c))]
+        for event in gone:
+            self.handle(op, event, 1)
         self._settle(op)
         return True
 
@@ -353,8 +363,10 @@ class SimCoordinator:
                 raise CoordinatorCrashed(self.name, f"{operation_id}: crashed after the commit")
             if pause == "after":
                 self._freeze(operation_id, event, decision, committed=True)
-        for command in decision.commands:
-            self.perform(change.after if change is not None else stored, command)
+        performed = change.after if change is not None else stored
+        gone = [event for c in decision.commands if (event := self.perform(performed, c))]
+        for event in gone:  # §11 M6: decided once the step's commands are out, as the engine does
+            self.handle(operation_id, event, depth + 1)
         if decision.again:
             self.handle(operation_id, Tick(), depth + 1)
 
@@ -373,8 +385,30 @@ class SimCoordinator:
         for operation_id, event, decision, committed in pending:
             self._apply(operation_id, event, decision, 0, committed=committed)
 
-    def perform(self, record: OperationRecord, command: cmd.Command) -> None:
+    def follow(self, view: tuple[frozenset[str], frozenset[str]]) -> None:
+        """The set and the drains as this process now reads them (§11 M5); its
+        scheduler grants only to members that are not drained."""
+        before = self.members
+        self.members, self.drained = view
+        if self.scheduling is None:
+            return
+        scheduler = self.scheduling.scheduler
+        scheduler.set_runners([RunnerEndpoint(name, "sim") for name in sorted(self.members)])
+        for name in (before or frozenset()) - self.members:
+            scheduler.forget(name)
+        for name in self.members - (before or frozenset()):
+            slots = self.scheduling.sizes[name]  # as its watch's GetRunnerInfo would say
+            scheduler.learned(name, {TurnKind.WRITABLE: slots, TurnKind.READ_ONLY: slots})
+        scheduler.avoid((), self.drained)
+
+    def perform(self, record: OperationRecord, command: cmd.Command) -> Event | None:
+        """Send what ``command`` asks; the answer when its runner is not a member (M6)."""
         op = record.operation_id
+        runner = getattr(command, "runner", None)
+        if self.members is not None and runner is not None and runner not in self.members:
+            self.log.append(f"    {runner} is not a member: {type(command).__name__} not sent")
+            self.counters[f"not_a_member:{type(command).__name__}"] += 1
+            return not_a_member(record, command)
         match command:
             case cmd.Preflight():
                 self._call(op, "status", command.runner, record, command, StatusRequest(op))
@@ -400,10 +434,13 @@ class SimCoordinator:
                 self.agenda.scheduled(record, command.at)
             case cmd.Alarm():
                 self.alarms.append((op, command.reason, command.detail))
+        return None
 
     def _call(
         self, op: str, kind: str, runner: str, record: OperationRecord, command: Any, body: Any
     ) -> None:
+        if self.members is not None and runner not in self.members:
+            raise ShellError(f"{op}: {kind} sent to {runner}, not a member (§11 M6)")
         call = Call(
             self.next_call,
             op,
@@ -551,5 +588,8 @@ class SimCoordinator:
         self.pending = []
         if self.scheduling is not None:
             self.scheduling.reset(self.journal.operations.values())
+        if self.membership is not None:  # read before recovery and the first grant (M5)
+            self.members = None
+            self.follow(self.membership.view())
         for op in sorted(self.journal.operations):
             self.handle(op, Restarted())

@@ -61,6 +61,7 @@ from tests.simulation.sim_coordinator import (
     SimCoordinator,
 )
 from tests.simulation.sim_journal import SimJournal
+from tests.simulation.sim_membership import MembershipChecker, SimMembership
 from tests.simulation.sim_retention import SimRetention
 from tests.simulation.sim_runner import SimRunner, SimStore
 from tests.simulation.sim_scheduling import SchedulerFactory, SchedulingChecker, SimScheduling
@@ -112,6 +113,11 @@ class SimConfig:
     attempt_with_acceptance: bool = True
     # Issue 12, §9: runners prune before every call by these rules (None: never).
     retention: SimRetention | None = None
+    # §11: the share of schedules in which an operator drains, removes (with or
+    # without force) and adds back runners while turns run (sim_membership).
+    membership_share: float = 0.3
+    # False breaks M3 (teeth): a removal without force ignores the bound turns.
+    removal_checks_turns: bool = True
 
 
 @dataclass(frozen=True)
@@ -132,6 +138,8 @@ class Setup:
     skew: float = 0.0
     # The real scheduler routes QUEUED turns (one coordinator only; issue 9).
     scheduled: bool = False
+    # §11: the runner set changes under load (sim_membership).
+    membership: bool = False
 
 
 @dataclass
@@ -215,6 +223,14 @@ class Simulator:
             )
             runner.store.open(runner.incarnation_id)
             self.runners[spec.name] = runner
+        self.membership: SimMembership | None = None
+        if self.setup.membership:
+            self.membership = SimMembership.of([spec.name for spec in self.setup.runners])
+            self.membership.checks_turns = config.removal_checks_turns
+            self.checker.membership = MembershipChecker(self.membership)
+            for coordinator in self.coordinators.values():
+                coordinator.membership = self.membership
+                coordinator.follow(self.membership.view())
         self.weights = menu.draw_weights(self.rng, config.swarm)
         self.now = 0.0
         self._advance(0.0)
@@ -412,6 +428,8 @@ class Simulator:
             return str(self.journal.operations[words[1]].state)
         if kind == "advance":
             return self._advance(float(words[1]))
+        if kind == "member":
+            return self._member(words, coordinator)
         raise ValueError(f"unknown step {label!r}")
 
     def _runner_step(self, kind: str, words: list[str], replica: str) -> str:
@@ -486,6 +504,29 @@ class Simulator:
             self.checker.scheduling.restarted()
         self.coverage["coordinator_restart"] += 1
         return f"{name} restarted, epoch {coordinator.epoch}"
+
+    def _member(self, words: list[str], coordinator: SimCoordinator) -> str:
+        """An operator's act on the runner set, applied at once by the replica that
+        took it (M5); or a replica's read of the set."""
+        membership = self.membership
+        assert membership is not None, "member steps need a membership schedule"
+        verb = words[1]
+        if verb == "sync":
+            coordinator.follow(membership.view())
+            return f"{coordinator.name} read the set"
+        name = words[2]
+        if verb == "drain":
+            result = membership.drain(name)
+        elif verb == "undrain":
+            result = membership.undrain(name)
+        elif verb == "remove":
+            result = membership.remove(name, force="force" in words, journal=self.journal)
+        else:
+            result = membership.add(name)
+        outcome = "refused" if result.startswith(("refused", "RUNNER_", "replay")) else "done"
+        self.coverage[f"member_{verb}{'_force' if 'force' in words else ''}:{outcome}"] += 1
+        coordinator.follow(membership.view())
+        return result
 
     def _advance(self, seconds: float) -> str:
         self.now += max(seconds, 0.0)

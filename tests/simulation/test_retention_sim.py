@@ -38,12 +38,26 @@ def test_a_broken_retention_rule_runs_a_turn_twice_or_lies(name: str) -> None:
     (K3), or dropping a key before the admission floor passed it (K4) each lets a replay or
     a late Dispatch run a turn again, or a tombstone claim NOT_STARTED of a turn that ran;
     the ledger catches it within the budget, and the real rules survive the same seeds."""
-    broken = SimConfig(steps=70, trace=False, check_proofs=False, retention=BROKEN_RETENTION[name])
+    # The ledger's harm is the point: a fixed runner set (no §11 schedules), where
+    # the first harm of a broken rule is a second run or a lie, not a fencing slip.
+    broken = SimConfig(
+        steps=70,
+        trace=False,
+        check_proofs=False,
+        retention=BROKEN_RETENTION[name],
+        membership_share=0.0,
+    )
     result = run_budget(SEEDS, broken, stop_on_violation=True)
     assert result.violations, f"{name} survived {result.schedules} schedules"
     seed, violation = result.violations[0]
     assert violation.startswith(("[1 at most once]", "[3 execution]", "[3 true status]")), violation
-    real = SimConfig(steps=70, trace=False, check_proofs=False, retention=SimRetention())
+    real = SimConfig(
+        steps=70,
+        trace=False,
+        check_proofs=False,
+        retention=SimRetention(),
+        membership_share=0.0,
+    )
     assert not run_budget(range(seed + 1), real).violations
     print(f"{name}: seed {seed}: {violation}")
 

@@ -37,7 +37,9 @@ def test_the_checker_catches_a_broken_policy(name: str) -> None:
 )
 def test_a_broken_policy_really_bills_a_turn_twice_or_lies(broken: PolicyFactory) -> None:
     """§8.1/§8.3: with the structural proof checks off, the ledger itself shows the harm."""
-    config = SimConfig(steps=70, trace=False, check_proofs=False)
+    # The ledger's harm is the point: no runner set changes (§11 schedules), whose
+    # first harm under these policies can be of another kind (a shell loop).
+    config = SimConfig(steps=70, trace=False, check_proofs=False, membership_share=0.0)
     result = run_budget(SEEDS, config, broken, stop_on_violation=True)
     assert result.violations, f"{broken.__name__} caused no harm in {result.schedules} schedules"
     seed, violation = result.violations[0]
@@ -80,9 +82,15 @@ def test_a_restored_copy_keeping_its_store_id_is_caught() -> None:
 def test_breaking_the_witness_bills_twice_or_lies_over_random_restores() -> None:
     """Broken on purpose, the witness is caught by the ledger within the CI budget (restores
     keep their store_id); the real core survives the same seeds."""
-    # Restores are the point here, not scheduling: every schedule routes at random.
+    # Restores are the point here, not scheduling nor the runner set: every schedule
+    # routes at random among a fixed set.
     config = SimConfig(
-        steps=70, trace=False, check_proofs=False, restored_share=0.35, scheduled_share=0.0
+        steps=70,
+        trace=False,
+        check_proofs=False,
+        restored_share=0.35,
+        scheduled_share=0.0,
+        membership_share=0.0,
     )
     result = run_budget(SEEDS, config, trust_the_store_blindly, stop_on_violation=True)
     assert result.violations, f"trust_the_store_blindly survived {result.schedules} schedules"
@@ -108,3 +116,14 @@ def test_breaking_one_scheduler_rule_is_caught(factory: SchedulerFactory, rule: 
     seed, violation = result.violations[0]
     assert violation.startswith(rule), violation
     print(f"{factory.__name__}: caught at seed {seed}: {violation}")
+
+
+def test_a_removal_that_ignores_bound_turns_is_caught() -> None:
+    """§11 M3: removing a drained runner while turns are still bound to it (the
+    journal's check skipped) ends those turns RUNNER_REMOVED; the checker names it."""
+    config = SimConfig(steps=70, trace=False, removal_checks_turns=False)
+    result = run_budget(SEEDS, config, None, stop_on_violation=True)
+    assert result.violations, f"survived {result.schedules} schedules"
+    seed, violation = result.violations[0]
+    assert violation.startswith("[§11 M6 removal]"), violation
+    print(f"removal without the turn check: caught at seed {seed}: {violation}")

@@ -4,8 +4,11 @@
     turnwire admin describe OP                   one operation's whole record (any principal)
     turnwire admin verdict OP executed|not-executed --reason TEXT
     turnwire admin requeue OP --reason TEXT      a new operation from a provably unexecuted one
-    turnwire admin runners                       capacity, incarnation, store id, health, drains
-    turnwire admin drain RUNNER --reason TEXT / undrain RUNNER
+    turnwire admin runners                       the runner set: capacity, health, drains
+    turnwire admin runners add NAME HOST:PORT [--pool P] [--kinds K] [--reason TEXT]
+    turnwire admin runners drain|undrain NAME [--reason TEXT]
+    turnwire admin runners remove NAME --reason TEXT [--force] [--generation N]
+    turnwire admin drain RUNNER --reason TEXT / undrain RUNNER   (the same as runners drain/undrain)
     turnwire admin operations [--state S] [--principal P] [--runner R] ...
 
 Every action needs a token with the ``admin`` scope: --token, --token-file,
@@ -17,14 +20,22 @@ state does not allow it; nothing changed).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from turnwire.cli import admin_render
+from turnwire.cli import admin_render, admin_runners
+from turnwire.cli.admin_common import EPILOG, emit, emit_json, formatter, reason_option
+from turnwire.cli.admin_runners import (
+    configure_drain,
+    configure_runners,
+    configure_undrain,
+    run_drain,
+    run_runners,
+    run_undrain,
+)
 from turnwire.cli.commands import STATES, Hinted
 from turnwire.cli.exit_codes import ExitCode
 from turnwire.cli.options import (
@@ -66,26 +77,12 @@ examples:
   turnwire admin verdict op_0123 not-executed --reason 'runner log: never started'
   turnwire admin requeue op_0123 --reason 'verdict: never ran'
   turnwire admin runners
+  turnwire admin runners add r3 10.0.0.7:50061 --reason 'more capacity'
+  turnwire admin runners drain r1 --reason 'retire'
+  turnwire admin runners remove r1 --reason 'retired'
   turnwire admin drain r1 --reason 'kernel upgrade'; turnwire admin undrain r1
   turnwire admin operations --state timed-out --principal alice
   turnwire admin ACTION --help             (options and examples of one action)"""
-
-EPILOG = """\
-exit status:
-  0    ok (a replay, e.g. the same verdict again, is ok too: the output says so)
-  1    unexpected error (an answer outside the contract: please report it)
-  2    usage error: bad arguments, or the coordinator refused them
-       (ARGUMENT_INVALID, PAGE_TOKEN_INVALID)
-  5    credentials missing, unknown or expired, or the token lacks the admin
-       scope (SCOPE_MISSING)
-  6    no such operation (OPERATION_NOT_FOUND) or runner (RUNNER_NOT_FOUND)
-  7    coordinator unavailable after retries: try again later
-  8    requeue: no runner serves the turn's pool and kind
-  10   the operation's state does not allow it, nothing changed:
-       OPERATION_NOT_TERMINAL, OPERATION_NOT_AMBIGUOUS, VERDICT_CONFLICT,
-       REQUEUE_NOT_ALLOWED
-  130  interrupted (Ctrl-C)
-"""
 
 
 @dataclass(frozen=True)
@@ -95,15 +92,6 @@ class Action:
     examples: str
     configure: Callable[[argparse.ArgumentParser], None]
     run: Callable[[AdminClient, argparse.Namespace], int]
-
-
-def _emit(text: str) -> None:
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
-
-
-def _emit_json(payload: Mapping[str, Any]) -> None:
-    _emit(json.dumps(payload, sort_keys=True))
 
 
 def _arrow() -> str:
@@ -135,15 +123,6 @@ def _limited(pages: Iterator[Any], limit: int) -> tuple[list[_T], bool]:
         if limit and len(taken) == limit and page.next_page_token:
             return taken, True
     return taken, False
-
-
-def _reason_option(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument(
-        "--reason",
-        required=True,
-        metavar="TEXT",
-        help=f"why (required, 1..2000 characters; {what})",
-    )
 
 
 # --- operations ------------------------------------------------------------
@@ -183,13 +162,13 @@ def run_operations(client: AdminClient, args: argparse.Namespace) -> int:
     operations, more = _limited(pages, args.limit)
     if args.json:
         for item in operations:
-            _emit_json(admin_render.admin_operation_json(item))
+            emit_json(admin_render.admin_operation_json(item))
     elif not operations:
-        _emit("no operations")
+        emit("no operations")
     else:
-        _emit(admin_render.operations_table(operations))
+        emit(admin_render.operations_table(operations))
         if more:
-            _emit(f"(first {len(operations)} shown; --limit 0 shows all)")
+            emit(f"(first {len(operations)} shown; --limit 0 shows all)")
     return ExitCode.OK
 
 
@@ -218,16 +197,16 @@ def run_ambiguous(client: AdminClient, args: argparse.Namespace) -> int:
     cases, more = _limited(pages, args.limit)
     if args.json:
         for evidence in cases:
-            _emit_json(admin_render.evidence_json(evidence))
+            emit_json(admin_render.evidence_json(evidence))
         return ExitCode.OK
     if not cases:
-        _emit("no ambiguous operations waiting for a verdict")
+        emit("no ambiguous operations waiting for a verdict")
         return ExitCode.OK
     arrow = _arrow()
-    _emit(f"{len(cases)} ambiguous operation(s): execution UNKNOWN\n")
-    _emit("\n\n".join(admin_render.evidence_text(evidence, arrow) for evidence in cases))
+    emit(f"{len(cases)} ambiguous operation(s): execution UNKNOWN\n")
+    emit("\n\n".join(admin_render.evidence_text(evidence, arrow) for evidence in cases))
     if more:
-        _emit(f"\n(first {len(cases)} shown; --limit 0 shows all)")
+        emit(f"\n(first {len(cases)} shown; --limit 0 shows all)")
     return ExitCode.OK
 
 
@@ -238,11 +217,11 @@ def configure_describe(parser: argparse.ArgumentParser) -> None:
 def run_describe(client: AdminClient, args: argparse.Namespace) -> int:
     evidence = client.describe(args.operation_id)
     if args.json:
-        _emit_json(admin_render.evidence_json(evidence))
+        emit_json(admin_render.evidence_json(evidence))
     else:
-        _emit(admin_render.admin_operation_detail(evidence.operation))
-        _emit("")
-        _emit(admin_render.evidence_text(evidence, _arrow(), headline=False))
+        emit(admin_render.admin_operation_detail(evidence.operation))
+        emit("")
+        emit(admin_render.evidence_text(evidence, _arrow(), headline=False))
     return ExitCode.OK
 
 
@@ -254,82 +233,39 @@ def configure_verdict(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "verdict", choices=VERDICTS, help="what you established: executed or not-executed"
     )
-    _reason_option(parser, "the evidence you relied on; recorded with your principal")
+    reason_option(parser, "the evidence you relied on; recorded with your principal")
 
 
 def run_verdict(client: AdminClient, args: argparse.Namespace) -> int:
     recorded = client.record_verdict(args.operation_id, args.verdict, reason=args.reason)
     if args.json:
-        _emit_json(admin_render.verdict_json(recorded))
+        emit_json(admin_render.verdict_json(recorded))
         return ExitCode.OK
-    _emit(admin_render.verdict_headline(recorded))
-    _emit(admin_render.admin_operation_detail(recorded.operation))
+    emit(admin_render.verdict_headline(recorded))
+    emit(admin_render.admin_operation_detail(recorded.operation))
     verdict = recorded.operation.operation.verdict
     if verdict is not None and verdict.verdict is Verdict.NOT_EXECUTED:
-        _emit(f"\nrun it again: turnwire admin requeue {args.operation_id} --reason TEXT")
+        emit(f"\nrun it again: turnwire admin requeue {args.operation_id} --reason TEXT")
     return ExitCode.OK
 
 
 def configure_requeue(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("operation_id", metavar="OPERATION")
-    _reason_option(parser, "recorded on the new operation's first event")
+    reason_option(parser, "recorded on the new operation's first event")
 
 
 def run_requeue(client: AdminClient, args: argparse.Namespace) -> int:
     result = client.requeue(args.operation_id, reason=args.reason)
     if args.json:
-        _emit_json(admin_render.requeue_json(result))
+        emit_json(admin_render.requeue_json(result))
         return ExitCode.OK
-    _emit(admin_render.requeue_headline(result))
-    _emit(admin_render.admin_operation_detail(result.operation))
-    _emit(f"\nfollow it: turnwire watch {result.operation.operation_id} (with the owner's token)")
+    emit(admin_render.requeue_headline(result))
+    emit(admin_render.admin_operation_detail(result.operation))
+    emit(f"\nfollow it: turnwire watch {result.operation.operation_id} (with the owner's token)")
     return ExitCode.OK
 
 
 # --- runners / drain -------------------------------------------------------
-
-
-def configure_runners(parser: argparse.ArgumentParser) -> None:
-    del parser  # no options beyond the common ones
-
-
-def run_runners(client: AdminClient, args: argparse.Namespace) -> int:
-    runners = client.runners()
-    if args.json:
-        for runner in runners:
-            _emit_json(admin_render.runner_json(runner))
-    elif not runners:
-        _emit("no runners configured")
-    else:
-        _emit(admin_render.runners_table(runners))
-    return ExitCode.OK
-
-
-def configure_drain(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runner", metavar="RUNNER", help="a configured runner's name")
-    _reason_option(parser, "shown with the drain in `turnwire admin runners`")
-
-
-def run_drain(client: AdminClient, args: argparse.Namespace) -> int:
-    change = client.drain(args.runner, reason=args.reason)
-    if args.json:
-        _emit_json(admin_render.runner_change_json(change))
-    else:
-        _emit(admin_render.drain_headline(change, drained=True))
-    return ExitCode.OK
-
-
-def configure_undrain(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runner", metavar="RUNNER", help="a configured runner's name")
-
-
-def run_undrain(client: AdminClient, args: argparse.Namespace) -> int:
-    change = client.undrain(args.runner)
-    if args.json:
-        _emit_json(admin_render.runner_change_json(change))
-    else:
-        _emit(admin_render.drain_headline(change, drained=False))
-    return ExitCode.OK
 
 
 ACTIONS: tuple[Action, ...] = (
@@ -371,9 +307,14 @@ ACTIONS: tuple[Action, ...] = (
     ),
     Action(
         "runners",
-        "every configured runner: address, pools, incarnation, store id, slots and use, "
-        "drained, health",
-        "examples:\n  turnwire admin runners\n  turnwire admin runners --json | jq .health",
+        "the runner set: every member's address, pools, kinds, generation, who added it, "
+        "incarnation, store id, slots and use, turns bound, drained, health; and its verbs "
+        "add, drain, undrain, remove",
+        "examples:\n  turnwire admin runners\n  turnwire admin runners --json | jq .health\n"
+        "  turnwire admin runners add r3 10.0.0.7:50061 --pool default --reason 'capacity'\n"
+        "  turnwire admin runners drain r1 --reason 'retire'\n"
+        "  turnwire admin runners remove r1 --reason 'retired'\n"
+        "  turnwire admin runners remove r1 --force --reason 'host lost'",
         configure_runners,
         run_runners,
     ),
@@ -404,10 +345,6 @@ ACTIONS: tuple[Action, ...] = (
 )
 
 
-def _formatter(prog: str) -> argparse.HelpFormatter:
-    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=32)
-
-
 def configure(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="admin_action", metavar="ACTION", required=True)
     for action in ACTIONS:
@@ -418,7 +355,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
             + f"\n\nThe token needs the admin scope (--token, --token-file, ${ADMIN_TOKEN_ENV}, "
             f"then ${TOKEN_ENV}).",
             epilog=action.examples + "\n\n" + EPILOG,
-            formatter_class=_formatter,
+            formatter_class=formatter,
         )
         action.configure(sub)
         add_connection_options(sub)
@@ -453,6 +390,9 @@ def hint_for(error: TurnwireError, args: argparse.Namespace) -> str | None:
         )
     if not isinstance(error, NotAllowed):
         return None
+    runner_hint = admin_runners.hint_for(error, args)
+    if runner_hint is not None:
+        return runner_hint
     if error.reason == "OPERATION_NOT_TERMINAL":
         return f"wait for its end (where it stands: turnwire admin describe {operation})"
     if error.reason == "VERDICT_CONFLICT":

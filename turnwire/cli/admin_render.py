@@ -21,6 +21,7 @@ from turnwire.client import (
     Requeued,
     Runner,
     RunnerChanged,
+    RunnerRemoved,
     VerdictRecorded,
 )
 
@@ -222,6 +223,54 @@ def runner_change_json(change: RunnerChanged) -> dict[str, Any]:
     return {"replayed": change.replayed, "runner": runner_json(change.runner)}
 
 
+def added_headline(change: RunnerChanged) -> str:
+    runner = change.runner
+    if change.replayed:
+        return (
+            f"{runner.name} is already a member with these fields (generation "
+            f"{runner.generation}); nothing changed"
+        )
+    return (
+        f"added {runner.name} (generation {runner.generation}) at {runner.address}, pool "
+        f"{','.join(runner.pools)}: every coordinator routes turns to it within seconds"
+    )
+
+
+def removed_headline(result: RunnerRemoved) -> str:
+    removal = result.removal
+    name, generation = removal.runner, removal.sequence - 1
+    if result.replayed:
+        return f"{name} (generation {generation}) was already removed; nothing changed"
+    forced = ""
+    if removal.forced:
+        forced = (
+            f" by force; {removal.bound_turns} turn(s) bound to it end TIMED_OUT RUNNER_REMOVED"
+            if removal.bound_turns
+            else " by force"
+        )
+    return f"removed {name} (generation {generation}){forced}: no coordinator calls it any more"
+
+
+def removed_json(result: RunnerRemoved) -> dict[str, Any]:
+    removal = result.removal
+    return {
+        "replayed": result.replayed,
+        "removal": {
+            "runner": removal.runner,
+            "sequence": removal.sequence,
+            "action": removal.action.value,
+            "address": removal.address,
+            "pool": removal.pool,
+            "kinds": [kind.value for kind in removal.kinds],
+            "recorded_by": removal.recorded_by,
+            "reason": removal.reason,
+            "recorded_at": _iso(removal.recorded_at),
+            "forced": removal.forced,
+            "bound_turns": removal.bound_turns,
+        },
+    }
+
+
 # --- runners ---------------------------------------------------------------
 
 
@@ -236,24 +285,32 @@ def _drained(runner: Runner) -> str:
 def runners_table(runners: Sequence[Runner]) -> str:
     headers = (
         "NAME",
+        "GEN",
         "ADDRESS",
         "POOLS",
+        "KINDS",
+        "ADDED BY",
         "INCARNATION",
         "STORE",
         "SLOTS W/R",
         "IN USE W/R",
+        "BOUND",
         "DRAINED",
         "HEALTH",
     )
     rows = [
         (
             runner.name,
+            str(runner.generation),
             runner.address,
             ",".join(runner.pools) or UNSET,
+            "+".join(kind.value.lower() for kind in runner.kinds) or UNSET,
+            runner.added_by or UNSET,
             runner.incarnation_id or UNSET,
             runner.store_id or UNSET,
             f"{runner.writable_slots}/{runner.read_only_slots}",
             f"{runner.writable_in_use}/{runner.read_only_in_use}",
+            str(runner.bound_turns),
             _drained(runner),
             runner.health or ("answering" if runner.answering else "not answering"),
         )
@@ -279,4 +336,10 @@ def runner_json(runner: Runner) -> dict[str, Any]:
         "drained_by": runner.drained_by,
         "drain_reason": runner.drain_reason,
         "drained_at": _iso(runner.drained_at),
+        "kinds": [kind.value for kind in runner.kinds],
+        "generation": runner.generation,
+        "added_by": runner.added_by,
+        "added_reason": runner.added_reason,
+        "added_at": _iso(runner.added_at),
+        "bound_turns": runner.bound_turns,
     }

@@ -49,12 +49,14 @@ code) and ``reason`` (the contract's ErrorInfo reason, or "" when none came):
     ├── NoRunnerAvailable      NO_RUNNER_FOR_TURN
     ├── NotAllowed             AdminService: OPERATION_NOT_TERMINAL,
     │                          OPERATION_NOT_AMBIGUOUS, VERDICT_CONFLICT,
-    │                          REQUEUE_NOT_ALLOWED (nothing changed)
+    │                          REQUEUE_NOT_ALLOWED, RUNNER_CONFLICT,
+    │                          RUNNER_NOT_DRAINED, RUNNER_HAS_TURNS,
+    │                          RUNNER_CREDENTIALS_MISSING (nothing changed)
     ├── WaitLonger             wait() timed out; .operation is the latest state
     └── ReportABug             an answer the contract does not allow
 
 The operator's calls (AdminService: every principal's operations, ambiguous
-turns with their evidence, verdicts, requeue, runners, drain) are
+turns with their evidence, verdicts, requeue, runners: add, drain, remove) are
 ``AdminClient`` / ``AsyncAdminClient`` (``turnwire.client.admin``); they need
 a token with the ``admin`` scope.
 """
@@ -66,10 +68,13 @@ from turnwire.client.admin_values import (
     Attempt,
     AttemptOutcome,
     EvidencePage,
+    MembershipAction,
+    MembershipRecord,
     OperationEvidence,
     Requeued,
     Runner,
     RunnerChanged,
+    RunnerRemoved,
     VerdictRecorded,
 )
 from turnwire.client.aio import AsyncTurnwireClient
@@ -123,6 +128,8 @@ __all__ = [
     "FileRef",
     "FixTheRequest",
     "InputItem",
+    "MembershipAction",
+    "MembershipRecord",
     "ModelRef",
     "NoRunnerAvailable",
     "NotAllowed",
@@ -140,6 +147,7 @@ __all__ = [
     "RetryPolicy",
     "Runner",
     "RunnerChanged",
+    "RunnerRemoved",
     "StopReason",
     "Submission",
     "Turn",

@@ -9,7 +9,9 @@
                     print(attempt.number, attempt.runner, attempt.outcome, attempt.detail)
         admin.record_verdict("op_0123", "not-executed", reason="runner log shows no start")
         requeued = admin.requeue("op_0123", reason="never ran (verdict)")
+        admin.add_runner("r3", "10.0.0.7:50061", pool="default")
         admin.drain("r1", reason="kernel upgrade")
+        admin.remove_runner("r1", reason="host retired")  # once drained and idle
         for runner in admin.runners():
             print(runner.name, runner.in_use, "/", runner.capacity, runner.health)
 
@@ -21,8 +23,9 @@ Retries, errors and values follow TurnwireClient's rules (the
 ``turnwire.client`` docstring): transient failures are retried with backoff
 within the policy, and every call is safe to repeat: a verdict, a requeue, a
 drain or an undrain sent again is answered as a replay (``replayed=True``),
-never done twice. Refusals raise: NotAllowed (FAILED_PRECONDITION: the
-operation's state does not allow it), NotFound (``OPERATION_NOT_FOUND``,
+never done twice (so is adding a runner with the same fields, or removing
+one already removed). Refusals raise: NotAllowed (the operation's state, or
+the runner's, does not allow it), NotFound (``OPERATION_NOT_FOUND``,
 ``RUNNER_NOT_FOUND``), FixTheRequest (``ARGUMENT_INVALID``,
 ``PAGE_TOKEN_INVALID``), NoRunnerAvailable (a requeue nobody can serve).
 """
@@ -39,15 +42,17 @@ from turnwire.client.admin_values import (
     AdminOperation,
     AdminOperationPage,
     EvidencePage,
+    MembershipRecord,
     OperationEvidence,
     Requeued,
     Runner,
     RunnerChanged,
+    RunnerRemoved,
     VerdictRecorded,
 )
 from turnwire.client.connection import AsyncConnection, SyncConnection
 from turnwire.client.sync import state_number
-from turnwire.client.values import Execution, OperationState, Verdict
+from turnwire.client.values import Execution, OperationState, TurnKind, Verdict
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2
 
@@ -129,8 +134,28 @@ def requeued(reply: admin_pb2.RequeueOperationResponse) -> Requeued:
     )
 
 
+def add_runner_request(
+    runner: str, address: str, pool: str, kinds: Iterable[TurnKind | str], reason: str
+) -> admin_pb2.AddRunnerRequest:
+    return admin_pb2.AddRunnerRequest(
+        runner=runner,
+        address=address,
+        pool=pool,
+        kinds=[turn_pb2.TurnKind.Value("TURN_KIND_" + TurnKind(_token(k)).value) for k in kinds],
+        reason=reason,
+    )
+
+
+def runner_removed(reply: admin_pb2.RemoveRunnerResponse) -> RunnerRemoved:
+    return RunnerRemoved(
+        removal=MembershipRecord.from_proto(reply.removal), replayed=reply.replayed
+    )
+
+
 def runner_changed(
-    reply: admin_pb2.DrainRunnerResponse | admin_pb2.UndrainRunnerResponse,
+    reply: admin_pb2.DrainRunnerResponse
+    | admin_pb2.UndrainRunnerResponse
+    | admin_pb2.AddRunnerResponse,
 ) -> RunnerChanged:
     return RunnerChanged(runner=Runner.from_proto(reply.runner), replayed=reply.replayed)
 
@@ -252,9 +277,37 @@ class AdminClient(SyncConnection):
         return runner_changed(self._call(self._stub.UndrainRunner, request))
 
     def runners(self) -> tuple[Runner, ...]:
-        """Every configured runner by name, as the coordinator that answers sees it now."""
+        """Every member of the runner set by name, as the coordinator that answers sees it."""
         reply = self._call(self._stub.ListRunners, admin_pb2.ListRunnersRequest())
         return tuple(Runner.from_proto(runner) for runner in reply.runners)
+
+    def add_runner(
+        self,
+        runner: str,
+        address: str,
+        *,
+        pool: str = "",
+        kinds: Iterable[TurnKind | str] = (),
+        reason: str = "",
+    ) -> RunnerChanged:
+        """Add a runner to the set (PROTOCOL.md §11 M2): every coordinator replica uses
+        it within seconds. ``pool`` "" is "default", ``kinds`` () both. The same
+        fields again are a replay; other fields for a member's name are NotAllowed
+        (``RUNNER_CONFLICT``); bad fields FixTheRequest."""
+        request = add_runner_request(runner, address, pool, kinds, reason)
+        return runner_changed(self._call(self._stub.AddRunner, request))
+
+    def remove_runner(
+        self, runner: str, *, reason: str, force: bool = False, generation: int = 0
+    ) -> RunnerRemoved:
+        """Remove a drained runner with no turn bound to it (M3) from the set; with
+        ``force``, any member (M4: its bound turns end TIMED_OUT, RUNNER_REMOVED).
+        ``generation`` (``Runner.generation``) removes only that member of the name.
+        NotAllowed (``RUNNER_NOT_DRAINED``, ``RUNNER_HAS_TURNS``) otherwise."""
+        request = admin_pb2.RemoveRunnerRequest(
+            runner=runner, reason=reason, force=force, generation=generation
+        )
+        return runner_removed(self._call(self._stub.RemoveRunner, request))
 
 
 class AsyncAdminClient(AsyncConnection):
@@ -345,3 +398,25 @@ class AsyncAdminClient(AsyncConnection):
         """See AdminClient.runners."""
         reply = await self._call(self._stub.ListRunners, admin_pb2.ListRunnersRequest())
         return tuple(Runner.from_proto(runner) for runner in reply.runners)
+
+    async def add_runner(
+        self,
+        runner: str,
+        address: str,
+        *,
+        pool: str = "",
+        kinds: Iterable[TurnKind | str] = (),
+        reason: str = "",
+    ) -> RunnerChanged:
+        """See AdminClient.add_runner."""
+        request = add_runner_request(runner, address, pool, kinds, reason)
+        return runner_changed(await self._call(self._stub.AddRunner, request))
+
+    async def remove_runner(
+        self, runner: str, *, reason: str, force: bool = False, generation: int = 0
+    ) -> RunnerRemoved:
+        """See AdminClient.remove_runner."""
+        request = admin_pb2.RemoveRunnerRequest(
+            runner=runner, reason=reason, force=force, generation=generation
+        )
+        return runner_removed(await self._call(self._stub.RemoveRunner, request))

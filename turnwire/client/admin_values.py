@@ -10,6 +10,7 @@ SDK does not know yet (a newer server) reads as ``UNSPECIFIED``.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -17,14 +18,30 @@ from turnwire.client.values import (
     Operation,
     OperationEvent,
     OperatorVerdict,
+    TurnKind,
     _enum_from_proto,
     _timestamp,
     execution_from_proto,
     state_from_proto,
 )
+from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import admin_pb2, coordinator_pb2
 
 _OUTCOME = admin_pb2.AttemptOutcome.DESCRIPTOR
+_ACTION = admin_pb2.MembershipAction.DESCRIPTOR
+_KIND = turn_pb2.TurnKind.DESCRIPTOR
+
+
+def _kinds(numbers: Iterable[int]) -> tuple[TurnKind, ...]:
+    return tuple(_enum_from_proto(TurnKind, _KIND, "TURN_KIND_", n) for n in numbers)
+
+
+class MembershipAction(enum.StrEnum):
+    """What a runner membership record says (PROTOCOL.md §11 M1)."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    ADDED = "ADDED"
+    REMOVED = "REMOVED"
 
 
 class AttemptOutcome(enum.StrEnum):
@@ -123,7 +140,12 @@ class OperationEvidence:
 
 @dataclass(frozen=True)
 class Runner:
-    """A configured runner as the coordinator that answered sees it now."""
+    """A member of the runner set as the coordinator that answered sees it now.
+
+    ``generation`` tells members of one name apart (a name removed and added
+    again is a new member, PROTOCOL.md §11 M7); ``bound_turns`` counts the
+    operations bound to it that are not terminal, across every replica
+    (RemoveRunner without force waits for 0)."""
 
     name: str
     address: str
@@ -143,6 +165,12 @@ class Runner:
     drained_by: str = ""
     drain_reason: str = ""
     drained_at: datetime | None = None
+    kinds: tuple[TurnKind, ...] = ()
+    generation: int = 0
+    added_by: str = ""
+    added_reason: str = ""
+    added_at: datetime | None = None
+    bound_turns: int = 0
 
     @property
     def capacity(self) -> int:
@@ -170,6 +198,48 @@ class Runner:
             drained_by=message.drained_by,
             drain_reason=message.drain_reason,
             drained_at=_timestamp(message.drained_at),
+            kinds=_kinds(message.kinds),
+            generation=message.generation,
+            added_by=message.added_by,
+            added_reason=message.added_reason,
+            added_at=_timestamp(message.added_at),
+            bound_turns=message.bound_turns,
+        )
+
+
+@dataclass(frozen=True)
+class MembershipRecord:
+    """One record of a runner name's membership log (append-only, §11 M1)."""
+
+    runner: str
+    sequence: int
+    action: MembershipAction
+    address: str
+    pool: str
+    kinds: tuple[TurnKind, ...]
+    recorded_by: str
+    reason: str
+    recorded_at: datetime | None
+    # REMOVED only: forced (M4), and how many turns were bound to it then.
+    forced: bool = False
+    bound_turns: int = 0
+
+    @classmethod
+    def from_proto(cls, message: admin_pb2.MembershipRecord) -> MembershipRecord:
+        return cls(
+            runner=message.runner,
+            sequence=message.sequence,
+            action=_enum_from_proto(
+                MembershipAction, _ACTION, "MEMBERSHIP_ACTION_", message.action
+            ),
+            address=message.address,
+            pool=message.pool,
+            kinds=_kinds(message.kinds),
+            recorded_by=message.recorded_by,
+            reason=message.reason,
+            recorded_at=_timestamp(message.recorded_at),
+            forced=message.forced,
+            bound_turns=message.bound_turns,
         )
 
 
@@ -221,4 +291,13 @@ class RunnerChanged:
     already in that state (nothing changed; a drain's first reason stands)."""
 
     runner: Runner
+    replayed: bool
+
+
+@dataclass(frozen=True)
+class RunnerRemoved:
+    """What remove_runner returns: the REMOVED record; ``replayed`` when that removal
+    was already recorded (nothing changed)."""
+
+    removal: MembershipRecord
     replayed: bool

@@ -83,7 +83,7 @@ class CheckCredentials(TurnwireError):
 
 class NotFound(TurnwireError):
     """No such operation for this principal (another principal's id reads the same);
-    from AdminService also ``RUNNER_NOT_FOUND`` (no configured runner has the name)."""
+    from AdminService also ``RUNNER_NOT_FOUND`` (no member of the runner set has the name)."""
 
 
 class NotAllowed(TurnwireError):
@@ -92,7 +92,10 @@ class NotAllowed(TurnwireError):
     ``OPERATION_NOT_TERMINAL`` (wait for its end), ``OPERATION_NOT_AMBIGUOUS``
     (its execution is known: no verdict), ``VERDICT_CONFLICT`` (another verdict
     is recorded and final; ``metadata["recorded"]``, ``["by"]``),
-    ``REQUEUE_NOT_ALLOWED`` (not proven NOT_STARTED and no NOT_EXECUTED verdict).
+    ``REQUEUE_NOT_ALLOWED`` (not proven NOT_STARTED and no NOT_EXECUTED verdict);
+    for the runner set: ``RUNNER_CONFLICT`` (the name is a member with other
+    fields: ``metadata["address"]``, ``["generation"]``), ``RUNNER_NOT_DRAINED``,
+    ``RUNNER_HAS_TURNS`` (``metadata["turns"]``), ``RUNNER_CREDENTIALS_MISSING``.
     """
 
 
@@ -138,6 +141,11 @@ _BY_REASON: Mapping[str, type[TurnwireError]] = MappingProxyType(
         "OPERATION_NOT_AMBIGUOUS": NotAllowed,
         "VERDICT_CONFLICT": NotAllowed,
         "REQUEUE_NOT_ALLOWED": NotAllowed,
+        # The runner set (PROTOCOL.md §11).
+        "RUNNER_CONFLICT": NotAllowed,
+        "RUNNER_NOT_DRAINED": NotAllowed,
+        "RUNNER_HAS_TURNS": NotAllowed,
+        "RUNNER_CREDENTIALS_MISSING": NotAllowed,
     }
 )
 

@@ -98,6 +98,8 @@ pytest.register_assert_rewrite(
     "turnwire.testing.journal_cases_submit",
     "turnwire.testing.journal_cases_commit",
     "turnwire.testing.journal_cases_lease",
+    "turnwire.testing.journal_cases_admin",
+    "turnwire.testing.journal_cases_members",
     "turnwire.testing.journal_conformance",
 )
 

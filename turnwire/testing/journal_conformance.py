@@ -9,7 +9,7 @@ inherited case. What the suite checks, and what a pass means, is in the
 
 Adding a case: a ``test_`` method on the case class of its topic
 (``journal_cases_submit``, ``journal_cases_commit``, ``journal_cases_lease``,
-``journal_cases_admin``)
+``journal_cases_admin``, ``journal_cases_members``)
 taking the ``journal_store`` fixture; every suite that includes that class
 then runs it.
 """
@@ -19,10 +19,11 @@ from __future__ import annotations
 from turnwire.testing.journal_cases_admin import AdminCases
 from turnwire.testing.journal_cases_commit import CommitCases
 from turnwire.testing.journal_cases_lease import LeaseCases
+from turnwire.testing.journal_cases_members import MembershipCases
 from turnwire.testing.journal_cases_submit import SubmitAndReadCases
 
 
-class JournalConformance(SubmitAndReadCases, CommitCases, AdminCases):
+class JournalConformance(SubmitAndReadCases, CommitCases, AdminCases, MembershipCases):
     """Every ``ports.Journal`` case. Subclass as ``Test<YourJournal>`` and
     override the ``journal_factory`` fixture (see ``journal_store.JournalFactory``)."""
 

@@ -2,7 +2,7 @@
 
 Two coordinator replicas on one real PostgreSQL journal, two real echo
 runners. The drain is asked of replica A only; replica B learns it from the
-journal (its poll, ``api/admin_drains.py``) and routes every new turn to r2.
+journal (its poll, ``api/runner_set.py``) and routes every new turn to r2.
 Without the drain B would pick r1 first (least loaded, ties by name).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from coordinator_svc.api.admin_drains import DRAIN_POLL_SECONDS
+from coordinator_svc.api.runner_set import RUNNER_SET_POLL_SECONDS
 from coordinator_svc.app import start_coordinator
 from tests.coordinator.api.admin_rig import STEP, deployment
 from tests.coordinator.api.harness import submit_request
@@ -41,7 +41,7 @@ def test_a_drain_asked_of_one_replica_is_honoured_by_the_other(
                         timeout=STEP,
                     )
                     assert drained.runner.drained
-                    for _ in range(int(4 * DRAIN_POLL_SECONDS / 0.05)):  # bounded: B's poll
+                    for _ in range(int(4 * RUNNER_SET_POLL_SECONDS / 0.05)):  # bounded: B's poll
                         if "r1" in b.dispatcher.drained:
                             break
                         await asyncio.sleep(0.05)

@@ -119,6 +119,7 @@ def test_started_coordinator_is_healthy_and_refuses_unroutable_turns(
         running: RunningCoordinator = await start_coordinator(config, journal=journal)
         try:
             assert await _health(running.address) == health_pb2.HealthCheckResponse.SERVING
+            started = journal.commits  # the --runner flags recorded at start (§11 M8)
             async with grpc.aio.insecure_channel(running.address) as channel:
                 stub: Any = coordinator_pb2_grpc.TurnServiceStub(channel)
                 error = await typed_error(
@@ -126,7 +127,7 @@ def test_started_coordinator_is_healthy_and_refuses_unroutable_turns(
                 )
                 assert error.code == grpc.StatusCode.FAILED_PRECONDITION
                 assert error.reason == "NO_RUNNER_FOR_TURN"
-                assert journal.commits == 0
+                assert journal.commits == started
         finally:
             await running.stop()
             await running.stop()  # idempotent

@@ -135,7 +135,7 @@ class InProcessRunner:
     def watch(self, after_sequence: int) -> _Watch:
         return _Watch(self._service, after_sequence)
 
-    async def close(self) -> None:
+    async def close(self, grace: float | None = None) -> None:
         return None
 
 

@@ -85,7 +85,7 @@ def emptied(url: str) -> str:
         with engine.begin() as connection:
             connection.exec_driver_sql(
                 "TRUNCATE events, attempts, operation_envelopes, operations,"
-                " operator_verdicts, operation_requeues, runner_drains"
+                " operator_verdicts, operation_requeues, runner_drains, runner_membership"
             )
     finally:
         engine.dispose()

@@ -12,6 +12,8 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.script import ScriptDirectory
 
+from coordinator_svc.config import RunnerEndpoint
+from coordinator_svc.core.membership import added
 from coordinator_svc.core.model import AttemptRecord, EventRecord, OperationRecord, OpState
 from coordinator_svc.ports import JournalNotMigrated, JournalUnavailable, SchemaTooNew
 from coordinator_svc.storage import alembic_config, head_revision, migrate, open_journal
@@ -24,6 +26,7 @@ from coordinator_svc.storage.tables import (
     operations,
 )
 from tests.coordinator.storage.records import first_event, new_operation, transition
+from turnwire.testing.records import T0
 
 JOURNAL_TABLES = {
     "operations",
@@ -34,6 +37,8 @@ JOURNAL_TABLES = {
     "operator_verdicts",
     "operation_requeues",
     "runner_drains",
+    # Runner membership (0007, PROTOCOL.md §11 M1).
+    "runner_membership",
 }
 
 
@@ -212,6 +217,35 @@ def test_database_refuses_rewriting_events_or_a_terminal_state(empty_url: str) -
                 {"id": operation_id},
             ).one()
         assert (row.state, bool(row.released)) == ("CANCELLED", True)
+    finally:
+        engine.dispose()
+
+
+def test_database_refuses_rewriting_or_deleting_membership_records(empty_url: str) -> None:
+    """§11 M1: the membership log is append-only: raw SQL can neither change a
+    record nor delete one, whoever writes; a new record is still stored."""
+    migrate(empty_url)
+
+    async def scenario() -> None:
+        journal = open_journal(empty_url)
+        try:
+            endpoint = RunnerEndpoint("r1", "127.0.0.1:7001")
+            await journal.add_runner(added(endpoint, "ops", "capacity", T0))
+        finally:
+            await journal.close()
+
+    asyncio.run(scenario())
+    engine = sa.create_engine(empty_url)
+    try:
+        for statement in (
+            "UPDATE runner_membership SET address = '10.0.0.1:7001'",
+            "DELETE FROM runner_membership",
+        ):
+            with pytest.raises(sa.exc.DBAPIError), engine.begin() as connection:
+                connection.execute(sa.text(statement))
+        with engine.begin() as connection:
+            rows = connection.execute(sa.text("SELECT address FROM runner_membership")).all()
+        assert [row.address for row in rows] == ["127.0.0.1:7001"]
     finally:
         engine.dispose()
 

@@ -165,7 +165,33 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     "verdict"); anything else could run the turn twice.
     """
     ERROR_REASON_RUNNER_NOT_FOUND: _ErrorReason.ValueType  # 64
-    """NOT_FOUND: no configured runner has this name (metadata "runner")."""
+    """NOT_FOUND: no runner member has this name (metadata "runner")."""
+    ERROR_REASON_RUNNER_REMOVED: _ErrorReason.ValueType  # 65
+    """--- Runner membership (PROTOCOL.md §11). ---
+    Terminal outcome reason: the operation was bound to a runner that is no
+    longer a member of the runner set (removed by force, M6), so no answer
+    about it can come; execution is STARTED if a start was confirmed, else
+    UNKNOWN. Never sent to another runner.
+    """
+    ERROR_REASON_RUNNER_HAS_TURNS: _ErrorReason.ValueType  # 66
+    """FAILED_PRECONDITION: the runner still has turns bound to it (metadata
+    "runner", "turns"): wait for them to end after draining, or remove it
+    with force (M3, M4). Nothing changed.
+    """
+    ERROR_REASON_RUNNER_NOT_DRAINED: _ErrorReason.ValueType  # 67
+    """FAILED_PRECONDITION: a runner is removed only once drained (metadata
+    "runner"), or with force (M3). Nothing changed.
+    """
+    ERROR_REASON_RUNNER_CONFLICT: _ErrorReason.ValueType  # 68
+    """ALREADY_EXISTS: a member of this name exists with another address, pool
+    or kinds (metadata "runner", "address", "pool", "kinds", "generation").
+    To change one: drain, remove, add (M2). Nothing changed.
+    """
+    ERROR_REASON_RUNNER_CREDENTIALS_MISSING: _ErrorReason.ValueType  # 69
+    """FAILED_PRECONDITION: this coordinator has no credentials runners accept
+    (mutual TLS material, or --runner-secret-file), so it cannot call a
+    runner it would add (M2). Nothing changed.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call was refused, or why an operation ended the way it did."""
@@ -311,7 +337,33 @@ NOT_STARTED or given a NOT_EXECUTED verdict (metadata "execution",
 "verdict"); anything else could run the turn twice.
 """
 ERROR_REASON_RUNNER_NOT_FOUND: ErrorReason.ValueType  # 64
-"""NOT_FOUND: no configured runner has this name (metadata "runner")."""
+"""NOT_FOUND: no runner member has this name (metadata "runner")."""
+ERROR_REASON_RUNNER_REMOVED: ErrorReason.ValueType  # 65
+"""--- Runner membership (PROTOCOL.md §11). ---
+Terminal outcome reason: the operation was bound to a runner that is no
+longer a member of the runner set (removed by force, M6), so no answer
+about it can come; execution is STARTED if a start was confirmed, else
+UNKNOWN. Never sent to another runner.
+"""
+ERROR_REASON_RUNNER_HAS_TURNS: ErrorReason.ValueType  # 66
+"""FAILED_PRECONDITION: the runner still has turns bound to it (metadata
+"runner", "turns"): wait for them to end after draining, or remove it
+with force (M3, M4). Nothing changed.
+"""
+ERROR_REASON_RUNNER_NOT_DRAINED: ErrorReason.ValueType  # 67
+"""FAILED_PRECONDITION: a runner is removed only once drained (metadata
+"runner"), or with force (M3). Nothing changed.
+"""
+ERROR_REASON_RUNNER_CONFLICT: ErrorReason.ValueType  # 68
+"""ALREADY_EXISTS: a member of this name exists with another address, pool
+or kinds (metadata "runner", "address", "pool", "kinds", "generation").
+To change one: drain, remove, add (M2). Nothing changed.
+"""
+ERROR_REASON_RUNNER_CREDENTIALS_MISSING: ErrorReason.ValueType  # 69
+"""FAILED_PRECONDITION: this coordinator has no credentials runners accept
+(mutual TLS material, or --runner-secret-file), so it cannot call a
+runner it would add (M2). Nothing changed.
+"""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
 ERROR_DOMAIN_FIELD_NUMBER: _builtins.int

@@ -52,6 +52,24 @@ ATTEMPT_OUTCOME_UNKNOWN: AttemptOutcome.ValueType  # 4
 """No definite answer (C7)."""
 Global___AttemptOutcome: _TypeAlias = AttemptOutcome  # noqa: Y015
 
+class _MembershipAction:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MembershipActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MembershipAction.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MEMBERSHIP_ACTION_UNSPECIFIED: _MembershipAction.ValueType  # 0
+    MEMBERSHIP_ACTION_ADDED: _MembershipAction.ValueType  # 1
+    MEMBERSHIP_ACTION_REMOVED: _MembershipAction.ValueType  # 2
+
+class MembershipAction(_MembershipAction, metaclass=_MembershipActionEnumTypeWrapper):
+    """What a membership record says (PROTOCOL.md §11 M1)."""
+
+MEMBERSHIP_ACTION_UNSPECIFIED: MembershipAction.ValueType  # 0
+MEMBERSHIP_ACTION_ADDED: MembershipAction.ValueType  # 1
+MEMBERSHIP_ACTION_REMOVED: MembershipAction.ValueType  # 2
+Global___MembershipAction: _TypeAlias = MembershipAction  # noqa: Y015
+
 @_typing.final
 class AdminOperation(_message.Message):
     """An operation as the operator sees it: the public Operation plus whose it is."""
@@ -453,7 +471,7 @@ Global___RequeueOperationResponse: _TypeAlias = RequeueOperationResponse  # noqa
 
 @_typing.final
 class Runner(_message.Message):
-    """A runner as this coordinator sees it."""
+    """A member of the runner set, as this coordinator sees it."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -472,8 +490,14 @@ class Runner(_message.Message):
     DRAINED_BY_FIELD_NUMBER: _builtins.int
     DRAIN_REASON_FIELD_NUMBER: _builtins.int
     DRAINED_AT_FIELD_NUMBER: _builtins.int
+    KINDS_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    ADDED_BY_FIELD_NUMBER: _builtins.int
+    ADDED_REASON_FIELD_NUMBER: _builtins.int
+    ADDED_AT_FIELD_NUMBER: _builtins.int
+    BOUND_TURNS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
-    """The name from the coordinator's --runner flag."""
+    """Its name (a --runner flag's, or AddRunner's)."""
     address: _builtins.str
     """host:port the coordinator dials."""
     incarnation_id: _builtins.str
@@ -495,12 +519,31 @@ class Runner(_message.Message):
     drained_by: _builtins.str
     """Set while drained."""
     drain_reason: _builtins.str
+    generation: _builtins.int
+    """Which member of this name it is (PROTOCOL.md §11 M1): the number of the
+    journal record that added it (a name removed and added again is a new
+    member with a higher one). 0 where the journal keeps no runner set.
+    """
+    added_by: _builtins.str
+    """Who added it ("--runner" for a flag at start), why and when."""
+    added_reason: _builtins.str
+    bound_turns: _builtins.int
+    """Operations bound to it that are not terminal (DISPATCHING,
+    DISPATCH_UNKNOWN, RUNNING, CANCELLING), read from the journal: every
+    replica's. RemoveRunner without force waits for 0.
+    """
     @_builtins.property
     def pools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The pools it serves."""
 
     @_builtins.property
     def drained_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def kinds(self) -> _containers.RepeatedScalarFieldContainer[_turn_pb2.TurnKind.ValueType]:
+        """The kinds of turns it serves."""
+
+    @_builtins.property
+    def added_at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
@@ -519,14 +562,75 @@ class Runner(_message.Message):
         drained_by: _builtins.str = ...,
         drain_reason: _builtins.str = ...,
         drained_at: _timestamp_pb2.Timestamp | None = ...,
+        kinds: _abc.Iterable[_turn_pb2.TurnKind.ValueType] | None = ...,
+        generation: _builtins.int = ...,
+        added_by: _builtins.str = ...,
+        added_reason: _builtins.str = ...,
+        added_at: _timestamp_pb2.Timestamp | None = ...,
+        bound_turns: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["drained_at", b"drained_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["added_at", b"added_at", "drained_at", b"drained_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "answering", b"answering", "drain_reason", b"drain_reason", "drained", b"drained", "drained_at", b"drained_at", "drained_by", b"drained_by", "health", b"health", "incarnation_id", b"incarnation_id", "name", b"name", "pools", b"pools", "read_only_in_use", b"read_only_in_use", "read_only_slots", b"read_only_slots", "store_id", b"store_id", "writable_in_use", b"writable_in_use", "writable_slots", b"writable_slots"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_at", b"added_at", "added_by", b"added_by", "added_reason", b"added_reason", "address", b"address", "answering", b"answering", "bound_turns", b"bound_turns", "drain_reason", b"drain_reason", "drained", b"drained", "drained_at", b"drained_at", "drained_by", b"drained_by", "generation", b"generation", "health", b"health", "incarnation_id", b"incarnation_id", "kinds", b"kinds", "name", b"name", "pools", b"pools", "read_only_in_use", b"read_only_in_use", "read_only_slots", b"read_only_slots", "store_id", b"store_id", "writable_in_use", b"writable_in_use", "writable_slots", b"writable_slots"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Runner: _TypeAlias = Runner  # noqa: Y015
+
+@_typing.final
+class MembershipRecord(_message.Message):
+    """One record of a runner name's membership log (append-only)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNNER_FIELD_NUMBER: _builtins.int
+    SEQUENCE_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    POOL_FIELD_NUMBER: _builtins.int
+    KINDS_FIELD_NUMBER: _builtins.int
+    RECORDED_BY_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    RECORDED_AT_FIELD_NUMBER: _builtins.int
+    FORCED_FIELD_NUMBER: _builtins.int
+    BOUND_TURNS_FIELD_NUMBER: _builtins.int
+    runner: _builtins.str
+    sequence: _builtins.int
+    """1, 2, ... per name; an ADDED record's is the member's generation."""
+    action: Global___MembershipAction.ValueType
+    address: _builtins.str
+    pool: _builtins.str
+    recorded_by: _builtins.str
+    reason: _builtins.str
+    forced: _builtins.bool
+    """REMOVED only: forced (M4), and how many turns were bound to it then."""
+    bound_turns: _builtins.int
+    @_builtins.property
+    def kinds(self) -> _containers.RepeatedScalarFieldContainer[_turn_pb2.TurnKind.ValueType]: ...
+    @_builtins.property
+    def recorded_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        runner: _builtins.str = ...,
+        sequence: _builtins.int = ...,
+        action: Global___MembershipAction.ValueType = ...,
+        address: _builtins.str = ...,
+        pool: _builtins.str = ...,
+        kinds: _abc.Iterable[_turn_pb2.TurnKind.ValueType] | None = ...,
+        recorded_by: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        recorded_at: _timestamp_pb2.Timestamp | None = ...,
+        forced: _builtins.bool = ...,
+        bound_turns: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["recorded_at", b"recorded_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "address", b"address", "bound_turns", b"bound_turns", "forced", b"forced", "kinds", b"kinds", "pool", b"pool", "reason", b"reason", "recorded_at", b"recorded_at", "recorded_by", b"recorded_by", "runner", b"runner", "sequence", b"sequence"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MembershipRecord: _TypeAlias = MembershipRecord  # noqa: Y015
 
 @_typing.final
 class DrainRunnerRequest(_message.Message):
@@ -633,6 +737,125 @@ class ListRunnersRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListRunnersRequest: _TypeAlias = ListRunnersRequest  # noqa: Y015
+
+@_typing.final
+class AddRunnerRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNNER_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    POOL_FIELD_NUMBER: _builtins.int
+    KINDS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    runner: _builtins.str
+    """The runner's name: 1..255 printable characters, no spaces, '=', ';' or ','."""
+    address: _builtins.str
+    """host:port the coordinators dial."""
+    pool: _builtins.str
+    """The pool it serves; empty means "default"."""
+    reason: _builtins.str
+    """Why (optional, up to 2000 characters); kept with the record."""
+    @_builtins.property
+    def kinds(self) -> _containers.RepeatedScalarFieldContainer[_turn_pb2.TurnKind.ValueType]:
+        """The kinds it serves; empty means both."""
+
+    def __init__(
+        self,
+        *,
+        runner: _builtins.str = ...,
+        address: _builtins.str = ...,
+        pool: _builtins.str = ...,
+        kinds: _abc.Iterable[_turn_pb2.TurnKind.ValueType] | None = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "kinds", b"kinds", "pool", b"pool", "reason", b"reason", "runner", b"runner"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddRunnerRequest: _TypeAlias = AddRunnerRequest  # noqa: Y015
+
+@_typing.final
+class AddRunnerResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNNER_FIELD_NUMBER: _builtins.int
+    REPLAYED_FIELD_NUMBER: _builtins.int
+    replayed: _builtins.bool
+    """True when a member with these fields existed: nothing was stored."""
+    @_builtins.property
+    def runner(self) -> Global___Runner: ...
+    def __init__(
+        self,
+        *,
+        runner: Global___Runner | None = ...,
+        replayed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["runner", b"runner"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["replayed", b"replayed", "runner", b"runner"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddRunnerResponse: _TypeAlias = AddRunnerResponse  # noqa: Y015
+
+@_typing.final
+class RemoveRunnerRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNNER_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    runner: _builtins.str
+    reason: _builtins.str
+    """Why: required, 1..2000 characters."""
+    force: _builtins.bool
+    """Remove it even if it is not drained or has turns bound (M4)."""
+    generation: _builtins.int
+    """Only this member of the name (Runner.generation); 0: the current one."""
+    def __init__(
+        self,
+        *,
+        runner: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        force: _builtins.bool = ...,
+        generation: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["force", b"force", "generation", b"generation", "reason", b"reason", "runner", b"runner"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveRunnerRequest: _TypeAlias = RemoveRunnerRequest  # noqa: Y015
+
+@_typing.final
+class RemoveRunnerResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOVAL_FIELD_NUMBER: _builtins.int
+    REPLAYED_FIELD_NUMBER: _builtins.int
+    replayed: _builtins.bool
+    """True when this removal was already recorded: nothing was stored."""
+    @_builtins.property
+    def removal(self) -> Global___MembershipRecord:
+        """The REMOVED record."""
+
+    def __init__(
+        self,
+        *,
+        removal: Global___MembershipRecord | None = ...,
+        replayed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["removal", b"removal"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removal", b"removal", "replayed", b"replayed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveRunnerResponse: _TypeAlias = RemoveRunnerResponse  # noqa: Y015
 
 @_typing.final
 class ListRunnersResponse(_message.Message):

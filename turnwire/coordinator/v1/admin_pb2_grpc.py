@@ -81,6 +81,16 @@ class AdminServiceStub:
                 request_serializer=turnwire_dot_coordinator_dot_v1_dot_admin__pb2.ListRunnersRequest.SerializeToString,
                 response_deserializer=turnwire_dot_coordinator_dot_v1_dot_admin__pb2.ListRunnersResponse.FromString,
                 _registered_method=True)
+        self.AddRunner = channel.unary_unary(
+                '/turnwire.coordinator.v1.AdminService/AddRunner',
+                request_serializer=turnwire_dot_coordinator_dot_v1_dot_admin__pb2.AddRunnerRequest.SerializeToString,
+                response_deserializer=turnwire_dot_coordinator_dot_v1_dot_admin__pb2.AddRunnerResponse.FromString,
+                _registered_method=True)
+        self.RemoveRunner = channel.unary_unary(
+                '/turnwire.coordinator.v1.AdminService/RemoveRunner',
+                request_serializer=turnwire_dot_coordinator_dot_v1_dot_admin__pb2.RemoveRunnerRequest.SerializeToString,
+                response_deserializer=turnwire_dot_coordinator_dot_v1_dot_admin__pb2.RemoveRunnerResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -144,7 +154,7 @@ class AdminServiceServicer:
         routing); turns bound to it finish, and status, cancel and release calls
         to it go on. Durable: a restarted coordinator and every replica honour it.
         Draining a drained runner is a replay. NOT_FOUND / RUNNER_NOT_FOUND for a
-        name no configured runner has.
+        name no member has.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -158,7 +168,34 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListRunners(self, request, context):
-        """Every configured runner, as this coordinator sees it now.
+        """Every member of the runner set, as this coordinator sees it now.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddRunner(self, request, context):
+        """Add a runner to the runner set (PROTOCOL.md §11 M2), recorded in the
+        journal: this coordinator uses it at once, every replica within seconds,
+        and a restarted one too. The same name with the same fields again is a
+        replay; with other fields ALREADY_EXISTS / RUNNER_CONFLICT. Fields are
+        checked as the --runner flag's are (INVALID_ARGUMENT / ARGUMENT_INVALID,
+        metadata "field"), the address also against the transport rule:
+        plaintext reaches loopback only. A coordinator without runner
+        credentials refuses FAILED_PRECONDITION / RUNNER_CREDENTIALS_MISSING.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveRunner(self, request, context):
+        """Remove a member from the runner set (M3, M4), recorded in the journal.
+        Only a drained runner with no turn bound to it (FAILED_PRECONDITION /
+        RUNNER_NOT_DRAINED, RUNNER_HAS_TURNS with metadata "turns"), unless
+        forced: then each turn bound to it ends TIMED_OUT / RUNNER_REMOVED with
+        execution STARTED or UNKNOWN, and is never sent to another runner (M6).
+        Its drain goes with it. Asking again is a replay; NOT_FOUND /
+        RUNNER_NOT_FOUND for a name that is not a member.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -206,6 +243,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListRunners,
                     request_deserializer=turnwire_dot_coordinator_dot_v1_dot_admin__pb2.ListRunnersRequest.FromString,
                     response_serializer=turnwire_dot_coordinator_dot_v1_dot_admin__pb2.ListRunnersResponse.SerializeToString,
+            ),
+            'AddRunner': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddRunner,
+                    request_deserializer=turnwire_dot_coordinator_dot_v1_dot_admin__pb2.AddRunnerRequest.FromString,
+                    response_serializer=turnwire_dot_coordinator_dot_v1_dot_admin__pb2.AddRunnerResponse.SerializeToString,
+            ),
+            'RemoveRunner': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveRunner,
+                    request_deserializer=turnwire_dot_coordinator_dot_v1_dot_admin__pb2.RemoveRunnerRequest.FromString,
+                    response_serializer=turnwire_dot_coordinator_dot_v1_dot_admin__pb2.RemoveRunnerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -431,6 +478,60 @@ class AdminService:
             '/turnwire.coordinator.v1.AdminService/ListRunners',
             turnwire_dot_coordinator_dot_v1_dot_admin__pb2.ListRunnersRequest.SerializeToString,
             turnwire_dot_coordinator_dot_v1_dot_admin__pb2.ListRunnersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddRunner(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/turnwire.coordinator.v1.AdminService/AddRunner',
+            turnwire_dot_coordinator_dot_v1_dot_admin__pb2.AddRunnerRequest.SerializeToString,
+            turnwire_dot_coordinator_dot_v1_dot_admin__pb2.AddRunnerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveRunner(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/turnwire.coordinator.v1.AdminService/RemoveRunner',
+            turnwire_dot_coordinator_dot_v1_dot_admin__pb2.RemoveRunnerRequest.SerializeToString,
+            turnwire_dot_coordinator_dot_v1_dot_admin__pb2.RemoveRunnerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -70,12 +70,31 @@ class AdminServiceStub:
     routing); turns bound to it finish, and status, cancel and release calls
     to it go on. Durable: a restarted coordinator and every replica honour it.
     Draining a drained runner is a replay. NOT_FOUND / RUNNER_NOT_FOUND for a
-    name no configured runner has.
+    name no member has.
     """
     UndrainRunner: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UndrainRunnerRequest, _admin_pb2.UndrainRunnerResponse]
     """Undo DrainRunner; undraining a runner that is not drained is a replay."""
     ListRunners: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListRunnersRequest, _admin_pb2.ListRunnersResponse]
-    """Every configured runner, as this coordinator sees it now."""
+    """Every member of the runner set, as this coordinator sees it now."""
+    AddRunner: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AddRunnerRequest, _admin_pb2.AddRunnerResponse]
+    """Add a runner to the runner set (PROTOCOL.md §11 M2), recorded in the
+    journal: this coordinator uses it at once, every replica within seconds,
+    and a restarted one too. The same name with the same fields again is a
+    replay; with other fields ALREADY_EXISTS / RUNNER_CONFLICT. Fields are
+    checked as the --runner flag's are (INVALID_ARGUMENT / ARGUMENT_INVALID,
+    metadata "field"), the address also against the transport rule:
+    plaintext reaches loopback only. A coordinator without runner
+    credentials refuses FAILED_PRECONDITION / RUNNER_CREDENTIALS_MISSING.
+    """
+    RemoveRunner: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RemoveRunnerRequest, _admin_pb2.RemoveRunnerResponse]
+    """Remove a member from the runner set (M3, M4), recorded in the journal.
+    Only a drained runner with no turn bound to it (FAILED_PRECONDITION /
+    RUNNER_NOT_DRAINED, RUNNER_HAS_TURNS with metadata "turns"), unless
+    forced: then each turn bound to it ends TIMED_OUT / RUNNER_REMOVED with
+    execution STARTED or UNKNOWN, and is never sent to another runner (M6).
+    Its drain goes with it. Asking again is a replay; NOT_FOUND /
+    RUNNER_NOT_FOUND for a name that is not a member.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -119,12 +138,31 @@ class AdminServiceAsyncStub(AdminServiceStub):
     routing); turns bound to it finish, and status, cancel and release calls
     to it go on. Durable: a restarted coordinator and every replica honour it.
     Draining a drained runner is a replay. NOT_FOUND / RUNNER_NOT_FOUND for a
-    name no configured runner has.
+    name no member has.
     """
     UndrainRunner: _aio.UnaryUnaryMultiCallable[_admin_pb2.UndrainRunnerRequest, _admin_pb2.UndrainRunnerResponse]  # type: ignore[assignment]
     """Undo DrainRunner; undraining a runner that is not drained is a replay."""
     ListRunners: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListRunnersRequest, _admin_pb2.ListRunnersResponse]  # type: ignore[assignment]
-    """Every configured runner, as this coordinator sees it now."""
+    """Every member of the runner set, as this coordinator sees it now."""
+    AddRunner: _aio.UnaryUnaryMultiCallable[_admin_pb2.AddRunnerRequest, _admin_pb2.AddRunnerResponse]  # type: ignore[assignment]
+    """Add a runner to the runner set (PROTOCOL.md §11 M2), recorded in the
+    journal: this coordinator uses it at once, every replica within seconds,
+    and a restarted one too. The same name with the same fields again is a
+    replay; with other fields ALREADY_EXISTS / RUNNER_CONFLICT. Fields are
+    checked as the --runner flag's are (INVALID_ARGUMENT / ARGUMENT_INVALID,
+    metadata "field"), the address also against the transport rule:
+    plaintext reaches loopback only. A coordinator without runner
+    credentials refuses FAILED_PRECONDITION / RUNNER_CREDENTIALS_MISSING.
+    """
+    RemoveRunner: _aio.UnaryUnaryMultiCallable[_admin_pb2.RemoveRunnerRequest, _admin_pb2.RemoveRunnerResponse]  # type: ignore[assignment]
+    """Remove a member from the runner set (M3, M4), recorded in the journal.
+    Only a drained runner with no turn bound to it (FAILED_PRECONDITION /
+    RUNNER_NOT_DRAINED, RUNNER_HAS_TURNS with metadata "turns"), unless
+    forced: then each turn bound to it ends TIMED_OUT / RUNNER_REMOVED with
+    execution STARTED or UNKNOWN, and is never sent to another runner (M6).
+    Its drain goes with it. Asking again is a replay; NOT_FOUND /
+    RUNNER_NOT_FOUND for a name that is not a member.
+    """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     """The operator's API (PROTOCOL.md §10, docs/ADMIN_API.md). Served by the
@@ -201,7 +239,7 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         routing); turns bound to it finish, and status, cancel and release calls
         to it go on. Durable: a restarted coordinator and every replica honour it.
         Draining a drained runner is a replay. NOT_FOUND / RUNNER_NOT_FOUND for a
-        name no configured runner has.
+        name no member has.
         """
 
     @_abc_1.abstractmethod
@@ -218,6 +256,37 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ListRunnersRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListRunnersResponse, _abc.Awaitable[_admin_pb2.ListRunnersResponse]]:
-        """Every configured runner, as this coordinator sees it now."""
+        """Every member of the runner set, as this coordinator sees it now."""
+
+    @_abc_1.abstractmethod
+    def AddRunner(
+        self,
+        request: _admin_pb2.AddRunnerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.AddRunnerResponse, _abc.Awaitable[_admin_pb2.AddRunnerResponse]]:
+        """Add a runner to the runner set (PROTOCOL.md §11 M2), recorded in the
+        journal: this coordinator uses it at once, every replica within seconds,
+        and a restarted one too. The same name with the same fields again is a
+        replay; with other fields ALREADY_EXISTS / RUNNER_CONFLICT. Fields are
+        checked as the --runner flag's are (INVALID_ARGUMENT / ARGUMENT_INVALID,
+        metadata "field"), the address also against the transport rule:
+        plaintext reaches loopback only. A coordinator without runner
+        credentials refuses FAILED_PRECONDITION / RUNNER_CREDENTIALS_MISSING.
+        """
+
+    @_abc_1.abstractmethod
+    def RemoveRunner(
+        self,
+        request: _admin_pb2.RemoveRunnerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.RemoveRunnerResponse, _abc.Awaitable[_admin_pb2.RemoveRunnerResponse]]:
+        """Remove a member from the runner set (M3, M4), recorded in the journal.
+        Only a drained runner with no turn bound to it (FAILED_PRECONDITION /
+        RUNNER_NOT_DRAINED, RUNNER_HAS_TURNS with metadata "turns"), unless
+        forced: then each turn bound to it ends TIMED_OUT / RUNNER_REMOVED with
+        execution STARTED or UNKNOWN, and is never sent to another runner (M6).
+        Its drain goes with it. Asking again is a replay; NOT_FOUND /
+        RUNNER_NOT_FOUND for a name that is not a member.
+        """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -42,12 +42,29 @@ type AdminServiceClient interface {
 	// routing); turns bound to it finish, and status, cancel and release calls
 	// to it go on. Durable: a restarted coordinator and every replica honour it.
 	// Draining a drained runner is a replay. NOT_FOUND / RUNNER_NOT_FOUND for a
-	// name no configured runner has.
+	// name no member has.
 	DrainRunner(ctx context.Context, in *DrainRunnerRequest, opts ...grpc.CallOption) (*DrainRunnerResponse, error)
 	// Undo DrainRunner; undraining a runner that is not drained is a replay.
 	UndrainRunner(ctx context.Context, in *UndrainRunnerRequest, opts ...grpc.CallOption) (*UndrainRunnerResponse, error)
-	// Every configured runner, as this coordinator sees it now.
+	// Every member of the runner set, as this coordinator sees it now.
 	ListRunners(ctx context.Context, in *ListRunnersRequest, opts ...grpc.CallOption) (*ListRunnersResponse, error)
+	// Add a runner to the runner set (PROTOCOL.md §11 M2), recorded in the
+	// journal: this coordinator uses it at once, every replica within seconds,
+	// and a restarted one too. The same name with the same fields again is a
+	// replay; with other fields ALREADY_EXISTS / RUNNER_CONFLICT. Fields are
+	// checked as the --runner flag's are (INVALID_ARGUMENT / ARGUMENT_INVALID,
+	// metadata "field"), the address also against the transport rule:
+	// plaintext reaches loopback only. A coordinator without runner
+	// credentials refuses FAILED_PRECONDITION / RUNNER_CREDENTIALS_MISSING.
+	AddRunner(ctx context.Context, in *AddRunnerRequest, opts ...grpc.CallOption) (*AddRunnerResponse, error)
+	// Remove a member from the runner set (M3, M4), recorded in the journal.
+	// Only a drained runner with no turn bound to it (FAILED_PRECONDITION /
+	// RUNNER_NOT_DRAINED, RUNNER_HAS_TURNS with metadata "turns"), unless
+	// forced: then each turn bound to it ends TIMED_OUT / RUNNER_REMOVED with
+	// execution STARTED or UNKNOWN, and is never sent to another runner (M6).
+	// Its drain goes with it. Asking again is a replay; NOT_FOUND /
+	// RUNNER_NOT_FOUND for a name that is not a member.
+	RemoveRunner(ctx context.Context, in *RemoveRunnerRequest, opts ...grpc.CallOption) (*RemoveRunnerResponse, error)
 }
 
 type adminServiceClient struct {
@@ -130,6 +147,24 @@ func (c *adminServiceClient) ListRunners(ctx context.Context, in *ListRunnersReq
 	return out, nil
 }
 
+func (c *adminServiceClient) AddRunner(ctx context.Context, in *AddRunnerRequest, opts ...grpc.CallOption) (*AddRunnerResponse, error) {
+	out := new(AddRunnerResponse)
+	err := c.cc.Invoke(ctx, "/turnwire.coordinator.v1.AdminService/AddRunner", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) RemoveRunner(ctx context.Context, in *RemoveRunnerRequest, opts ...grpc.CallOption) (*RemoveRunnerResponse, error) {
+	out := new(RemoveRunnerResponse)
+	err := c.cc.Invoke(ctx, "/turnwire.coordinator.v1.AdminService/RemoveRunner", in, out, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility
@@ -159,12 +194,29 @@ type AdminServiceServer interface {
 	// routing); turns bound to it finish, and status, cancel and release calls
 	// to it go on. Durable: a restarted coordinator and every replica honour it.
 	// Draining a drained runner is a replay. NOT_FOUND / RUNNER_NOT_FOUND for a
-	// name no configured runner has.
+	// name no member has.
 	DrainRunner(context.Context, *DrainRunnerRequest) (*DrainRunnerResponse, error)
 	// Undo DrainRunner; undraining a runner that is not drained is a replay.
 	UndrainRunner(context.Context, *UndrainRunnerRequest) (*UndrainRunnerResponse, error)
-	// Every configured runner, as this coordinator sees it now.
+	// Every member of the runner set, as this coordinator sees it now.
 	ListRunners(context.Context, *ListRunnersRequest) (*ListRunnersResponse, error)
+	// Add a runner to the runner set (PROTOCOL.md §11 M2), recorded in the
+	// journal: this coordinator uses it at once, every replica within seconds,
+	// and a restarted one too. The same name with the same fields again is a
+	// replay; with other fields ALREADY_EXISTS / RUNNER_CONFLICT. Fields are
+	// checked as the --runner flag's are (INVALID_ARGUMENT / ARGUMENT_INVALID,
+	// metadata "field"), the address also against the transport rule:
+	// plaintext reaches loopback only. A coordinator without runner
+	// credentials refuses FAILED_PRECONDITION / RUNNER_CREDENTIALS_MISSING.
+	AddRunner(context.Context, *AddRunnerRequest) (*AddRunnerResponse, error)
+	// Remove a member from the runner set (M3, M4), recorded in the journal.
+	// Only a drained runner with no turn bound to it (FAILED_PRECONDITION /
+	// RUNNER_NOT_DRAINED, RUNNER_HAS_TURNS with metadata "turns"), unless
+	// forced: then each turn bound to it ends TIMED_OUT / RUNNER_REMOVED with
+	// execution STARTED or UNKNOWN, and is never sent to another runner (M6).
+	// Its drain goes with it. Asking again is a replay; NOT_FOUND /
+	// RUNNER_NOT_FOUND for a name that is not a member.
+	RemoveRunner(context.Context, *RemoveRunnerRequest) (*RemoveRunnerResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -195,6 +247,12 @@ func (UnimplementedAdminServiceServer) UndrainRunner(context.Context, *UndrainRu
 }
 func (UnimplementedAdminServiceServer) ListRunners(context.Context, *ListRunnersRequest) (*ListRunnersResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListRunners not implemented")
+}
+func (UnimplementedAdminServiceServer) AddRunner(context.Context, *AddRunnerRequest) (*AddRunnerResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method AddRunner not implemented")
+}
+func (UnimplementedAdminServiceServer) RemoveRunner(context.Context, *RemoveRunnerRequest) (*RemoveRunnerResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RemoveRunner not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 
@@ -353,6 +411,42 @@ func _AdminService_ListRunners_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_AddRunner_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddRunnerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).AddRunner(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/turnwire.coordinator.v1.AdminService/AddRunner",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).AddRunner(ctx, req.(*AddRunnerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_RemoveRunner_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveRunnerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).RemoveRunner(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: "/turnwire.coordinator.v1.AdminService/RemoveRunner",
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).RemoveRunner(ctx, req.(*RemoveRunnerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 var _AdminService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "turnwire.coordinator.v1.AdminService",
 	HandlerType: (*AdminServiceServer)(nil),
@@ -388,6 +482,14 @@ var _AdminService_serviceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListRunners",
 			Handler:    _AdminService_ListRunners_Handler,
+		},
+		{
+			MethodName: "AddRunner",
+			Handler:    _AdminService_AddRunner_Handler,
+		},
+		{
+			MethodName: "RemoveRunner",
+			Handler:    _AdminService_RemoveRunner_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
