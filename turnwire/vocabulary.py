@@ -18,6 +18,12 @@ value without a member here, or a member without a proto value, fails.
 from __future__ import annotations
 
 import enum
+import re
+
+# The executor a turn that names none runs on (Turn.executor empty), and the
+# shape of every executor name a runner serves or a turn names (PROTOCOL.md R14).
+DEFAULT_EXECUTOR = "default"
+EXECUTOR_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 
 
 class ErrorReason(enum.StrEnum):
@@ -74,6 +80,12 @@ class ErrorReason(enum.StrEnum):
     VERDICT_CONFLICT = "VERDICT_CONFLICT"
     REQUEUE_NOT_ALLOWED = "REQUEUE_NOT_ALLOWED"
     RUNNER_NOT_FOUND = "RUNNER_NOT_FOUND"
+    # Executors (PROTOCOL.md R12-R14).
+    EXECUTOR_NOT_SERVED = "EXECUTOR_NOT_SERVED"
+    HEARTBEAT_TIMEOUT = "HEARTBEAT_TIMEOUT"
+    CHUNK_TOO_LARGE = "CHUNK_TOO_LARGE"
+    STREAM_BUDGET_EXHAUSTED = "STREAM_BUDGET_EXHAUSTED"
+    OUTPUT_UNAVAILABLE = "OUTPUT_UNAVAILABLE"
 
 
 class Execution(enum.StrEnum):
@@ -91,6 +103,17 @@ class StopReason(enum.StrEnum):
     DEADLINE = "DEADLINE"
     BUDGET = "BUDGET"
     SHUTDOWN = "SHUTDOWN"
+    HEARTBEAT = "HEARTBEAT"
+
+
+class DeclaredEffect(enum.StrEnum):
+    """What an executor declared about effects downstream of a failure (turn.proto).
+
+    No member for UNSPECIFIED: an undeclared effect is stored and decided on
+    as ``None`` (unknown), never as a value."""
+
+    NONE = "NONE"
+    APPLIED = "APPLIED"
 
 
 class TurnKind(enum.StrEnum):

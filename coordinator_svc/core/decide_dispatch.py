@@ -44,6 +44,8 @@ DEFINITE_REFUSALS = frozenset(
         ErrorReason.STALE_FENCING_TOKEN,
         # §6.1: below the runner's admission floor, never admitted.
         ErrorReason.DISPATCH_STALE,
+        # R14: the runner does not serve the executor the envelope names.
+        ErrorReason.EXECUTOR_NOT_SERVED,
     }
 )
 # Refusals that end the operation.
