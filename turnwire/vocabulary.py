@@ -26,6 +26,16 @@ DEFAULT_EXECUTOR = "default"
 EXECUTOR_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 
 
+def split_executor_flag(flag: str) -> tuple[str, str]:
+    """``--executor NAME=SPEC`` -> (NAME, SPEC); a bare SPEC -> ("default", SPEC).
+    Unambiguous: a spec's kind is a plain word, then ``:`` or nothing, so no spec
+    starts with a name followed by ``=`` (``subprocess:env A=1 cmd`` is bare)."""
+    head, sep, rest = flag.partition("=")
+    if sep and EXECUTOR_NAME.fullmatch(head):
+        return head, rest
+    return DEFAULT_EXECUTOR, flag
+
+
 class ErrorReason(enum.StrEnum):
     """The typed reasons of errors.proto: refusals, call errors, terminal reasons."""
 

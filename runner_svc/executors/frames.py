@@ -169,11 +169,11 @@ class FramedRun:
         if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
             raise MalformedFrame('a frame is a JSON object with a string "type"')
         kind = frame["type"]
-        if kind not in ("chunk", "heartbeat", "result", "error"):
-            return  # a newer command's frame: ignored, never an error
         if self.final is not None:
             raise MalformedFrame(f'a "{kind}" frame after the final frame')
         self.channel.heartbeat()  # every frame is a sign of life (R12)
+        if kind not in ("chunk", "heartbeat", "result", "error"):
+            return  # a newer command's frame: ignored, never an error
         if kind == "chunk":
             self._chunk(*_payload(frame, OCTET_STREAM))
         elif kind in ("result", "error"):

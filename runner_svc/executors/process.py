@@ -221,6 +221,7 @@ class ProcessExecution:
         self._reaped = False
         self._cancel_requested = False
         self._escalation: asyncio.TimerHandle | None = None
+        self._kill_at = 0.0  # the loop time the grace after a cancel ends (SIGKILL)
         self._task = asyncio.create_task(self._run(payload), name=f"subprocess:{self.pid}")
 
     async def wait(self) -> ExecutionOutcome:
@@ -240,9 +241,11 @@ class ProcessExecution:
         self._cancel_requested = True
         self._signal_group(signal.SIGTERM)
         loop = asyncio.get_running_loop()
-        self._escalation = loop.call_later(
-            max(grace_seconds, 0.0), self._signal_group, signal.SIGKILL
-        )
+        self._kill_at = loop.time() + max(grace_seconds, 0.0)
+        self._escalation = loop.call_at(self._kill_at, self._signal_group, signal.SIGKILL)
+
+    def _grace_left(self) -> float:
+        return max(0.0, self._kill_at - asyncio.get_running_loop().time())
 
     def _signal_group(self, signum: signal.Signals) -> None:
         # Once the leader is reaped its pid may be reused: never signal then.
@@ -271,6 +274,11 @@ class ProcessExecution:
         stderr = asyncio.create_task(pipes.read_tail(process.stderr, STDERR_TAIL_BYTES))
         try:
             aborted = await self._until_exit_or_abort(stdout, framed)
+            if self._cancel_requested and not aborted:
+                # Stopped: what the leader left in its group (the command behind a
+                # shell wrapper, still handling its SIGTERM) gets the rest of the
+                # grace to finish and say what took effect, then SIGKILL.
+                await asyncio.wait({stdout}, timeout=self._grace_left())
             self._signal_group(signal.SIGKILL)  # the leader is gone: end its stragglers
             returncode = self._reap()
             await asyncio.wait({stdout, stderr}, timeout=STRAGGLER_DRAIN_SECONDS)

@@ -20,17 +20,9 @@ from pathlib import Path
 from runner_svc.core.model import DEFAULT_EXECUTOR
 from runner_svc.executors.base import Executor
 from runner_svc.executors.loading import load_executor
-from turnwire.vocabulary import EXECUTOR_NAME
+from turnwire.vocabulary import split_executor_flag
 
-NAME = EXECUTOR_NAME
-
-
-def split_named(flag: str) -> tuple[str, str]:
-    """``NAME=SPEC`` -> (NAME, SPEC); a bare spec -> ("default", spec)."""
-    head, sep, rest = flag.partition("=")
-    if sep and NAME.fullmatch(head):
-        return head, rest
-    return DEFAULT_EXECUTOR, flag
+split_named = split_executor_flag
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,9 @@ HARD_CASES = {
     "issue 9: grants while another principal waited": "fair:contended",
     "issue 10: first attempts written with their acceptance": "first_attempt_with_acceptance",
     "issue 10: coordinator crash right after one": "crash_after_first_attempt_with_acceptance",
+    "R12 a silent executor stopped by its heartbeat timeout": "heartbeat:lapsed",
+    "R12 turns ended TIMED_OUT, HEARTBEAT_TIMEOUT": "reason:HEARTBEAT_TIMEOUT",
+    "R14 Dispatches refused for an executor not served": "refused:EXECUTOR_NOT_SERVED",
 }
 
 

@@ -19,6 +19,8 @@ absent):
     launch <op>@<runner> <until>   the launch (R3); ``intent`` / ``start``:
                                the runner crashes after that step and restarts
     finish <op>@<runner> ok|failed [unsaved]   the executor ends (R7)
+    lapse <op>@<runner>        its heartbeat timeout passed with no heartbeat (R12):
+                               the runner records HEARTBEAT and stops it
     restart <runner> kept|wiped|restored:<k>   crash + restart (§6)
     drain <runner>             graceful shutdown begins (R8)
     crash @cN                  the coordinator process restarts (C12)
@@ -112,6 +114,10 @@ class SimConfig:
     attempt_with_acceptance: bool = True
     # Issue 12, §9: runners prune before every call by these rules (None: never).
     retention: SimRetention | None = None
+    # R12, R14: every third turn names an executor r2 does not serve, every even
+    # one has a heartbeat timeout (world.turn_executor); False: none do, and the
+    # schedules are the ones a seed gave before these rules.
+    executor_rules: bool = True
 
 
 @dataclass(frozen=True)
@@ -192,6 +198,7 @@ class Simulator:
                 replica_name=f"c{n}" if self.setup.replicas > 1 else "",
                 stale_status_guard=config.stale_status_guard,
                 attempt_with_acceptance=config.attempt_with_acceptance,
+                executor_rules=config.executor_rules,
             )
             for n in range(1, self.setup.replicas + 1)
         }
@@ -392,7 +399,7 @@ class Simulator:
         if kind == "dup":
             self.coverage["duplicated"] += 1
             return f"copy m{self.network.duplicate(int(words[1][1:])).id}"
-        if kind in ("launch", "finish", "watch"):
+        if kind in ("launch", "finish", "watch", "lapse"):
             return self._runner_step(kind, words, replica)
         if kind == "restart":
             return self._restart(self.runners[words[1]], words[2])
@@ -425,6 +432,9 @@ class Simulator:
             return result
         if kind == "finish":
             return runner.finish(op, words[2] == "ok", self.now, "unsaved" in words)
+        if kind == "lapse":
+            self.coverage["heartbeat_lapsed"] += 1
+            return runner.lapse(op, self.now)
         row = runner.view(runner.store.rows[op])
         report = WatchReport(runner.name, runner.incarnation_id, row)
         epoch = self.coordinators[replica].epoch

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -116,7 +117,7 @@ def test_good_frames_stream_chunks_count_heartbeats_and_end_with_the_result() ->
         (1, b"Hel", "text/plain; charset=utf-8"),
         (2, b"lo", "text/x-piece"),
     ]
-    assert channel.heartbeats == 4  # chunk, heartbeat, chunk, result: the unknown one not
+    assert channel.heartbeats == 5  # every frame, the unknown one too
 
 
 def test_a_malformed_frame_kills_the_group_and_fails_result_invalid(tmp_path: Path) -> None:
@@ -253,3 +254,27 @@ def test_a_command_that_ignores_sigterm_is_sigkilled_after_the_grace_effect_unkn
     assert outcome.error_reason == "CANCELLED"
     assert "killed by signal SIGKILL" in outcome.error_message
     assert outcome.effect == ""
+
+
+def test_a_command_behind_a_shell_gets_the_grace_to_report_after_its_leader_exits() -> None:
+    """A stop's SIGTERM ends the wrapping shell at once; the command it started, still
+    handling its own SIGTERM, gets the rest of the grace to send its error frame
+    (here: effect applied) before the group is SIGKILLed. Regression: the group was
+    killed the moment the leader exited, and the declared effect was lost."""
+    child = (
+        "stop() { sleep 0.3; "
+        + frames({"type": "error", "message": "billed, then stopped", "effect": "applied"})
+        + "; exit 76; }; trap stop TERM; "
+        + frames({"type": "heartbeat"})
+        + "; while :; do sleep 0.05; done"
+    )
+    channel = Recording()
+
+    async def scenario() -> ExecutionOutcome:
+        handle = await start(f"sh -c {shlex.quote(child)} & wait", channel)
+        await until_framed(channel)
+        await handle.cancel(grace_seconds=5.0)
+        return await settle(handle)
+
+    outcome = asyncio.run(scenario())
+    assert (outcome.error_reason, outcome.effect) == ("CANCELLED", "APPLIED")
