@@ -39,6 +39,7 @@ from pathlib import Path
 
 from runner_svc.app import RunnerConfig, start_runner
 from runner_svc.executor_sweep import ExecutorSweepError
+from runner_svc.executors.registry import split_named
 from runner_svc.retention_flags import add_retention_arguments, retention_from_args
 from runner_svc.storage.sqlite_store import StoreError
 from turnwire import event_loop
@@ -46,6 +47,7 @@ from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, parse_byte_count
 from turnwire.observability import tracing
 from turnwire.observability.logs import LOG_LEVELS, add_log_format_flag, configure_logging
 from turnwire.observability.metrics_http import add_metrics_arguments
+from turnwire.output_stream import StreamLimits
 from turnwire.serving import AddressInUseError, announce
 from turnwire.transport_security import (
     DEFAULT_COORDINATOR_IDENTITIES,
@@ -145,10 +147,15 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--executor",
-        default=_env("EXECUTOR", "echo"),
-        help="echo | sleep | fail | metered | subprocess:<cmd> | "
-        "callable:<module>:<function>; metered needs --ledger "
-        "(env TURNWIRE_RUNNER_EXECUTOR; default %(default)s)",
+        action="append",
+        default=None,
+        metavar="[NAME=]SPEC",
+        help="an executor this runner serves, repeatable: NAME=SPEC serves SPEC to turns "
+        "naming NAME, a bare SPEC is the default executor (turns naming none). SPEC: echo | "
+        "sleep | fail | metered | python:<module>:<name> | subprocess+framed:<cmd> | "
+        "subprocess:<cmd> | callable:<module>:<function> (deprecated); metered needs "
+        "--ledger; docs/EXECUTORS.md (env TURNWIRE_RUNNER_EXECUTOR: one bare SPEC; "
+        f"default {_env('EXECUTOR', 'echo')})",
     )
     serve.add_argument(
         "--ledger",
@@ -181,6 +188,7 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         "being proven absent (PROTOCOL.md §6.1) "
         "(env TURNWIRE_RUNNER_ADMISSION_WINDOW; default %(default)s)",
     )
+    _add_stream_arguments(serve)
     _add_access_arguments(serve)
     add_retention_arguments(serve)
     tracing.add_endpoint_flag(serve, _ENV + "OTEL_ENDPOINT")
@@ -202,6 +210,52 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
         help="this runner's name as its coordinator's --runner NAME=... calls it; every log "
         "line carries it as runner (env TURNWIRE_RUNNER_NAME)",
     )
+
+
+def _add_stream_arguments(serve: argparse.ArgumentParser) -> None:
+    """Streamed output (PROTOCOL.md R13, docs/EXECUTORS.md)."""
+    limits = StreamLimits()
+    stream = serve.add_argument_group(
+        "streamed output (emit() and chunk frames; kept in memory only, never stored)"
+    )
+    for flag, env, default, what in (
+        ("--stream-chunk-bytes", "STREAM_CHUNK_BYTES", limits.max_chunk_bytes,
+         "the largest chunk an executor may emit; a bigger one is refused to it"),
+        ("--stream-turn-budget", "STREAM_TURN_BUDGET", limits.turn_budget_bytes,
+         "the most one execution may emit in all; past it chunks are refused to it"),
+        ("--stream-buffer-bytes", "STREAM_BUFFER_BYTES", limits.stream_buffer_bytes,
+         "the most one operation's stream holds; its oldest chunks are dropped past it"),
+        ("--stream-runner-bytes", "STREAM_RUNNER_BYTES", limits.total_buffer_bytes,
+         "the most all streams hold together; settled turns' chunks are dropped first"),
+    ):  # fmt: skip
+        stream.add_argument(
+            flag,
+            type=parse_byte_count,
+            default=_env(env, str(default)),
+            help=f"{what} (e.g. 65536, 64K) (env TURNWIRE_RUNNER_{env}; default %(default)s)",
+        )
+    stream.add_argument(
+        "--stream-keep-seconds",
+        type=float,
+        default=float(_env("STREAM_KEEP_SECONDS", "60") or 60),
+        help="how long a settled turn's chunks stay readable by StreamOutput "
+        "(env TURNWIRE_RUNNER_STREAM_KEEP_SECONDS; default %(default)s)",
+    )
+
+
+def stream_limits_from_args(args: argparse.Namespace) -> StreamLimits:
+    """The stream flags as StreamLimits; ValueError when they do not fit together."""
+    return StreamLimits(
+        max_chunk_bytes=args.stream_chunk_bytes,
+        turn_budget_bytes=args.stream_turn_budget,
+        stream_buffer_bytes=args.stream_buffer_bytes,
+        total_buffer_bytes=args.stream_runner_bytes,
+    )
+
+
+def executor_flags(args: argparse.Namespace) -> list[str]:
+    """Every --executor value; with none, the environment's (or echo) as the default."""
+    return list(args.executor) if args.executor else [_env("EXECUTOR", "echo") or "echo"]
 
 
 def _add_metrics_arguments(serve: argparse.ArgumentParser) -> None:
@@ -283,12 +337,13 @@ def access_from_args(args: argparse.Namespace) -> RunnerAccess:
 
 
 def check_executor_flags(args: argparse.Namespace) -> None:
-    """The executor's own flags, before anything is opened: metered needs --ledger."""
-    if args.executor.strip() == "metered" and not args.ledger:
-        raise ValueError(
-            "--executor metered needs --ledger FILE (or TURNWIRE_RUNNER_LEDGER): the file "
-            "where it records every start, so each one can be counted and billed"
-        )
+    """The executors' own flags, before anything is opened: metered needs --ledger."""
+    for flag in executor_flags(args):
+        if split_named(flag.strip())[1].strip() == "metered" and not args.ledger:
+            raise ValueError(
+                "--executor metered needs --ledger FILE (or TURNWIRE_RUNNER_LEDGER): the file "
+                "where it records every start, so each one can be counted and billed"
+            )
 
 
 async def _serve(args: argparse.Namespace) -> int:
@@ -298,7 +353,8 @@ async def _serve(args: argparse.Namespace) -> int:
         listen=args.listen,
         writable_slots=args.writable_slots,
         read_only_slots=args.read_only_slots,
-        executor=args.executor,
+        executor=None,
+        executors=tuple(executor_flags(args)),
         ledger_path=Path(args.ledger) if args.ledger else None,
         drain_seconds=args.drain_seconds,
         address_file=Path(args.address_file) if args.address_file else None,
@@ -307,6 +363,8 @@ async def _serve(args: argparse.Namespace) -> int:
         retention=retention_from_args(args),
         metrics_listen=args.metrics_listen,
         metrics_address_file=Path(args.metrics_address_file) if args.metrics_address_file else None,
+        stream_limits=stream_limits_from_args(args),
+        stream_keep_seconds=args.stream_keep_seconds,
     )
     runner = await start_runner(config)
     # The handlers go in before the address is announced: a launcher may send

@@ -11,7 +11,8 @@ from pathlib import Path
 import grpc
 
 from runner_svc.executor_sweep import end_earlier_executors
-from runner_svc.executors import Executor, load_executor
+from runner_svc.executors import Executor
+from runner_svc.executors.registry import ExecutorSet, load_executors
 from runner_svc.metrics import MeteredRunnerService, MeteredRunnerStore, RunnerMetrics
 from runner_svc.service import RunnerService, ServiceSettings
 from runner_svc.storage.async_store import AsyncRunnerStore
@@ -27,6 +28,7 @@ from turnwire.observability.metrics_http import (
     check_metrics_listen,
     start_metrics_endpoint,
 )
+from turnwire.output_stream import StreamLimits
 from turnwire.secure_channels import server_credentials
 from turnwire.serving import RunningServer, ensure_port_free, start_server
 from turnwire.transport_security import RunnerAccess, require_loopback_for_plaintext
@@ -43,7 +45,10 @@ class RunnerConfig:
     listen: str = "127.0.0.1:0"
     writable_slots: int = 4
     read_only_slots: int = 4
-    executor: str = "echo"
+    # The default executor's spec (None: no default executor), then more by
+    # ``NAME=SPEC`` (runner_svc/executors/registry.py, R14).
+    executor: str | None = "echo"
+    executors: tuple[str, ...] = ()
     ledger_path: Path | None = None
     drain_seconds: float = 10.0
     address_file: Path | None = None
@@ -57,6 +62,9 @@ class RunnerConfig:
     # Issue 13: where /metrics is served (None: off) and a file for its bound address.
     metrics_listen: str | None = None
     metrics_address_file: Path | None = None
+    # Streamed output (R13): its bounds and how long a settled turn's chunks stay.
+    stream_limits: StreamLimits = field(default_factory=StreamLimits)
+    stream_keep_seconds: float = 60.0
 
 
 @dataclass
@@ -150,7 +158,14 @@ async def start_runner(
         ensure_port_free(config.metrics_listen)
     # Instruments only when /metrics is served: nothing on the hot path otherwise.
     metrics = RunnerMetrics() if config.metrics_listen is not None else None
-    chosen = executor or load_executor(config.executor, ledger_path=config.ledger_path)
+    chosen = (
+        ExecutorSet.single(executor)
+        if executor is not None
+        else load_executors(
+            [*([config.executor] if config.executor else []), *config.executors],
+            ledger_path=config.ledger_path,
+        )
+    )
     incarnation_id = new_incarnation_id()
     store = (MeteredRunnerStore if metrics else SqliteRunnerStore).open(
         Path(config.store_path), incarnation_id
@@ -166,6 +181,8 @@ async def start_runner(
         writable_slots=config.writable_slots,
         read_only_slots=config.read_only_slots,
         admission_window_seconds=config.admission_window_seconds,
+        stream_limits=config.stream_limits,
+        stream_keep_seconds=config.stream_keep_seconds,
     )
     service = (MeteredRunnerService if metrics else RunnerService)(
         AsyncRunnerStore(store), chosen, settings
@@ -218,13 +235,14 @@ async def start_runner(
     if config.address_file is not None:
         _write_address(Path(config.address_file), server.address)
     log.info(
-        "runner incarnation %s serving on %s (%s; store %s, store_id %s, executor %s, slots %d/%d)",
+        "runner incarnation %s serving on %s (%s; store %s, store_id %s, executors %s, "
+        "slots %d/%d)",
         incarnation_id,
         server.address,
         "mutual TLS" if config.access.tls is not None else "plaintext, shared secret",
         config.store_path,
         store.store_id,
-        chosen.name,
+        chosen.describe(),
         settings.writable_slots,
         settings.read_only_slots,
     )

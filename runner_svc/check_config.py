@@ -2,7 +2,7 @@
 
 The checks are the runner's own: ``access_from_args`` (who may call it, with
 the key and secret files' mode rules), ``check_executor_flags`` and
-``load_executor`` (the executor it would run), ``app.config_rules`` (what
+``load_executors`` (the executors it would run), ``app.config_rules`` (what
 ``start_runner`` refuses before it opens anything), the store's schema rule;
 plus the certificates and the environment. One line per check; exit 0 (all
 good) or 2 (problems), without serving, creating or locking anything
@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from runner_svc.app import RunnerConfig, config_rules
-from runner_svc.executors import load_executor
+from runner_svc.executors.registry import load_executors
 from runner_svc.retention_flags import retention_from_args
 from runner_svc.storage.store_check import check_store
 from turnwire import event_loop
@@ -127,5 +127,6 @@ def _executor(args: argparse.Namespace) -> str:
     from runner_svc import __main__ as cli
 
     cli.check_executor_flags(args)
-    executor = load_executor(args.executor, ledger_path=Path(args.ledger) if args.ledger else None)
-    return f"{args.executor} ({executor.name})"
+    flags = cli.executor_flags(args)
+    executors = load_executors(flags, ledger_path=Path(args.ledger) if args.ledger else None)
+    return executors.describe()

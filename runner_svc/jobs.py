@@ -16,6 +16,11 @@ withdraws it and its settlement records the start (R3; core/job_lifecycle.py).
 The crash points sit between the same durable writes as ever: after the
 launch intent, and after the executor finished but before its settlement is
 written (whether or not its start confirmation was).
+
+Each job has an output stream in the runner's OutputHub (R13) from admission
+to the end of its run, and a channel its executor emits chunks and heartbeats
+on (R12): a heartbeat only stamps the job, and the limit timer hands the last
+stamp to the machine, which decides when silence has lasted too long.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
+from runner_svc import turn_limits
 from runner_svc.core.admission import SlotPools
 from runner_svc.core.job_lifecycle import (
     ArmLimitTimer,
@@ -63,8 +69,7 @@ from runner_svc.core.job_lifecycle import (
     admitted,
     step,
 )
-from runner_svc.core.model import OperationRow, SlotKind, StopReason
-from runner_svc.core.settlement import ReportedOutcome
+from runner_svc.core.model import DEFAULT_EXECUTOR, OperationRow, SlotKind, StopReason
 from runner_svc.core.transitions import (
     ConfirmStart,
     IllegalRowEvent,
@@ -76,11 +81,13 @@ from runner_svc.executors import (
     ExecutionHandle,
     ExecutionOutcome,
     ExecutionRequest,
-    Executor,
     ExecutorProcess,
     ExecutorStartError,
     outcome_if_settled,
 )
+from runner_svc.executors.outcomes import reported_outcome
+from runner_svc.executors.registry import ExecutorSet
+from runner_svc.output_streams import JobChannel, OutputHub
 from runner_svc.storage.async_store import AsyncRunnerStore, QueuedWrite
 from runner_svc.storage.sqlite_store import StoreError
 from turnwire.crashpoints import crash_point
@@ -109,6 +116,9 @@ class Job:
     confirmation: QueuedWrite | None = None
     # When the limit timer next wakes (set by ArmLimitTimer, taken by the watchdog).
     limit_alarm: float | None = None
+    # The executor's latest sign of life (a heartbeat or a chunk, R12), unix
+    # seconds; written from executor threads (one float: atomic in CPython).
+    last_heartbeat: float | None = None
     task: asyncio.Task[None] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -123,14 +133,16 @@ class JobRunner:
     def __init__(
         self,
         store: AsyncRunnerStore,
-        executor: Executor,
+        executors: ExecutorSet,
         pools: SlotPools,
+        output: OutputHub,
         *,
         cancel_grace_seconds: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
-        self.executor = executor
+        self.executors = executors
+        self.output = output
         self.pools = pools
         self.incarnation_id = store.incarnation_id
         self.jobs: dict[str, Job] = {}
@@ -159,12 +171,14 @@ class JobRunner:
         launch it in the background (after the reply)."""
         state = admitted(
             self.incarnation_id,
-            deadline=_deadline(envelope),
-            budget_seconds=_budget_seconds(envelope),
+            deadline=turn_limits.deadline(envelope),
+            budget_seconds=turn_limits.budget_seconds(envelope),
+            heartbeat_seconds=turn_limits.heartbeat_seconds(envelope),
             draining=draining,
         )
         job = Job(operation_id, kind, attempt, envelope, envelope_bytes, state)
         self.jobs[operation_id] = job
+        self.output.open(operation_id)
         with self._turn(job):  # the job's lines (and its tasks') name its turn
             job.task = asyncio.create_task(self._traced_run(job), name=f"job-{operation_id}")
         return job
@@ -204,7 +218,7 @@ class JobRunner:
             crash_point("runner.after_executor_finished")
             # Decided before the lock is taken: a Cancel that gets the lock
             # first is recorded (R6) but does not rewrite this outcome.
-            settle = self._step(job, ExecutorFinished(_reported(outcome), REASONS))
+            settle = self._step(job, ExecutorFinished(reported_outcome(outcome), REASONS))
             async with self.lock(op):
                 await self._perform(job, settle)
         except asyncio.CancelledError:
@@ -215,6 +229,7 @@ class JobRunner:
             self._step(job, JobCrashed())  # no commands: it only ends the job's run
             log.exception("job %s crashed; slot held until restart", op)
         finally:
+            self.output.end(op)  # its readers get their end (R13)
             job.done.set()
 
     # --- feeding the machine ---------------------------------------------------------
@@ -288,6 +303,10 @@ class JobRunner:
 
     async def _start_executor(self, job: Job) -> JobEvent:
         op = job.operation_id
+        name = job.envelope.executor or DEFAULT_EXECUTOR
+        executor = self.executors.get(name)
+        if executor is None:  # admission refuses these (R14): a store from another config
+            return ExecutorStartFailed(f"executor {name!r} is not served", may_have_started=False)
         traceparent, tracestate = tracing.executor_trace_context(job.envelope)
         request = ExecutionRequest(
             op,
@@ -297,9 +316,12 @@ class JobRunner:
             job.envelope_bytes,
             traceparent=traceparent,
             tracestate=tracestate,
+            channel=JobChannel(job, self.output, self._clock),
+            executor=name,
+            stream_limits=self.output.limits,
         )
         try:
-            handle = await self.executor.start(request)
+            handle = await executor.start(request)
         except ExecutorStartError as exc:
             log.warning("executor refused to start %s: %s", op, exc)
             return ExecutorStartFailed(_detail(exc), may_have_started=False)
@@ -313,7 +335,7 @@ class JobRunner:
             return ExecutorStarted(at)
         # Finished as it started: its settlement comes next, with no confirmation.
         crash_point("runner.after_executor_finished")
-        return ExecutorStarted(at, finished=ExecutorFinished(_reported(outcome), REASONS))
+        return ExecutorStarted(at, finished=ExecutorFinished(reported_outcome(outcome), REASONS))
 
     async def _record_process(self, job: Job, started_at: float) -> None:
         """R10: write down the executor's process group, so the next incarnation
@@ -376,7 +398,7 @@ class JobRunner:
         while (alarm := job.limit_alarm) is not None:
             job.limit_alarm = None
             await asyncio.sleep(max(0.0, alarm - self._clock()))
-            fired = LimitTimerFired(now=self._clock())
+            fired = LimitTimerFired(now=self._clock(), last_heartbeat=job.last_heartbeat)
             async with self.lock(job.operation_id):
                 commands = self._step(job, fired)
                 await self._perform(job, (c for c in commands if not isinstance(c, StopExecutor)))
@@ -408,6 +430,8 @@ class JobRunner:
             result=decision.result,
             error=decision.error,
             started_at=command.started_at,
+            # The execution is over: its stream closes, its length goes on the row.
+            output_chunks=self.output.close(job.operation_id),
         )
         try:
             with tracing.span("turnwire.runner.settle", job.operation_id, state=decision.state):
@@ -472,31 +496,5 @@ class JobRunner:
         return True
 
 
-def _deadline(envelope: runner_pb2.TurnEnvelope) -> float | None:
-    limits = envelope.limits
-    if not limits.HasField("deadline"):
-        return None
-    return limits.deadline.seconds + limits.deadline.nanos / 1e9
-
-
-def _budget_seconds(envelope: runner_pb2.TurnEnvelope) -> float | None:
-    budget_ms = envelope.limits.budget_ms
-    return budget_ms / 1000.0 if budget_ms else None
-
-
 def _detail(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
-
-
-def _reported(outcome: object) -> ReportedOutcome:
-    """Copy the outcome's fields without trusting its type (R7 validates them)."""
-    missing = object()
-    succeeded = getattr(outcome, "succeeded", missing)
-    return ReportedOutcome(
-        succeeded=None if succeeded is missing else succeeded,
-        output=getattr(outcome, "output", b""),
-        content_type=getattr(outcome, "content_type", ""),
-        error_reason=getattr(outcome, "error_reason", ""),
-        error_message=getattr(outcome, "error_message", ""),
-        metadata=getattr(outcome, "metadata", {}),
-    )

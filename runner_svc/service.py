@@ -22,6 +22,7 @@ from runner_svc.core.admission import (
     decide_admission,
 )
 from runner_svc.core.model import (
+    DEFAULT_EXECUTOR,
     OperationRow,
     Refusal,
     RowState,
@@ -38,8 +39,12 @@ from runner_svc.core.transitions import (
 )
 from runner_svc.envelope_check import KINDS, require_id, verified_envelope
 from runner_svc.executors import Executor
+from runner_svc.executors.registry import ExecutorSet
 from runner_svc.floor_keeper import FloorKeeper
 from runner_svc.jobs import JobRunner
+from runner_svc.output_streams import OutputHub
+from runner_svc.service_output import OutputItem, stream_output
+from runner_svc.service_releases import CarriedReleases
 from runner_svc.service_types import (
     MAX_REPLY_HOLD_SECONDS,
     STORE_UNREADABLE,
@@ -57,7 +62,7 @@ from runner_svc.storage.async_store import AsyncRunnerStore
 from runner_svc.storage.sqlite_store import StoreError
 from turnwire.crashpoints import crash_point
 from turnwire.distribution import version as installed_version
-from turnwire.observability.logs import note_turn, turn_context
+from turnwire.observability.logs import note_turn
 from turnwire.runner.v1 import runner_pb2
 
 # The values are defined in service_types; importing them from here still works.
@@ -84,12 +89,19 @@ class RunnerService:
     def __init__(
         self,
         store: AsyncRunnerStore,
-        executor: Executor,
+        executors: ExecutorSet | Executor,
         settings: ServiceSettings,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
+        # One executor alone is the default (R14); several come by name.
+        self.executors = (
+            executors if isinstance(executors, ExecutorSet) else ExecutorSet.single(executors)
+        )
+        self.output = OutputHub(
+            settings.stream_limits, keep_seconds=settings.stream_keep_seconds, clock=clock
+        )
         self.incarnation_id = store.incarnation_id
         self.settings = settings
         self.accepting = True
@@ -103,8 +115,9 @@ class RunnerService:
         )
         self.jobs = JobRunner(
             store,
-            executor,
+            self.executors,
             self._pools,
+            self.output,
             cancel_grace_seconds=settings.cancel_grace_seconds,
             clock=clock,
         )
@@ -113,7 +126,7 @@ class RunnerService:
         # calls hold it: the watch streams leave their changes out meanwhile.
         self._holding: dict[str, int] = {}
         # Carried releases still being applied (ended before the store closes).
-        self._background: set[asyncio.Task[None]] = set()
+        self._carried = CarriedReleases(self.release)
         self.floor = FloorKeeper(
             store,
             window_seconds=settings.admission_window_seconds,
@@ -126,7 +139,7 @@ class RunnerService:
 
     async def dispatch(self, call: DispatchCall) -> DispatchOutcome:
         if call.releases:
-            self._release_later(call.releases)
+            self._carried.apply_later(call.releases)
         hold = min(max(call.reply_hold_seconds, 0.0), MAX_REPLY_HOLD_SECONDS)
         if hold <= 0:
             return await self._admitted(call)
@@ -168,6 +181,7 @@ class RunnerService:
             call.expected_incarnation_id,
             call.fencing_token,
             KINDS[envelope.kind],
+            envelope.executor or DEFAULT_EXECUTOR,
         )
         async with self.jobs.lock(call.operation_id):
             row = self.store.remembered(call.operation_id)
@@ -200,6 +214,7 @@ class RunnerService:
             accepting=self.accepting,
             pools=self._pools,
             openings=self.store.openings,
+            executors=self.executors.names,
         )
 
     async def _admit_if_new(
@@ -341,24 +356,6 @@ class RunnerService:
                 log.info("release %s (incarnation %s)", operation_id, self.incarnation_id)
         return released
 
-    def _release_later(self, releases: tuple[tuple[str, str, int], ...]) -> None:
-        """Releases carried on a Dispatch (issue 10), applied in the background as
-        Release applies them; one refused or failed is logged and changes nothing."""
-        task = asyncio.get_running_loop().create_task(self._release_all(releases))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _release_all(self, releases: tuple[tuple[str, str, int], ...]) -> None:
-        for operation_id, incarnation_id, token in releases:
-            # Each its own turn in the log, not the Dispatch's that carried it.
-            with turn_context(operation_id, incarnation=incarnation_id):
-                try:
-                    await self.release(operation_id, incarnation_id, token)
-                except RunnerRefusal as refusal:
-                    log.info("carried release of %r not applied: %s", operation_id, refusal)
-                except Exception:  # a bug: logged with its trace, the others still applied
-                    log.exception("carried release of %r failed", operation_id)
-
     # --- status, info, watch ---------------------------------------------------------
 
     async def status(self, operation_id: str) -> OperationView | None:
@@ -412,6 +409,7 @@ class RunnerService:
             self.jobs.held_result_not_saved(),
             VERSION,
             self.store.openings,
+            tuple(self.executors.kinds()),
         )
 
     def watch(self, after_sequence: int) -> AsyncIterator[OperationView | None]:
@@ -426,6 +424,22 @@ class RunnerService:
             view=self._view,
             closing=lambda: self._closing,
         )
+
+    def stream_output(self, operation_id: str, after_offset: int) -> AsyncIterator[OutputItem]:
+        """One operation's output from an offset (R13; runner_svc.service_output)."""
+        require_id(operation_id)
+        return stream_output(
+            self.output,
+            operation_id,
+            after_offset,
+            read_row=self._read,
+            pruned=self._is_pruned,
+            view=self._view,
+            closing=lambda: self._closing,
+        )
+
+    async def _is_pruned(self, operation_id: str) -> bool:
+        return bool(await self._pruned([operation_id]))
 
     def _watch_sends(self, row: OperationRow) -> bool:
         """Whether a watch sends this row: not while a held Dispatch reply will carry
@@ -447,6 +461,7 @@ class RunnerService:
     def end_watches(self) -> None:
         self._closing = True
         self.store.wake_watchers()
+        self.output.stop()
 
     def start_floor_keeper(self) -> None:
         """Start raising the admission floor (§6.1; the serving runner does)."""
@@ -454,9 +469,7 @@ class RunnerService:
 
     async def close(self) -> None:
         self.end_watches()
-        for task in list(self._background):
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await self._carried.close()
         await self.floor.stop_and_seal()
         await self.store.close()
         log.info("incarnation %s: store closed", self.incarnation_id)

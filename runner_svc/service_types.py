@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runner_svc.core.model import OperationRow, SlotKind
 from runner_svc.core.witness import StoreOpening
 from runner_svc.storage.async_store import FEED_CAPACITY
+from turnwire.output_stream import StreamLimits
 
 # The longest a Dispatch reply is held for its turn to settle (issue 10): a
 # coordinator asking for more gets this; the settle grace it waits anyway is
@@ -41,6 +42,11 @@ class ServiceSettings:
     # vouch for the dead one's Dispatches stamped before its last raise minus
     # the window (a clean stop seals the floor and vouches for all of them).
     floor_interval_seconds: float = 0.5
+    # Streamed output (R13): chunk size, per-turn budget, per-operation and
+    # per-runner buffers (turnwire.output_stream), and how long a settled
+    # turn's chunks stay readable.
+    stream_limits: StreamLimits = field(default_factory=StreamLimits)
+    stream_keep_seconds: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -98,3 +104,5 @@ class RunnerInfo:
     held_result_not_saved: int
     version: str
     openings: tuple[StoreOpening, ...] = ()
+    # (name, kind) of each executor served, by name (R14).
+    executors: tuple[tuple[str, str], ...] = ()

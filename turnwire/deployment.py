@@ -87,6 +87,8 @@ class LocalDeployment:
     data_dir: Path
     runner_count: int = 2
     executor: str = "metered"
+    # More executors every runner serves, as --executor NAME=SPEC (PROTOCOL.md R14).
+    named_executors: tuple[str, ...] = ()
     writable_slots: int = 8
     read_only_slots: int = 8
     with_proxies: bool = False
@@ -269,6 +271,7 @@ class LocalDeployment:
             "--listen", listen,
             "--store", str(store),
             "--executor", self.executor,
+            *(arg for named in self.named_executors for arg in ("--executor", named)),
             "--ledger", str(self.ledger),
             "--writable-slots", str(self.writable_slots),
             "--read-only-slots", str(self.read_only_slots),

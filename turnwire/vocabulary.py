@@ -18,6 +18,22 @@ value without a member here, or a member without a proto value, fails.
 from __future__ import annotations
 
 import enum
+import re
+
+# The executor a turn that names none runs on (Turn.executor empty), and the
+# shape of every executor name a runner serves or a turn names (PROTOCOL.md R14).
+DEFAULT_EXECUTOR = "default"
+EXECUTOR_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
+
+
+def split_executor_flag(flag: str) -> tuple[str, str]:
+    """``--executor NAME=SPEC`` -> (NAME, SPEC); a bare SPEC -> ("default", SPEC).
+    Unambiguous: a spec's kind is a plain word, then ``:`` or nothing, so no spec
+    starts with a name followed by ``=`` (``subprocess:env A=1 cmd`` is bare)."""
+    head, sep, rest = flag.partition("=")
+    if sep and EXECUTOR_NAME.fullmatch(head):
+        return head, rest
+    return DEFAULT_EXECUTOR, flag
 
 
 class ErrorReason(enum.StrEnum):
@@ -80,6 +96,12 @@ class ErrorReason(enum.StrEnum):
     RUNNER_NOT_DRAINED = "RUNNER_NOT_DRAINED"
     RUNNER_CONFLICT = "RUNNER_CONFLICT"
     RUNNER_CREDENTIALS_MISSING = "RUNNER_CREDENTIALS_MISSING"
+    # Executors (PROTOCOL.md R12-R14).
+    EXECUTOR_NOT_SERVED = "EXECUTOR_NOT_SERVED"
+    HEARTBEAT_TIMEOUT = "HEARTBEAT_TIMEOUT"
+    CHUNK_TOO_LARGE = "CHUNK_TOO_LARGE"
+    STREAM_BUDGET_EXHAUSTED = "STREAM_BUDGET_EXHAUSTED"
+    OUTPUT_UNAVAILABLE = "OUTPUT_UNAVAILABLE"
 
 
 class Execution(enum.StrEnum):
@@ -97,6 +119,17 @@ class StopReason(enum.StrEnum):
     DEADLINE = "DEADLINE"
     BUDGET = "BUDGET"
     SHUTDOWN = "SHUTDOWN"
+    HEARTBEAT = "HEARTBEAT"
+
+
+class DeclaredEffect(enum.StrEnum):
+    """What an executor declared about effects downstream of a failure (turn.proto).
+
+    No member for UNSPECIFIED: an undeclared effect is stored and decided on
+    as ``None`` (unknown), never as a value."""
+
+    NONE = "NONE"
+    APPLIED = "APPLIED"
 
 
 class TurnKind(enum.StrEnum):

@@ -65,6 +65,7 @@ from turnwire.ids import new_operation_id, sha256_hex
 from turnwire.limits import MessageLimits
 from turnwire.observability import tracing
 from turnwire.runner.v1 import runner_pb2
+from turnwire.vocabulary import EXECUTOR_NAME
 
 DEFAULT_LIMITS = MessageLimits()
 MAX_ITEMS = 1000
@@ -137,6 +138,15 @@ def _pool(turn: coordinator_pb2.Turn) -> str:
     return pool
 
 
+def _check_executor(turn: coordinator_pb2.Turn) -> None:
+    """R14: empty (the runners' default executor) or a name a runner can serve."""
+    if turn.executor and not EXECUTOR_NAME.fullmatch(turn.executor):
+        raise _turn_invalid(
+            "turn.executor",
+            "turn.executor must be empty or 1..63 of a-z 0-9 _ . - starting with a letter or digit",
+        )
+
+
 def _kind(turn: coordinator_pb2.Turn) -> TurnKind:
     try:
         return turn_kind_from_proto(turn.kind)
@@ -157,12 +167,13 @@ MAX_QUEUE_TIMEOUT_SECONDS = 10 * 365 * 24 * 3600
 
 
 def _check_limits(turn: coordinator_pb2.Turn) -> None:
-    if turn.limits.HasField("queue_timeout"):
-        timeout = turn.limits.queue_timeout
+    for name in ("queue_timeout", "heartbeat_timeout"):
+        if not turn.limits.HasField(name):
+            continue
+        timeout = getattr(turn.limits, name)
         if not (0 <= timeout.seconds <= MAX_QUEUE_TIMEOUT_SECONDS and 0 <= timeout.nanos < 10**9):
             raise _turn_invalid(
-                "turn.limits.queue_timeout",
-                "turn.limits.queue_timeout must be a duration from 0 to 10 years",
+                f"turn.limits.{name}", f"turn.limits.{name} must be a duration from 0 to 10 years"
             )
     if not turn.limits.HasField("deadline"):
         return
@@ -192,6 +203,7 @@ def validate(
         raise _turn_invalid("turn", "turn is required")
     _check_sizes(request, limits)
     _check_limits(request.turn)
+    _check_executor(request.turn)
     return ValidTurn(
         turn=request.turn,
         pool=_pool(request.turn),
@@ -227,6 +239,8 @@ def build_envelope(
         kind=turn.kind,
         replay_policy=replay_policy_to_proto(valid.replay_policy),
         principal=principal,
+        # R14: the runner refuses a turn for an executor it does not serve.
+        executor=turn.executor,
     )
     if turn.HasField("model"):
         envelope.model.CopyFrom(turn.model)

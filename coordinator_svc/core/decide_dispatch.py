@@ -46,6 +46,8 @@ DEFINITE_REFUSALS = frozenset(
         ErrorReason.DISPATCH_STALE,
         # §11 M6: not even sent (its runner is not a member).
         ErrorReason.RUNNER_REMOVED,
+        # R14: the runner does not serve the executor the envelope names.
+        ErrorReason.EXECUTOR_NOT_SERVED,
     }
 )
 # Refusals that end the operation.

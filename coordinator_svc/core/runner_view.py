@@ -77,6 +77,7 @@ _STOP_REASON_TIMEOUTS = {
     StopReason.BUDGET: ErrorReason.BUDGET_EXHAUSTED,
     StopReason.SHUTDOWN: ErrorReason.SHUTDOWN,
     StopReason.CANCEL: ErrorReason.CANCELLED,
+    StopReason.HEARTBEAT: ErrorReason.HEARTBEAT_TIMEOUT,
 }
 
 

@@ -9,10 +9,11 @@ can never both take the last slot, and a failed write gives it back.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from runner_svc.core.model import (
+    DEFAULT_EXECUTOR,
     OperationRow,
     Refusal,
     RowState,
@@ -38,6 +39,8 @@ class DispatchFacts:
     expected_incarnation_id: str
     fencing_token: int
     kind: SlotKind
+    # The executor the envelope names ("default" when it names none, R14).
+    executor: str = DEFAULT_EXECUTOR
 
 
 @dataclass(frozen=True)
@@ -72,9 +75,11 @@ def decide_admission(
     accepting: bool,
     pools: SlotPools,
     openings: Sequence[StoreOpening] = (),
+    executors: Collection[str] = (DEFAULT_EXECUTOR,),
 ) -> Admission:
     """The one admission decision; raises RunnerRefusal for every refusal.
-    ``openings``: the store's chain (§6 witness), newest first."""
+    ``openings``: the store's chain (§6 witness), newest first; ``executors``:
+    the names of the executors this runner serves (R14)."""
     check_incarnation(facts.expected_incarnation_id, incarnation_id)
     check_fencing_token(row, facts.fencing_token)
     raise_token = row is not None and facts.fencing_token > row.fencing_token
@@ -91,6 +96,7 @@ def decide_admission(
             )
         if not _needs_take_over(row, incarnation_id, openings):
             return Admission(AdmissionAction.DUPLICATE, raise_fencing_token=raise_token)
+    check_executor_served(facts.executor, executors)
     _check_open_and_free(facts, accepting=accepting, pools=pools)
     action = AdmissionAction.ADMIT if row is None else AdmissionAction.TAKE_OVER
     return Admission(action, raise_fencing_token=raise_token)
@@ -110,6 +116,19 @@ def _needs_take_over(
         and row.stop_reason in (None, StopReason.SHUTDOWN)
         and vouches(openings, row.incarnation_id, row.dispatch_stamp)
     )
+
+
+def check_executor_served(executor: str, executors: Collection[str]) -> None:
+    """R14: a turn for an executor this runner does not serve is refused before
+    anything is written or reserved (definite, C6). A known id is answered as a
+    duplicate first (R2): its row was admitted when it was served."""
+    if executor not in executors:
+        served = ",".join(sorted(executors))
+        raise RunnerRefusal(
+            Refusal.EXECUTOR_NOT_SERVED,
+            f"this runner does not serve executor {executor!r} (it serves: {served or 'none'})",
+            {"executor": executor, "served": served},
+        )
 
 
 def _check_open_and_free(facts: DispatchFacts, *, accepting: bool, pools: SlotPools) -> None:

@@ -48,9 +48,11 @@ class ExecutorStartFailed:
 
 @dataclass(frozen=True)
 class LimitTimerFired:
-    """The timer armed by ArmLimitTimer woke at ``now``."""
+    """The timer armed by ArmLimitTimer woke at ``now``; ``last_heartbeat``: when the
+    executor last gave a sign of life (a heartbeat, a chunk, a frame), if ever (R12)."""
 
     now: float
+    last_heartbeat: float | None = None
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,8 @@ class StopExecutor:
 
 @dataclass(frozen=True)
 class ArmLimitTimer:
-    """Wake the job at ``at`` (LimitTimerFired) to check its deadline and budget."""
+    """Wake the job at ``at`` (LimitTimerFired) to check its deadline, budget and
+    heartbeat (R6, R12)."""
 
     at: float
 

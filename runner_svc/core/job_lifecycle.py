@@ -80,6 +80,7 @@ from runner_svc.core.settlement import (
     decide_settlement,
     due_stop_reason,
     first_stop_reason,
+    heartbeat_due,
     launch_block,
     unlaunched_settlement,
 )
@@ -144,6 +145,9 @@ class JobState:
     incarnation_id: str
     deadline: float | None = None  # limits.deadline, unix seconds
     budget_seconds: float | None = None  # limits.budget_ms, counted from the start
+    # limits.heartbeat_timeout (R12): the longest the executor may go without a
+    # heartbeat once started; None when the turn requires none.
+    heartbeat_seconds: float | None = None
     phase: Phase = Phase.ADMITTED
     # R6: the first reason wins. Kept here always; written durably when the
     # machine says so (WriteStopReason), which is not every time (see step).
@@ -152,7 +156,9 @@ class JobState:
     # The start confirmation is queued (WriteConfirmStart) and the outcome not in
     # yet: an outcome that comes now withdraws it (WithdrawConfirmStart).
     confirmation_queued: bool = False
-    limit_wakeups: tuple[float, ...] = ()  # the limit timer's wake-ups to come, earliest first
+    # When the limit timer is armed to wake next (deadline, budget, heartbeat);
+    # None once a limit stopped the turn, or when it has none.
+    limit_alarm: float | None = None
     settlement_pending: bool = False  # a WriteSettlement awaits its answer
     result_not_saved: bool = False  # a write the turn's truth needed failed: slot held (R7)
 
@@ -172,6 +178,7 @@ def admitted(
     *,
     deadline: float | None,
     budget_seconds: float | None,
+    heartbeat_seconds: float | None = None,
     draining: bool = False,
 ) -> JobState:
     """A job fresh from admission (R4). One admitted while the runner began to
@@ -180,6 +187,7 @@ def admitted(
         incarnation_id,
         deadline=deadline,
         budget_seconds=budget_seconds,
+        heartbeat_seconds=heartbeat_seconds,
         stop_reason=StopReason.SHUTDOWN if draining else None,
     )
 
@@ -302,21 +310,32 @@ def _executor_started(state: JobState, event: ExecutorStarted) -> Step:
         finished = replace(state, phase=Phase.RUNNING, started_at=at)
         settling, settle = _executor_finished(finished, event.finished)
         return settling, (RecordProcessGroup(at), *settle)
-    budget_ends = at + state.budget_seconds if state.budget_seconds is not None else None
-    wakeups = tuple(sorted(t for t in (state.deadline, budget_ends) if t is not None))
+    running = replace(state, phase=Phase.RUNNING, started_at=at, confirmation_queued=True)
+    alarm = _next_alarm(running, now=None, last_heartbeat=None)
     commands: list[Command] = [RecordProcessGroup(at), WriteConfirmStart(at)]
     if state.stop_reason is not None:  # a stop came while the executor was starting
         commands.append(StopExecutor())
-    if wakeups:
-        commands.append(ArmLimitTimer(wakeups[0]))
-    running = replace(
-        state,
-        phase=Phase.RUNNING,
-        started_at=at,
-        confirmation_queued=True,
-        limit_wakeups=wakeups,
+    if alarm is not None:
+        commands.append(ArmLimitTimer(alarm))
+    return replace(running, limit_alarm=alarm), tuple(commands)
+
+
+def _next_alarm(
+    state: JobState, *, now: float | None, last_heartbeat: float | None
+) -> float | None:
+    """The earliest limit still to come after ``now``: the deadline, the budget's
+    end, the next heartbeat due (R12). Each is checked when it comes, and the
+    first found run out stops the turn (then no alarm is armed again)."""
+    started = state.started_at
+    budget_ends = (
+        started + state.budget_seconds
+        if started is not None and state.budget_seconds is not None
+        else None
     )
-    return running, tuple(commands)
+    due = heartbeat_due(started, last_heartbeat, state.heartbeat_seconds)
+    times = [t for t in (state.deadline, budget_ends, due) if t is not None]
+    later = [t for t in times if now is None or t > now]
+    return min(later) if later else None
 
 
 def _executor_finished(state: JobState, event: ExecutorFinished) -> Step:
@@ -324,25 +343,30 @@ def _executor_finished(state: JobState, event: ExecutorFinished) -> Step:
     confirmation still queued is withdrawn: the settlement records the start."""
     decision = decide_settlement(state.stop_reason, event.outcome, event.known_reasons)
     withdraw = (WithdrawConfirmStart(),) if state.confirmation_queued else ()
-    settling = replace(state, phase=Phase.SETTLING, confirmation_queued=False, limit_wakeups=())
+    settling = replace(state, phase=Phase.SETTLING, confirmation_queued=False, limit_alarm=None)
     settling, settle = _settle(settling, decision, Execution.STARTED, started_at=state.started_at)
     return settling, (*withdraw, *settle)
 
 
 def _limit_timer_fired(state: JobState, event: LimitTimerFired) -> Step:
-    """One wake-up per limit; the first limit found run out stops the turn."""
-    if state.phase is not Phase.RUNNING or not state.limit_wakeups:
+    """The first limit found run out stops the turn (R6, R12); otherwise the timer
+    is armed for the next one to come. ``event.last_heartbeat``: the executor's
+    latest sign of life, which the shell records as it comes."""
+    if state.phase is not Phase.RUNNING or state.limit_alarm is None:
         return state, ()
     due = due_stop_reason(
         now=event.now,
         deadline=state.deadline,
         started_at=state.started_at,
         budget_seconds=state.budget_seconds,
+        heartbeat_due=heartbeat_due(
+            state.started_at, event.last_heartbeat, state.heartbeat_seconds
+        ),
     )
     if due is not None:
-        return _record_stop(replace(state, limit_wakeups=()), due, ask_executor=True)
-    later = state.limit_wakeups[1:]
-    return replace(state, limit_wakeups=later), (ArmLimitTimer(later[0]),) if later else ()
+        return _record_stop(replace(state, limit_alarm=None), due, ask_executor=True)
+    alarm = _next_alarm(state, now=event.now, last_heartbeat=event.last_heartbeat)
+    return replace(state, limit_alarm=alarm), (ArmLimitTimer(alarm),) if alarm is not None else ()
 
 
 def _cancel_requested(state: JobState, event: CancelRequested) -> Step:

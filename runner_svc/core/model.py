@@ -48,6 +48,10 @@ IN_FLIGHT_STATES: frozenset[RowState] = frozenset({RowState.LAUNCHING, RowState.
 Execution = vocabulary.Execution
 StopReason = vocabulary.StopReason
 SlotKind = vocabulary.TurnKind
+DeclaredEffect = vocabulary.DeclaredEffect
+
+# The name of the executor a turn gets when its envelope names none (R14).
+DEFAULT_EXECUTOR = vocabulary.DEFAULT_EXECUTOR
 
 
 class Refusal(enum.StrEnum):
@@ -66,23 +70,38 @@ class Refusal(enum.StrEnum):
     DISPATCH_STALE = "DISPATCH_STALE"
     # Not definite (§9 K3): the row is pruned, only its key is kept.
     OPERATION_PRUNED = "OPERATION_PRUNED"
+    # R14: the envelope names an executor this runner does not serve (definite).
+    EXECUTOR_NOT_SERVED = "EXECUTOR_NOT_SERVED"
+    # StreamOutput (R13): no row for the id / no stream this incarnation holds.
+    OPERATION_NOT_FOUND = "OPERATION_NOT_FOUND"
+    OUTPUT_UNAVAILABLE = "OUTPUT_UNAVAILABLE"
 
 
 class RunnerRefusal(Exception):
     """A typed refusal: nothing was accepted and nothing changed (C6)."""
 
-    def __init__(self, refusal: Refusal, message: str) -> None:
+    def __init__(
+        self, refusal: Refusal, message: str, details: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__(f"{refusal}: {message}")
         self.refusal = refusal
         self.message = message
+        # Extra ErrorInfo metadata the refusal names (say the executor asked for).
+        self.details: Mapping[str, str] = dict(details or {})
 
 
 @dataclass(frozen=True)
 class TurnFailure:
-    """A typed failure: ``reason`` is an errors.proto reason string."""
+    """A typed failure: ``reason`` is an errors.proto reason string.
+
+    ``effect``: what the executor declared about effects downstream (None:
+    nothing declared, unknown); ``retry_after``: its hint, in seconds, for the
+    earliest useful retry (with effect NONE only)."""
 
     reason: str
     message: str = ""
+    effect: DeclaredEffect | None = None
+    retry_after: float | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +140,8 @@ class OperationRow:
     # The dispatch_stamp of the Dispatch that admitted (or took over) the row
     # (§6 witness); 0 for a tombstone.
     dispatch_stamp: int = 0
+    # Settled by an execution: how many output chunks it emitted (R13).
+    output_chunks: int = 0
 
     @property
     def settled(self) -> bool:

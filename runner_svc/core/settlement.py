@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from runner_svc.core.model import (
+    DeclaredEffect,
     Execution,
     OperationRow,
     RowState,
@@ -28,6 +29,7 @@ STOP_OUTCOMES: dict[StopReason, tuple[RowState, str]] = {
     StopReason.DEADLINE: (RowState.TIMED_OUT, "DEADLINE_EXCEEDED"),
     StopReason.BUDGET: (RowState.TIMED_OUT, "BUDGET_EXHAUSTED"),
     StopReason.SHUTDOWN: (RowState.CANCELLED, "SHUTDOWN"),
+    StopReason.HEARTBEAT: (RowState.TIMED_OUT, "HEARTBEAT_TIMEOUT"),
 }
 
 
@@ -46,6 +48,10 @@ class ReportedOutcome:
     error_reason: object = ""
     error_message: object = ""
     metadata: object = field(default_factory=dict)
+    # A failure's declared effect downstream: "" (undeclared), "NONE" or "APPLIED".
+    effect: object = ""
+    # With effect NONE: seconds until a retry may help (None: no hint).
+    retry_after: object = None
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,26 @@ def validate_outcome(outcome: ReportedOutcome, known_reasons: frozenset[str]) ->
         return "metadata must map str to str"
     if outcome.error_reason and outcome.error_reason not in known_reasons:
         return f"unknown error reason {outcome.error_reason!r}"
+    return _effect_problem(outcome)
+
+
+def _effect_problem(outcome: ReportedOutcome) -> str | None:
+    if outcome.effect not in ("", *DeclaredEffect):
+        return f"unknown declared effect {outcome.effect!r}"
+    if outcome.effect and outcome.succeeded:
+        return "a success declares no effect"
+    retry_after = outcome.retry_after
+    if retry_after is None:
+        return None
+    if outcome.effect != DeclaredEffect.NONE:
+        return "retry_after goes only with the declared effect NONE"
+    if not isinstance(retry_after, int | float) or not 0 <= retry_after <= _MAX_RETRY_AFTER:
+        return f"retry_after must be 0..{_MAX_RETRY_AFTER} seconds"
     return None
+
+
+# A day: a provider's Retry-After beyond it is not a hint a retry policy uses.
+_MAX_RETRY_AFTER = 86400.0
 
 
 def decide_settlement(
@@ -87,13 +112,19 @@ def decide_settlement(
         return SettlementDecision(RowState.FAILED, error=TurnFailure("RESULT_INVALID", problem))
     if outcome.succeeded:
         return SettlementDecision(RowState.SUCCEEDED, result=_output(outcome))
+    # What the executor declared about effects downstream is kept whatever
+    # ended the turn: it is the billing truth's detail (a retry policy reads it).
+    effect = DeclaredEffect(str(outcome.effect)) if outcome.effect else None
+    retry_after = (
+        float(outcome.retry_after) if isinstance(outcome.retry_after, int | float) else None
+    )
     if stop_reason is not None:
         state, reason = STOP_OUTCOMES[stop_reason]
-        return SettlementDecision(state, error=TurnFailure(reason, f"stopped: {stop_reason}"))
+        failure = TurnFailure(reason, f"stopped: {stop_reason}", effect, retry_after)
+        return SettlementDecision(state, error=failure)
     reason = str(outcome.error_reason) or "EXECUTOR_FAILED"
-    return SettlementDecision(
-        RowState.FAILED, error=TurnFailure(reason, str(outcome.error_message))
-    )
+    failure = TurnFailure(reason, str(outcome.error_message), effect, retry_after)
+    return SettlementDecision(RowState.FAILED, error=failure)
 
 
 def _output(outcome: ReportedOutcome) -> TurnOutput:
@@ -119,13 +150,28 @@ def due_stop_reason(
     deadline: float | None,
     started_at: float | None,
     budget_seconds: float | None,
+    heartbeat_due: float | None = None,
 ) -> StopReason | None:
-    """Which limit has run out at ``now`` (deadline first: it is wall-clock truth)."""
+    """Which limit has run out at ``now`` (deadline first: it is wall-clock truth;
+    then the budget; then the heartbeat, due by ``heartbeat_due``, R12)."""
     if deadline is not None and now >= deadline:
         return StopReason.DEADLINE
     if budget_seconds is not None and started_at is not None and now >= started_at + budget_seconds:
         return StopReason.BUDGET
+    if heartbeat_due is not None and now >= heartbeat_due:
+        return StopReason.HEARTBEAT
     return None
+
+
+def heartbeat_due(
+    started_at: float | None, last_heartbeat: float | None, timeout: float | None
+) -> float | None:
+    """When the executor's next heartbeat is due (R12): a timeout after its start
+    or its last heartbeat, whichever is later; None when none is required."""
+    if timeout is None or started_at is None:
+        return None
+    seen = started_at if last_heartbeat is None else max(started_at, last_heartbeat)
+    return seen + timeout
 
 
 def launch_block(

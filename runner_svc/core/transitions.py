@@ -89,6 +89,8 @@ class Settle:
     # When the executor started, for a STARTED settlement: a row that never got
     # its start confirmation (R3: the turn finished first) records it here.
     started_at: float | None = None
+    # How many output chunks the execution emitted (R13): its stream's final offset.
+    output_chunks: int = 0
 
 
 @dataclass(frozen=True)
@@ -253,6 +255,7 @@ def _settle(row: OperationRow | None, event: Settle, name: str) -> OperationRow:
         result=event.result,
         error=event.error,
         settled_at=event.at,
+        output_chunks=event.output_chunks,
         # A confirmed start keeps its time; an unconfirmed one gets the
         # settlement's (the settled row implies the start, R3).
         started_at=row.started_at if row.started_at is not None else event.started_at,

@@ -7,6 +7,8 @@ returns, and its launch intent before calling it), and the returned
 `ExecutionHandle` settles the turn (`wait`) or asks it to stop (`cancel`).
 
 Executors never see the runner's store (R10): they get the request, nothing else.
+The request's ``channel`` carries what an execution sends back while it runs:
+output chunks (R13) and heartbeats (R12).
 """
 
 from __future__ import annotations
@@ -15,7 +17,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from turnwire.executor.context import TurnChannel
+from turnwire.executor.outcomes import OutputRefused
+from turnwire.output_stream import STREAM_CLOSED, StreamLimits
 from turnwire.runner.v1 import runner_pb2
+
+
+class NoChannel:
+    """A channel for an execution nobody streams from (tests, tools): every chunk
+    is refused as if the stream were closed; heartbeats are dropped."""
+
+    def emit(self, data: bytes, content_type: str) -> int:
+        raise OutputRefused(STREAM_CLOSED, "this execution has no output stream")
+
+    def heartbeat(self) -> None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -33,6 +49,12 @@ class ExecutionRequest:
     # and TRACESTATE from them.
     traceparent: str = ""
     tracestate: str = ""
+    # Output chunks and heartbeats back to the runner (R12, R13).
+    channel: TurnChannel = field(default_factory=NoChannel)
+    # The executor's name on this runner ("default" unless the envelope names one).
+    executor: str = "default"
+    # The runner's bounds on streamed output (R13), told to framed subprocesses.
+    stream_limits: StreamLimits = field(default_factory=StreamLimits)
 
 
 @dataclass(frozen=True)
@@ -50,6 +72,10 @@ class ExecutionOutcome:
     error_reason: str = ""
     error_message: str = ""
     metadata: Mapping[str, str] = field(default_factory=dict)
+    # A failure's declared effect downstream: "" (undeclared), "NONE" or "APPLIED";
+    # with NONE, seconds until a retry may help (docs/EXECUTORS.md).
+    effect: str = ""
+    retry_after: float | None = None
 
 
 @dataclass(frozen=True)

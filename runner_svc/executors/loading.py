@@ -5,8 +5,11 @@ Valid specs:
     echo | sleep | fail            built-in test executors (runner_svc.executors.builtin)
     metered                        echo/sleep/fail by parameters, plus one ledger line
                                    per start (needs ledger_path; turnwire.ledger)
-    subprocess:<shell command>     runner_svc.executors.process
-    callable:<module>:<function>   runner_svc.executors.python_callable
+    python:<module>:<name>         a turnwire.executor function or class
+                                   (runner_svc.executors.python_api; docs/EXECUTORS.md)
+    subprocess+framed:<command>    the framed protocol (runner_svc.executors.frames)
+    subprocess:<shell command>     stdout is the result (runner_svc.executors.process)
+    callable:<module>:<function>   deprecated for python: (runner_svc.executors.python_callable)
 
 A bad spec raises ValueError naming the valid forms.
 """
@@ -19,6 +22,7 @@ from runner_svc.executors import builtin
 from runner_svc.executors.base import Executor
 from runner_svc.executors.metered import MeteredExecutor
 from runner_svc.executors.process import SubprocessExecutor
+from runner_svc.executors.python_api import PythonExecutor, load_python_target
 from runner_svc.executors.python_callable import CallableExecutor, import_function
 
 VALID_SPECS = (
@@ -26,6 +30,8 @@ VALID_SPECS = (
     "sleep",
     "fail",
     "metered",
+    "python:<module>:<name>",
+    "subprocess+framed:<shell command>",
     "subprocess:<shell command>",
     "callable:<module>:<function>",
 )
@@ -46,10 +52,15 @@ def load_executor(spec: str, *, ledger_path: Path | None = None) -> Executor:
         if ledger_path is None:
             raise _invalid(spec, "metered needs a ledger path (ledger_path=...)")
         return MeteredExecutor(ledger_path)
-    if sep and kind == "subprocess":
+    if sep and kind in ("subprocess", "subprocess+framed"):
         if not argument.strip():
-            raise _invalid(spec, "subprocess needs a shell command after 'subprocess:'")
-        return SubprocessExecutor(argument)
+            raise _invalid(spec, f"{kind} needs a shell command after '{kind}:'")
+        return SubprocessExecutor(argument, framed=kind == "subprocess+framed")
+    if sep and kind == "python":
+        try:
+            return PythonExecutor(load_python_target(argument), target=argument)
+        except ValueError as error:
+            raise _invalid(spec, str(error)) from error
     if sep and kind == "callable":
         try:
             return CallableExecutor(import_function(argument), target=argument)

@@ -5,6 +5,7 @@ The reason strings come from errors.proto (via turnwire.errors), never typed by 
 
 from __future__ import annotations
 
+from runner_svc.core.settlement import ReportedOutcome
 from runner_svc.executors.base import ExecutionOutcome
 from turnwire.common.v1 import errors_pb2
 from turnwire.errors import reason
@@ -56,3 +57,19 @@ def describe_exception(error: BaseException) -> str:
     """The exception's type and text, as a failure message."""
     text = str(error)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def reported_outcome(outcome: object) -> ReportedOutcome:
+    """Copy the outcome's fields without trusting its type (R7 validates them)."""
+    missing = object()
+    succeeded = getattr(outcome, "succeeded", missing)
+    return ReportedOutcome(
+        succeeded=None if succeeded is missing else succeeded,
+        output=getattr(outcome, "output", b""),
+        content_type=getattr(outcome, "content_type", ""),
+        error_reason=getattr(outcome, "error_reason", ""),
+        error_message=getattr(outcome, "error_message", ""),
+        metadata=getattr(outcome, "metadata", {}),
+        effect=getattr(outcome, "effect", ""),
+        retry_after=getattr(outcome, "retry_after", None),
+    )

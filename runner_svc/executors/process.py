@@ -1,5 +1,12 @@
 """The subprocess executor: a shell command per turn (PROTOCOL.md R10).
 
+Two forms. ``subprocess+framed:<shell command>`` speaks the framed protocol
+(runner_svc/executors/frames.py, docs/EXECUTORS.md): the request as one line
+on stdin, then chunks, heartbeats and the result as JSON frames on stdout,
+exit codes 75/76 for declared effects. ``subprocess:<shell command>`` is the
+original "stdout is the result" form, described below and unchanged: its
+stdout is never read as frames, so a command written for it keeps its meaning.
+
 `subprocess:<shell command>` runs `/bin/sh -c <shell command>` in a NEW process
 group and session (start_new_session=True), with this JSON object on stdin
 (then stdin is closed):
@@ -47,17 +54,19 @@ TRACEPARENT (and TRACESTATE) when the turn has a trace context to continue
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
 import signal
 import subprocess
-from typing import IO
+from collections.abc import Coroutine
+from typing import Any
 
 from google.protobuf import json_format
 
 from runner_svc import fork_safety
-from runner_svc.executors import groups
+from runner_svc.executors import frames, groups, pipes
 from runner_svc.executors.base import (
     ExecutionOutcome,
     ExecutionRequest,
@@ -75,10 +84,11 @@ from runner_svc.executors.outcomes import (
     succeeded,
 )
 from runner_svc.executors.watchdog import WATCHDOG
+from turnwire.common.v1 import turn_pb2
+from turnwire.executor.context import TurnChannel
 
 STDERR_TAIL_BYTES = 4096
 STRAGGLER_DRAIN_SECONDS = 2.0
-_CHUNK = 65536
 
 
 def stdin_payload(request: ExecutionRequest) -> bytes:
@@ -91,6 +101,42 @@ def stdin_payload(request: ExecutionRequest) -> bytes:
         "envelope": envelope,
     }
     return json.dumps(document, separators=(",", ":")).encode()
+
+
+def framed_payload(request: ExecutionRequest) -> bytes:
+    """The framed protocol's request line: the document above, the input items
+    decoded (text when UTF-8, else base64), the turn's limits and the runner's
+    output limits (frames.py)."""
+    document = json.loads(stdin_payload(request))
+    limits, stream = request.envelope.limits, request.stream_limits
+    document.update(
+        protocol=frames.PROTOCOL,
+        executor=request.executor,
+        items=[_item(item) for item in request.envelope.input_items],
+        limits={
+            "deadline": limits.deadline.seconds + limits.deadline.nanos / 1e9
+            if limits.HasField("deadline")
+            else None,
+            "budget_ms": limits.budget_ms or None,
+            "heartbeat_timeout_ms": limits.heartbeat_timeout.ToMilliseconds() or None
+            if limits.HasField("heartbeat_timeout")
+            else None,
+            "max_chunk_bytes": stream.max_chunk_bytes,
+            "stream_budget_bytes": stream.turn_budget_bytes,
+            "max_frame_bytes": frames.MAX_FRAME_BYTES,
+            "max_result_bytes": MAX_OUTPUT_BYTES,
+        },
+    )
+    return json.dumps(document, separators=(",", ":")).encode() + b"\n"
+
+
+def _item(item: turn_pb2.InputItem) -> dict[str, str]:
+    decoded = {"item_id": item.item_id, "role": item.role, "content_type": item.content_type}
+    try:
+        decoded["text"] = item.content.decode()
+    except UnicodeDecodeError:
+        decoded["base64"] = base64.b64encode(item.content).decode()
+    return decoded
 
 
 _TRACE_VARIABLES = ("TRACEPARENT", "TRACESTATE")
@@ -115,18 +161,18 @@ def command_environment(request: ExecutionRequest, marker: str) -> dict[str, str
 class SubprocessExecutor:
     """Runs a shell command per execution (see the module docstring)."""
 
-    name = "subprocess"
-
-    def __init__(self, command: str) -> None:
+    def __init__(self, command: str, *, framed: bool = False) -> None:
         if not command.strip():
             raise ValueError("the subprocess executor needs a non-empty shell command")
         if not hasattr(os, "pidfd_open"):
             raise ValueError("the subprocess executor needs Linux >= 5.3 (os.pidfd_open)")
         self.command = command
+        self.framed = framed
+        self.name = "subprocess+framed" if framed else "subprocess"
         self._boot_id = groups.boot_id()
 
     async def start(self, request: ExecutionRequest) -> ProcessExecution:
-        payload = stdin_payload(request)
+        payload = framed_payload(request) if self.framed else stdin_payload(request)
         marker = groups.executor_marker(request.incarnation_id, request.operation_id)
         try:
             # Popen returns once /bin/sh has been exec'd: the work has started (R3).
@@ -152,7 +198,8 @@ class SubprocessExecutor:
         stat = groups.read_stat(process.pid)
         identity = ExecutorProcess(process.pid, stat.start_time if stat else 0, self._boot_id)
         WATCHDOG.add(process.pid, identity.start_time, marker)
-        return ProcessExecution(process, payload, identity)
+        channel = request.channel if self.framed else None
+        return ProcessExecution(process, payload, identity, channel=channel)
 
 
 class ProcessExecution:
@@ -163,13 +210,18 @@ class ProcessExecution:
         process: subprocess.Popen[bytes],
         payload: bytes,
         identity: ExecutorProcess | None = None,
+        *,
+        channel: TurnChannel | None = None,
     ) -> None:
         self.pid = process.pid  # also the process group id (new session)
+        # Set: the command speaks the framed protocol, its frames go to this channel.
+        self._channel = channel
         self.process = identity  # recorded at launch (R10: never outlive the runner)
         self._process = process
         self._reaped = False
         self._cancel_requested = False
         self._escalation: asyncio.TimerHandle | None = None
+        self._kill_at = 0.0  # the loop time the grace after a cancel ends (SIGKILL)
         self._task = asyncio.create_task(self._run(payload), name=f"subprocess:{self.pid}")
 
     async def wait(self) -> ExecutionOutcome:
@@ -189,9 +241,11 @@ class ProcessExecution:
         self._cancel_requested = True
         self._signal_group(signal.SIGTERM)
         loop = asyncio.get_running_loop()
-        self._escalation = loop.call_later(
-            max(grace_seconds, 0.0), self._signal_group, signal.SIGKILL
-        )
+        self._kill_at = loop.time() + max(grace_seconds, 0.0)
+        self._escalation = loop.call_at(self._kill_at, self._signal_group, signal.SIGKILL)
+
+    def _grace_left(self) -> float:
+        return max(0.0, self._kill_at - asyncio.get_running_loop().time())
 
     def _signal_group(self, signum: signal.Signals) -> None:
         # Once the leader is reaped its pid may be reused: never signal then.
@@ -203,11 +257,28 @@ class ProcessExecution:
     async def _run(self, payload: bytes) -> ExecutionOutcome:
         process = self._process
         assert process.stdin and process.stdout and process.stderr  # all three are pipes
-        feeder = asyncio.create_task(_feed(process.stdin, payload))
-        stdout = asyncio.create_task(_read_bounded(process.stdout, MAX_OUTPUT_BYTES))
-        stderr = asyncio.create_task(_read_tail(process.stderr, STDERR_TAIL_BYTES))
+        framed = None
+        if self._channel is not None:
+            stdin_fd = process.stdin.fileno()
+            framed = frames.FramedRun(
+                self._channel, lambda line: pipes.write_whole_or_drop(stdin_fd, line)
+            )
+        # Framed: stdin stays open after the request, for the runner's notices.
+        feeder = asyncio.create_task(pipes.feed(process.stdin, payload, close=framed is None))
+        reading: Coroutine[Any, Any, object] = (
+            pipes.read_bounded(process.stdout, MAX_OUTPUT_BYTES)
+            if framed is None
+            else frames.read_framed(process.stdout, framed)
+        )
+        stdout = asyncio.create_task(reading)
+        stderr = asyncio.create_task(pipes.read_tail(process.stderr, STDERR_TAIL_BYTES))
         try:
-            overflowed = await self._until_exit_or_overflow(stdout)
+            aborted = await self._until_exit_or_abort(stdout, framed)
+            if self._cancel_requested and not aborted:
+                # Stopped: what the leader left in its group (the command behind a
+                # shell wrapper, still handling its SIGTERM) gets the rest of the
+                # grace to finish and say what took effect, then SIGKILL.
+                await asyncio.wait({stdout}, timeout=self._grace_left())
             self._signal_group(signal.SIGKILL)  # the leader is gone: end its stragglers
             returncode = self._reap()
             await asyncio.wait({stdout, stderr}, timeout=STRAGGLER_DRAIN_SECONDS)
@@ -215,23 +286,35 @@ class ProcessExecution:
             for task in (feeder, stdout, stderr):
                 task.cancel()
             await asyncio.wait({feeder, stdout, stderr})
+            process.stdin.close()
             self._force_reap()
-        output = b"" if stdout.cancelled() else stdout.result()
         tail = b"" if stderr.cancelled() else stderr.result()
-        return self._outcome(returncode, overflowed, output, tail)
+        if framed is not None:
+            detail = self._exit_detail(returncode, tail)
+            return frames.framed_outcome(framed, returncode, detail, self._cancel_requested)
+        output = b"" if stdout.cancelled() else stdout.result()
+        assert isinstance(output, bytes)
+        return self._outcome(returncode, aborted, output, tail)
 
-    async def _until_exit_or_overflow(self, stdout: asyncio.Task[bytes]) -> bool:
-        """Wait for the leader to exit (unreaped); True if stdout went over the limit."""
-        exited = asyncio.create_task(_until_exited(self.pid))
+    async def _until_exit_or_abort(
+        self, stdout: asyncio.Task[object], framed: frames.FramedRun | None
+    ) -> bool:
+        """Wait for the leader to exit (unreaped). True if stdout went over the limit
+        (plain) or broke the protocol (framed): the group is killed at once."""
+        exited = asyncio.create_task(pipes.until_exited(self.pid))
         try:
             await asyncio.wait({exited, stdout}, return_when=asyncio.FIRST_COMPLETED)
-            overflowed = stdout.done() and len(stdout.result()) > MAX_OUTPUT_BYTES
-            if overflowed:
+            aborted = stdout.done() and (
+                framed.malformed is not None
+                if framed is not None
+                else len(stdout.result()) > MAX_OUTPUT_BYTES  # type: ignore[arg-type]
+            )
+            if aborted:
                 self._signal_group(signal.SIGKILL)
             await exited
         finally:
             exited.cancel()
-        return overflowed
+        return aborted
 
     def _reap(self) -> int:
         WATCHDOG.remove(self.pid)  # before the pid may be reused
@@ -256,100 +339,19 @@ class ProcessExecution:
             return failed(RESULT_INVALID, f"stdout exceeded {limit} bytes", metadata)
         if returncode == 0:
             return succeeded(output[:MAX_OUTPUT_BYTES], OCTET_STREAM, metadata)
-        detail = _describe_exit(returncode)
-        tail = stderr_tail.decode(errors="replace").strip()
-        message = f"{detail}; stderr: {tail}" if tail else detail
+        message = self._exit_detail(returncode, stderr_tail)
         if self._cancel_requested:
             return cancelled(f"cancelled: {message}")
         return failed(EXECUTOR_FAILED, message, metadata)
+
+    @staticmethod
+    def _exit_detail(returncode: int, stderr_tail: bytes) -> str:
+        detail = _describe_exit(returncode)
+        tail = stderr_tail.decode(errors="replace").strip()
+        return f"{detail}; stderr: {tail}" if tail else detail
 
 
 def _describe_exit(returncode: int) -> str:
     if returncode < 0:
         return f"killed by signal {signal.Signals(-returncode).name}"
     return f"exit status {returncode}"
-
-
-async def _until_exited(pid: int) -> None:
-    """Return once the process has exited, WITHOUT reaping it."""
-    pidfd = os.pidfd_open(pid)  # readable once the process has exited
-    try:
-        await _until_ready(pidfd, readable=True)
-    finally:
-        os.close(pidfd)
-
-
-async def _until_ready(fd: int, *, readable: bool) -> None:
-    loop = asyncio.get_running_loop()
-    ready: asyncio.Future[None] = loop.create_future()
-
-    def wake() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    if readable:
-        loop.add_reader(fd, wake)
-    else:
-        loop.add_writer(fd, wake)
-    try:
-        await ready
-    finally:
-        if readable:
-            loop.remove_reader(fd)
-        else:
-            loop.remove_writer(fd)
-
-
-async def _feed(pipe: IO[bytes], data: bytes) -> None:
-    """Write all of `data`, then close; a command that stops reading is not an error."""
-    fd = pipe.fileno()
-    os.set_blocking(fd, False)
-    view = memoryview(data)
-    try:
-        while view:
-            try:
-                view = view[os.write(fd, view) :]
-            except BlockingIOError:
-                await _until_ready(fd, readable=False)
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-    finally:
-        pipe.close()
-
-
-async def _read_bounded(pipe: IO[bytes], limit: int) -> bytes:
-    """Everything up to EOF, or stop as soon as more than `limit` bytes came."""
-    fd = pipe.fileno()
-    os.set_blocking(fd, False)
-    data = bytearray()
-    try:
-        while len(data) <= limit:
-            chunk = await _read_some(fd)
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        pipe.close()
-    return bytes(data)
-
-
-async def _read_tail(pipe: IO[bytes], keep: int) -> bytes:
-    """Read to EOF, keeping only the last `keep` bytes."""
-    fd = pipe.fileno()
-    os.set_blocking(fd, False)
-    tail = bytearray()
-    try:
-        while chunk := await _read_some(fd):
-            tail += chunk
-            del tail[:-keep]
-    finally:
-        pipe.close()
-    return bytes(tail)
-
-
-async def _read_some(fd: int) -> bytes:
-    while True:
-        try:
-            return os.read(fd, _CHUNK)
-        except BlockingIOError:
-            await _until_ready(fd, readable=True)

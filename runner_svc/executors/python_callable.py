@@ -1,4 +1,11 @@
-"""The callable executor: a Python function per turn (PROTOCOL.md R10).
+"""The callable executor: a Python function per turn (PROTOCOL.md R10). Deprecated.
+
+Deprecated for ``python:<module>:<function>`` (runner_svc/executors/python_api.py),
+whose function gets a turnwire.executor.TurnContext: decoded items, limits,
+cancellation, emit() and heartbeat(). This older form hands the function the
+runner's internal ExecutionRequest (a protobuf TurnEnvelope inside), which is
+not a stable interface; it keeps working unchanged, and the runner logs a
+warning naming the replacement when it loads one.
 
 `callable:<module>:<function>` imports `module` and takes its attribute
 `function` at load time (a missing module or function is a ValueError then,
@@ -31,11 +38,9 @@ only then, R6). Write long-running work as `async def` to make it cancellable.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import importlib
 import inspect
-import threading
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -50,6 +55,9 @@ from runner_svc.executors.outcomes import (
     failed,
     succeeded,
 )
+from turnwire.executor.running import in_thread
+
+log = logging.getLogger("runner_svc.executors")
 
 TurnFunction = Callable[[ExecutionRequest], Any]
 
@@ -93,6 +101,14 @@ class CallableExecutor:
         self.function = function
         self.target = target or getattr(function, "__qualname__", repr(function))
         self._is_async = inspect.iscoroutinefunction(function)
+        if target:
+            log.warning(
+                "executor callable:%s is deprecated: its function gets the runner's internal "
+                "ExecutionRequest; take a turnwire.executor.TurnContext instead and serve it "
+                "as python:%s (docs/EXECUTORS.md)",
+                target,
+                target,
+            )
 
     async def start(self, request: ExecutionRequest) -> InProcessExecution:
         name = f"callable:{self.target}:{request.operation_id}"
@@ -112,34 +128,12 @@ class CallableExecutor:
         return outcome_from_return(value)
 
     async def _call_in_thread(self, request: ExecutionRequest, name: str) -> ExecutionOutcome:
-        loop = asyncio.get_running_loop()
-        settled: asyncio.Future[ExecutionOutcome] = loop.create_future()
         # The caller's context goes with it (a thread starts with none), so the
         # function's OpenTelemetry current span is the turn's (docs/TRACING.md).
-        context = contextvars.copy_context()
-
-        def run() -> None:
-            try:
-                outcome = outcome_from_return(context.run(self.function, request))
-            except BaseException as error:  # whatever it raises is the turn's failure
-                outcome = failed(EXECUTOR_FAILED, describe_exception(error))
-            _deliver(loop, settled, outcome)
-
-        # A dedicated thread: a shared pool could be starved by long turns.
-        # Daemon, so a turn that never returns cannot block process exit.
-        threading.Thread(target=run, name=name, daemon=True).start()
-        return await settled
-
-
-def _deliver(
-    loop: asyncio.AbstractEventLoop,
-    settled: asyncio.Future[ExecutionOutcome],
-    outcome: ExecutionOutcome,
-) -> None:
-    def settle() -> None:
-        if not settled.done():
-            settled.set_result(outcome)
-
-    # RuntimeError: the loop is closed, so nobody is waiting any more.
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(settle)
+        try:
+            value = await in_thread(name, lambda: self.function(request))
+        except asyncio.CancelledError:
+            raise  # this task was cancelled (the loop is stopping), not the function
+        except BaseException as error:  # whatever it raises is the turn's failure
+            return failed(EXECUTOR_FAILED, describe_exception(error))
+        return outcome_from_return(value)

@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 from runner_svc.core.model import (
+    DeclaredEffect,
     Execution,
     OperationRow,
     RowState,
@@ -52,6 +53,9 @@ COLUMNS = (
     "started_at",
     "settled_at",
     "dispatch_stamp",
+    "error_effect",
+    "error_retry_after",
+    "output_chunks",
 )
 _LIST = ", ".join(COLUMNS)
 
@@ -111,6 +115,9 @@ def to_params(row: OperationRow, sequence: int) -> tuple[Any, ...]:
         _time(row.started_at),
         _time(row.settled_at),
         row.dispatch_stamp,
+        error.effect.value if error and error.effect else None,
+        _time(error.retry_after) if error else None,
+        row.output_chunks,
     )
 
 
@@ -142,6 +149,9 @@ def to_row(values: tuple[Any, ...]) -> OperationRow:
         started_at,
         settled_at,
         dispatch_stamp,
+        error_effect,
+        error_retry_after,
+        output_chunks,
     ) = values
     result = None
     if output is not None:
@@ -152,7 +162,12 @@ def to_row(values: tuple[Any, ...]) -> OperationRow:
         )
     error = None
     if error_reason is not None:
-        error = TurnFailure(error_reason, error_message or "")
+        error = TurnFailure(
+            error_reason,
+            error_message or "",
+            DeclaredEffect(error_effect) if error_effect else None,
+            error_retry_after,
+        )
     return OperationRow(
         operation_id=operation_id,
         state=RowState(state),
@@ -171,4 +186,5 @@ def to_row(values: tuple[Any, ...]) -> OperationRow:
         started_at=started_at,
         settled_at=settled_at,
         dispatch_stamp=int(dispatch_stamp or 0),
+        output_chunks=int(output_chunks or 0),
     )

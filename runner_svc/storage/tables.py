@@ -59,6 +59,12 @@ operations = sa.Table(
     sa.Column("started_at", sa.Float, nullable=True),
     sa.Column("settled_at", sa.Float, nullable=True),
     sa.Column("dispatch_stamp", sa.BigInteger, nullable=False, server_default="0"),
+    # What a failed execution declared about effects downstream (NONE, APPLIED;
+    # NULL: undeclared) and its retry hint in seconds (migration r0006).
+    sa.Column("error_effect", sa.String(16), nullable=True),
+    sa.Column("error_retry_after", sa.Float, nullable=True),
+    # How many output chunks the execution emitted (R13; the chunks are not stored).
+    sa.Column("output_chunks", sa.BigInteger, nullable=False, server_default="0"),
     # When the store recorded the release (a trigger sets it; §9 K2). Not part of
     # OperationRow: only retention reads it.
     sa.Column("released_at", sa.Float, nullable=True),

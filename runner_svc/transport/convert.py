@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from runner_svc.core.model import Execution, RowState, SlotKind, StopReason
+from runner_svc.core.model import DeclaredEffect, Execution, RowState, SlotKind, StopReason
 from runner_svc.core.witness import StoreOpening
 from runner_svc.service import OperationView, PoolUse, RunnerInfo
+from runner_svc.service_output import OutputEnd, OutputGap, OutputItem
 from turnwire.common.v1 import turn_pb2
+from turnwire.output_stream import Chunk
 from turnwire.runner.v1 import runner_pb2
 
 _STATES = {
@@ -18,6 +21,7 @@ _STATES = {
 }
 _EXECUTIONS = {e: turn_pb2.Execution.Value(f"EXECUTION_{e.value}") for e in Execution}
 _STOPS = {s: turn_pb2.StopReason.Value(f"STOP_REASON_{s.value}") for s in StopReason}
+_EFFECTS = {e: turn_pb2.DeclaredEffect.Value(f"DECLARED_EFFECT_{e.value}") for e in DeclaredEffect}
 KINDS = {k: turn_pb2.TurnKind.Value(f"TURN_KIND_{k.value}") for k in SlotKind}
 
 
@@ -43,6 +47,7 @@ def operation(view: OperationView) -> runner_pb2.RunnerOperation:
         sequence=row.sequence,
         result_not_saved=view.result_not_saved,
         dispatch_stamp=row.dispatch_stamp,
+        output_chunks=row.output_chunks,
     )
     if row.stop_reason is not None:
         message.stop_reason = _STOPS[row.stop_reason]
@@ -55,9 +60,14 @@ def operation(view: OperationView) -> runner_pb2.RunnerOperation:
             )
         )
     if row.error is not None:
-        message.error.CopyFrom(
-            turn_pb2.TurnError(reason=row.error.reason, message=row.error.message)
-        )
+        error = turn_pb2.TurnError(reason=row.error.reason, message=row.error.message)
+        if row.error.effect is not None:
+            error.effect = _EFFECTS[row.error.effect]
+        if row.error.retry_after is not None:
+            hint = Duration()
+            hint.FromNanoseconds(int(row.error.retry_after * 1e9))
+            error.retry_after.CopyFrom(hint)
+        message.error.CopyFrom(error)
     for name, value in (
         ("accepted_at", row.accepted_at),
         ("started_at", row.started_at),
@@ -80,7 +90,32 @@ def runner_info(info: RunnerInfo) -> runner_pb2.GetRunnerInfoResponse:
         held_result_not_saved=info.held_result_not_saved,
         version=info.version,
         store_opens=store_opens(info.openings),
+        executors=[runner_pb2.ExecutorInfo(name=name, kind=kind) for name, kind in info.executors],
     )
+
+
+def output_item(item: OutputItem, incarnation_id: str) -> runner_pb2.StreamOutputResponse:
+    """One StreamOutput message (R13)."""
+    reply = runner_pb2.StreamOutputResponse(incarnation_id=incarnation_id)
+    if isinstance(item, Chunk):
+        reply.chunk.CopyFrom(
+            turn_pb2.OutputChunk(
+                offset=item.offset,
+                data=item.data,
+                content_type=item.content_type,
+                emitted_at=timestamp(item.emitted_at),
+            )
+        )
+    elif isinstance(item, OutputGap):
+        reply.gap.CopyFrom(
+            turn_pb2.OutputGap(after_offset=item.after_offset, next_offset=item.next_offset)
+        )
+    else:
+        assert isinstance(item, OutputEnd)
+        reply.end.CopyFrom(
+            runner_pb2.OutputEnd(final_offset=item.final_offset, operation=operation(item.view))
+        )
+    return reply
 
 
 def slot_pools(pools: Iterable[PoolUse]) -> list[runner_pb2.SlotPool]:

@@ -30,6 +30,9 @@ REFUSAL_CODES: dict[Refusal, grpc.StatusCode] = {
     Refusal.ENVELOPE_INVALID: _C.INVALID_ARGUMENT,
     Refusal.STORE_UNAVAILABLE: _C.UNAVAILABLE,
     Refusal.ARGUMENT_INVALID: _C.INVALID_ARGUMENT,
+    Refusal.EXECUTOR_NOT_SERVED: _C.FAILED_PRECONDITION,
+    Refusal.OPERATION_NOT_FOUND: _C.NOT_FOUND,
+    Refusal.OUTPUT_UNAVAILABLE: _C.FAILED_PRECONDITION,
 }
 
 
@@ -40,7 +43,7 @@ def reason_value(refusal: Refusal) -> errors_pb2.ErrorReason.ValueType:
 async def abort_refusal(
     context: Any, refusal: RunnerRefusal, incarnation_id: str, operation_id: str = ""
 ) -> NoReturn:
-    metadata = {"incarnation_id": incarnation_id}
+    metadata = {**refusal.details, "incarnation_id": incarnation_id}
     if operation_id:
         metadata["operation_id"] = operation_id
     await abort(

@@ -155,6 +155,18 @@ class RunnerServicer(runner_pb2_grpc.RunnerServiceServicer):
         reply.max_receive_message_bytes = self._max_receive_bytes
         return reply
 
+    async def StreamOutput(
+        self, request: runner_pb2.StreamOutputRequest, context: Any
+    ) -> AsyncIterator[runner_pb2.StreamOutputResponse]:
+        # No turn_context around the yields: a stream the caller drops is closed
+        # from another task, where a context variable's token cannot be reset.
+        try:
+            items = self.service.stream_output(request.operation_id, request.after_offset)
+            async for item in items:
+                yield convert.output_item(item, self._incarnation)
+        except RunnerRefusal as refusal:
+            await abort_refusal(context, refusal, self._incarnation, request.operation_id)
+
     async def WatchOperations(
         self, request: runner_pb2.WatchOperationsRequest, context: Any
     ) -> AsyncIterator[runner_pb2.WatchOperationsResponse]:

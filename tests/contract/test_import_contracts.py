@@ -85,3 +85,13 @@ def test_importing_the_conformance_suite_outside_it_is_reported(tmp_path: Path) 
     assert code != 0, output
     assert "turnwire.leak_by_test -> turnwire.testing.records" in output
     assert "runner_svc.leak_by_test -> turnwire.testing" in output
+
+
+def test_the_executor_api_importing_protobuf_is_reported(tmp_path: Path) -> None:
+    """turnwire.executor stays light (a user's executor imports it with the client
+    install only): an import of the generated stubs there breaks a contract."""
+    root = copy_python_packages(tmp_path)
+    _add_module(root, "turnwire.executor.leak_by_test", "import turnwire.common.v1.turn_pb2\n")
+    code, output = _lint_imports(root)
+    assert code != 0, output
+    assert "turnwire.executor.leak_by_test -> turnwire.common.v1.turn_pb2" in output

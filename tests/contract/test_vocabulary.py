@@ -27,6 +27,7 @@ from turnwire.runner.v1 import runner_pb2
 _ERROR = errors_pb2.ErrorReason.DESCRIPTOR
 _EXECUTION = turn_pb2.Execution.DESCRIPTOR
 _STOP = turn_pb2.StopReason.DESCRIPTOR
+_EFFECT = turn_pb2.DeclaredEffect.DESCRIPTOR
 _KIND = turn_pb2.TurnKind.DESCRIPTOR
 _POLICY = turn_pb2.ReplayPolicy.DESCRIPTOR
 _OP_STATE = coordinator_pb2.OperationState.DESCRIPTOR
@@ -56,6 +57,7 @@ MIRRORS: list[tuple[type[enum.StrEnum], descriptor.EnumDescriptor]] = [
     (vocabulary.ErrorReason, _ERROR),
     (vocabulary.Execution, _EXECUTION),
     (vocabulary.StopReason, _STOP),
+    (vocabulary.DeclaredEffect, _EFFECT),
     (vocabulary.TurnKind, _KIND),
     (vocabulary.RunnerOperationState, _RUNNER_STATE),
     (coordinator_model.OpState, _OP_STATE),

@@ -38,8 +38,12 @@ def envelope(
     output: str | None = None,
     deadline: float | None = None,
     budget_ms: int = 0,
+    executor: str = "",
+    heartbeat_ms: int | None = None,
+    items: tuple[str, ...] = (),
+    parameters: dict[str, str] | None = None,
 ) -> bytes:
-    parameters: dict[str, str] = {}
+    parameters = dict(parameters or {})
     if sleep_ms is not None:
         parameters["sleep_ms"] = str(sleep_ms)
     if fail:
@@ -51,7 +55,14 @@ def envelope(
         model=turn_pb2.ModelRef(provider="test", name="builtin", parameters=parameters),
         kind=kind,  # type: ignore[arg-type]
         limits=turn_pb2.Limits(budget_ms=budget_ms),
+        executor=executor,
+        input_items=[
+            turn_pb2.InputItem(item_id=f"i{n}", role="user", content_type="text/plain", content=t)
+            for n, t in enumerate(text.encode() for text in items)
+        ],
     )
+    if heartbeat_ms is not None:
+        message.limits.heartbeat_timeout.FromMilliseconds(heartbeat_ms)
     if deadline is not None:
         stamp = Timestamp()
         stamp.FromNanoseconds(int(deadline * 1e9))
@@ -122,6 +133,19 @@ class Live:
                 return reply.operation
             await asyncio.sleep(0.02)
         raise AssertionError(f"{operation_id} never reached the expected state; last: {last}")
+
+    async def stream(
+        self, operation_id: str, after_offset: int = 0, seconds: float = 20
+    ) -> list[runner_pb2.StreamOutputResponse]:
+        """Every StreamOutput message from ``after_offset`` to its end (bounded)."""
+        request = runner_pb2.StreamOutputRequest(
+            operation_id=operation_id, after_offset=after_offset
+        )
+        messages = []
+        async with asyncio.timeout(seconds):
+            async for message in self.stub.StreamOutput(request):
+                messages.append(message)
+        return messages
 
     async def wait_settled(
         self, operation_id: str, seconds: float = 10

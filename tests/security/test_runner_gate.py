@@ -87,6 +87,11 @@ def _calls(incarnation: str) -> dict[str, Call]:
                 R.WatchOperationsRequest(after_sequence=0), metadata=md, timeout=5
             )
         ),
+        "StreamOutput": lambda ch, md: _drain(
+            runner(ch).StreamOutput(
+                R.StreamOutputRequest(operation_id="op_forged"), metadata=md, timeout=5
+            )
+        ),
         "Health.Check": lambda ch, md: health_pb2_grpc.HealthStub(ch).Check(
             health_pb2.HealthCheckRequest(service=""), metadata=md, timeout=5
         ),

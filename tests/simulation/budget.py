@@ -47,6 +47,9 @@ HARD_CASES = {
     "§11: names added back as a new member": "member_add:done",
     "§11: turns ended RUNNER_REMOVED (M6)": "reason:RUNNER_REMOVED",
     "§11: Dispatches never sent to a non-member (M6)": "not_a_member:Dispatch",
+    "R12 a silent executor stopped by its heartbeat timeout": "heartbeat:lapsed",
+    "R12 turns ended TIMED_OUT, HEARTBEAT_TIMEOUT": "reason:HEARTBEAT_TIMEOUT",
+    "R14 Dispatches refused for an executor not served": "refused:EXECUTOR_NOT_SERVED",
 }
 # Seen in long runs, not required of the CI budget (rare by nature).
 RARE_CASES = {

@@ -24,11 +24,12 @@ from coordinator_svc.core.model import (
     ReplayPolicy,
     TurnKind,
 )
+from runner_svc.core.model import OperationRow, RowState, StopReason
 from tests.simulation.sim_journal import SimJournal
 from tests.simulation.sim_membership import MembershipChecker
 from tests.simulation.sim_runner import RefusedReply, SimRunner
 from tests.simulation.sim_scheduling import SchedulingChecker
-from tests.simulation.world import DispatchRequest, Ledger
+from tests.simulation.world import DispatchRequest, Ledger, served_executors
 
 _S = OpState
 _TERMINAL = frozenset(
@@ -71,6 +72,7 @@ _DEFINITE = frozenset(
         "ENVELOPE_INVALID",
         "CANCELLED_BEFORE_DISPATCH",
         "DISPATCH_STALE",  # below the admission floor: never admitted (§6.1)
+        "EXECUTOR_NOT_SERVED",  # R14: refused before anything was written
     }
 )
 
@@ -109,6 +111,8 @@ class Checker:
     grants: int = 0
     contended_grants: int = 0
     _ledger_seen: int = 0
+    # The executor each operation's envelope names (R14), as its Dispatches carry it.
+    executors: dict[str, str] = field(default_factory=dict)
 
     # --- hooks from the coordinator -----------------------------------------------
 
@@ -147,6 +151,7 @@ class Checker:
     def sending_dispatch(self, runner: str, request: DispatchRequest) -> None:
         self._check_attempt_row(runner, request, "sent")
         self.sent.add((request.operation_id, request.attempt))
+        self.executors[request.operation_id] = request.executor
         if self.scheduling is not None:
             records = self.journal.operations.values()
             broken = self.scheduling.dispatch_sent(runner, request.operation_id, records)
@@ -297,6 +302,13 @@ class Checker:
         """Invariants 1, 3 and 6 over the whole world, after every step."""
         for entry in self.ledger.entries[self._ledger_seen :]:
             self.starts[entry.operation_id] += 1
+            executor = self.executors.get(entry.operation_id) or "default"
+            if executor not in served_executors(entry.runner):
+                raise Violation(
+                    "R14 executor",
+                    entry.operation_id,
+                    f"started on {entry.runner}, which does not serve executor {executor!r}",
+                )
             policy, max_attempts = self.policies[entry.operation_id]
             allowed = max_attempts if policy is ReplayPolicy.SAFE else 1
             if self.starts[entry.operation_id] > allowed:
@@ -310,6 +322,17 @@ class Checker:
         self._ledger_seen = len(self.ledger.entries)
         for op, record in self.journal.operations.items():
             self._check_execution_truth(op, record)
+        for runner in self.runners.values():
+            for row in runner.store.rows.values():
+                self._check_heartbeat_stop(row)
+
+    @staticmethod
+    def _check_heartbeat_stop(row: OperationRow) -> None:
+        """R12: a turn its heartbeat stopped settles TIMED_OUT, execution STARTED."""
+        if row.settled and row.stop_reason is StopReason.HEARTBEAT:
+            outcome = (row.state, row.execution, row.error.reason if row.error else "")
+            if outcome != (RowState.TIMED_OUT, Execution.STARTED, "HEARTBEAT_TIMEOUT"):
+                raise Violation("R12 heartbeat", row.operation_id, f"settled {outcome}")
 
     def _check_execution_truth(self, op: str, record: OperationRecord) -> None:
         started = self.starts.get(op, 0)

@@ -104,6 +104,10 @@ def actions(sim: Simulator) -> list[Action]:
                 acts.append((w["launch"], f"launch {op}@{name}"))
             elif job.phase == "running":
                 acts.append((w["finish"], f"finish {op}@{name}"))
+                if job.alarm is not None and sim.now >= job.alarm:
+                    # R12: an executor silent past its heartbeat timeout (no weight
+                    # of its own: a new one would change every schedule's draws).
+                    acts.append((w["finish"] * 0.5, f"lapse {op}@{name}"))
         acts += [(w["watch"], f"watch {op}@{name}") for op in runner.store.rows]
     acts.append((w["advance"], "advance"))
     if sim.membership is not None:
@@ -302,7 +306,7 @@ def enabled(sim: Simulator, label: str) -> bool:
         return words[1] in coordinator.due(include_busy=True)
     if kind == "resume":
         return coordinator.paused
-    if kind in ("launch", "finish", "watch"):
+    if kind in ("launch", "finish", "watch", "lapse"):
         return _runner_step_enabled(sim, kind, words[1])
     if kind == "cancel":
         return words[1] in sim.journal.operations
@@ -323,4 +327,11 @@ def _runner_step_enabled(sim: Simulator, kind: str, where: str) -> bool:
     if kind == "watch":
         return op in runner.store.rows
     job = runner.jobs.get(op)
+    if kind == "lapse":
+        return (
+            job is not None
+            and job.phase == "running"
+            and job.alarm is not None
+            and sim.now >= job.alarm
+        )
     return job is not None and job.phase == ("admitted" if kind == "launch" else "running")

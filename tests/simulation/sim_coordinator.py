@@ -70,6 +70,8 @@ from tests.simulation.world import (
     ReleaseRequest,
     StatusRequest,
     at,
+    turn_executor,
+    turn_heartbeat,
 )
 from turnwire.backoff import backoff_seconds
 
@@ -165,6 +167,8 @@ class SimCoordinator:
     members: frozenset[str] | None = None
     drained: frozenset[str] = frozenset()
     membership: SimMembership | None = None
+    # R12, R14: turns name executors and carry heartbeat timeouts (world.turn_executor).
+    executor_rules: bool = True
 
     # --- client calls -------------------------------------------------------------
 
@@ -421,6 +425,9 @@ class SimCoordinator:
                     command.fencing_token,
                     command.attempt,
                     command.dispatch_stamp,
+                    # Fixed in the envelope: the same on every attempt (R12, R14).
+                    turn_executor(op) if self.executor_rules else "",
+                    turn_heartbeat(op) if self.executor_rules else None,
                 )
                 self.observer.sending_dispatch(command.runner, request)
                 self._call(op, "dispatch", command.runner, record, command, request)

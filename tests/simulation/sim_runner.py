@@ -29,6 +29,7 @@ from runner_svc.core.admission import (
     decide_admission,
 )
 from runner_svc.core.model import (
+    DEFAULT_EXECUTOR,
     OperationRow,
     Refusal,
     RowState,
@@ -63,6 +64,7 @@ from tests.simulation.world import (
     ReleaseRequest,
     Request,
     StatusRequest,
+    served_executors,
     stamp_at,
 )
 
@@ -263,6 +265,7 @@ class SimRunner:
             request.expected_incarnation_id,
             request.fencing_token,
             SlotKind(request.kind),
+            request.executor or DEFAULT_EXECUTOR,
         )
         row = self.store.rows.get(request.operation_id)
         admission = decide_admission(
@@ -272,6 +275,7 @@ class SimRunner:
             accepting=self.accepting,
             pools=self.pools,
             openings=self.store.openings,
+            executors=served_executors(self.name),  # R14
         )
         if admission.action is AdmissionAction.DUPLICATE:
             assert row is not None
@@ -300,7 +304,11 @@ class SimRunner:
         self.counters["dispatch:admitted"] += 1
         # Shutdown began while the row was being written: never launched (R8).
         self.job_runner.admit(
-            request.operation_id, facts.kind, request.attempt, draining=not self.accepting
+            request.operation_id,
+            facts.kind,
+            request.attempt,
+            draining=not self.accepting,
+            heartbeat_seconds=request.heartbeat_seconds,
         )
         return DispatchReply(self.incarnation_id, self.view(row), duplicate=False)
 
@@ -353,6 +361,10 @@ class SimRunner:
     def launch(self, operation_id: str, now: float, *, until: str) -> str:
         """R3's launch; ``until`` is the crash point or the executor's refusal."""
         return self.job_runner.launch(operation_id, now, until=until)
+
+    def lapse(self, operation_id: str, now: float) -> str:
+        """R12: the job's executor has sent no heartbeat since it started; its alarm fires."""
+        return self.job_runner.lapse(operation_id, now)
 
     def finish(self, operation_id: str, succeeded: bool, now: float, write_fails: bool) -> str:
         """The executor ended; settle (R7), the slot held if ``write_fails``."""

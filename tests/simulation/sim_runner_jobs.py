@@ -36,6 +36,7 @@ from runner_svc.core.job_lifecycle import (
     LaunchChecked,
     LaunchIntentFailed,
     LaunchIntentWritten,
+    LimitTimerFired,
     NoteNotLaunched,
     Phase,
     RecordProcessGroup,
@@ -109,6 +110,8 @@ class SimJob:
     state: JobState
     # Its executor's start in the ledger, once started.
     execution: ExecutionEntry | None = None
+    # When its limit timer is armed to wake (R12: the heartbeat), if it is.
+    alarm: float | None = None
 
     @property
     def phase(self) -> str:
@@ -146,10 +149,25 @@ class SimJobRunner:
     counters: Counter[str]
     jobs: dict[str, SimJob] = field(default_factory=dict)
 
-    def admit(self, operation_id: str, kind: SlotKind, attempt: int, *, draining: bool) -> None:
+    def admit(
+        self,
+        operation_id: str,
+        kind: SlotKind,
+        attempt: int,
+        *,
+        draining: bool,
+        heartbeat_seconds: float | None = None,
+    ) -> None:
         """Register the job of a row just admitted (its slot is reserved). The
-        simulated envelopes carry no limits: no deadline, no budget."""
-        state = admitted(self.incarnation_id, deadline=None, budget_seconds=None, draining=draining)
+        simulated envelopes carry no deadline and no budget; some carry a
+        heartbeat timeout (world.turn_heartbeat)."""
+        state = admitted(
+            self.incarnation_id,
+            deadline=None,
+            budget_seconds=None,
+            heartbeat_seconds=heartbeat_seconds,
+            draining=draining,
+        )
         self.jobs[operation_id] = SimJob(operation_id, kind, attempt, state)
 
     def launch(self, operation_id: str, now: float, *, until: str) -> str:
@@ -188,6 +206,18 @@ class SimJobRunner:
         world = _World(now, write_fails=write_fails)
         self._feed(job, ExecutorFinished(outcome, REASONS), world)
         return "; ".join([f"executor ended {job.execution.outcome}", *world.notes])
+
+    def lapse(self, operation_id: str, now: float) -> str:
+        """R12: the executor never heartbeat; its alarm fires at ``now`` (past it).
+        The machine records HEARTBEAT and asks the executor to stop; how it ends
+        is the schedule's next finish."""
+        job = self.jobs[operation_id]
+        assert job.alarm is not None and now >= job.alarm
+        job.alarm = None
+        world = _World(now)
+        self._feed(job, LimitTimerFired(now=now, last_heartbeat=None), world)
+        self.counters["heartbeat:lapsed"] += 1
+        return "; ".join([f"heartbeat lapsed, stop reason {job.stop_reason}", *world.notes])
 
     def cancel(self, job: SimJob, row: OperationRow, now: float, write_fails: bool) -> None:
         """A Cancel for this job, with its row as read in the same step (R6)."""
@@ -247,7 +277,8 @@ class SimJobRunner:
                 if world.launching:
                     self.counters["launch:stop_came_first"] += 1
             case ArmLimitTimer():
-                raise AssertionError(f"{op}: a limit timer, but simulated turns carry no limits")
+                assert job.state.heartbeat_seconds is not None, f"{op}: only heartbeats time it"
+                job.alarm = command.at
             case WriteSettlement():
                 return self._write_settlement(job, command, world)
             case FreeSlot():

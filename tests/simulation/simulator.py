@@ -19,6 +19,8 @@ absent):
     launch <op>@<runner> <until>   the launch (R3); ``intent`` / ``start``:
                                the runner crashes after that step and restarts
     finish <op>@<runner> ok|failed [unsaved]   the executor ends (R7)
+    lapse <op>@<runner>        its heartbeat timeout passed with no heartbeat (R12):
+                               the runner records HEARTBEAT and stops it
     restart <runner> kept|wiped|restored:<k>   crash + restart (§6)
     drain <runner>             graceful shutdown begins (R8)
     crash @cN                  the coordinator process restarts (C12)
@@ -118,6 +120,10 @@ class SimConfig:
     membership_share: float = 0.3
     # False breaks M3 (teeth): a removal without force ignores the bound turns.
     removal_checks_turns: bool = True
+    # R12, R14: every third turn names an executor r2 does not serve, every even
+    # one has a heartbeat timeout (world.turn_executor); False: none do, and the
+    # schedules are the ones a seed gave before these rules.
+    executor_rules: bool = True
 
 
 @dataclass(frozen=True)
@@ -200,6 +206,7 @@ class Simulator:
                 replica_name=f"c{n}" if self.setup.replicas > 1 else "",
                 stale_status_guard=config.stale_status_guard,
                 attempt_with_acceptance=config.attempt_with_acceptance,
+                executor_rules=config.executor_rules,
             )
             for n in range(1, self.setup.replicas + 1)
         }
@@ -408,7 +415,7 @@ class Simulator:
         if kind == "dup":
             self.coverage["duplicated"] += 1
             return f"copy m{self.network.duplicate(int(words[1][1:])).id}"
-        if kind in ("launch", "finish", "watch"):
+        if kind in ("launch", "finish", "watch", "lapse"):
             return self._runner_step(kind, words, replica)
         if kind == "restart":
             return self._restart(self.runners[words[1]], words[2])
@@ -443,6 +450,9 @@ class Simulator:
             return result
         if kind == "finish":
             return runner.finish(op, words[2] == "ok", self.now, "unsaved" in words)
+        if kind == "lapse":
+            self.coverage["heartbeat_lapsed"] += 1
+            return runner.lapse(op, self.now)
         row = runner.view(runner.store.rows[op])
         report = WatchReport(runner.name, runner.incarnation_id, row)
         epoch = self.coordinators[replica].epoch

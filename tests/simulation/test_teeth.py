@@ -82,8 +82,9 @@ def test_a_restored_copy_keeping_its_store_id_is_caught() -> None:
 def test_breaking_the_witness_bills_twice_or_lies_over_random_restores() -> None:
     """Broken on purpose, the witness is caught by the ledger within the CI budget (restores
     keep their store_id); the real core survives the same seeds."""
-    # Restores are the point here, not scheduling nor the runner set: every schedule
-    # routes at random among a fixed set.
+    # Restores are the point here, not scheduling, the runner set or executors: every
+    # schedule routes at random among a fixed set, and no turn names an executor a
+    # runner may refuse (R14).
     config = SimConfig(
         steps=70,
         trace=False,
@@ -91,6 +92,7 @@ def test_breaking_the_witness_bills_twice_or_lies_over_random_restores() -> None
         restored_share=0.35,
         scheduled_share=0.0,
         membership_share=0.0,
+        executor_rules=False,
     )
     result = run_budget(SEEDS, config, trust_the_store_blindly, stop_on_violation=True)
     assert result.violations, f"trust_the_store_blindly survived {result.schedules} schedules"

@@ -87,6 +87,36 @@ class DispatchRequest:
     attempt: int
     # §6 witness: the attempt's sent_at in microseconds (turnwire.ids.dispatch_stamp).
     dispatch_stamp: int = 0
+    # What the envelope says of the executor (R14) and its heartbeat timeout (R12).
+    executor: str = ""
+    heartbeat_seconds: float | None = None
+
+
+# --- executors (R12, R14), fixed by name so no schedule draws anything new --------
+
+# The executor every third turn names; runner r2 does not serve it.
+NAMED_EXECUTOR = "tool"
+HEARTBEAT_SECONDS = 5.0
+
+
+def turn_executor(operation_id: str) -> str:
+    """The executor a simulated turn names ("" for the default): op3, op6, ... name one."""
+    return NAMED_EXECUTOR if _number(operation_id) % 3 == 0 else ""
+
+
+def turn_heartbeat(operation_id: str) -> float | None:
+    """The heartbeat timeout of a simulated turn: every even one has one."""
+    return HEARTBEAT_SECONDS if _number(operation_id) % 2 == 0 else None
+
+
+def served_executors(runner: str) -> frozenset[str]:
+    """What a simulated runner serves: all but r2 serve the named executor too."""
+    return frozenset({"default"} if runner == "r2" else {"default", NAMED_EXECUTOR})
+
+
+def _number(operation_id: str) -> int:
+    digits = "".join(c for c in operation_id if c.isdigit())
+    return int(digits) if digits else 0
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from turnwire.deployment import LocalDeployment
 from turnwire.launcher import LaunchError
+from turnwire.vocabulary import DEFAULT_EXECUTOR, split_executor_flag
 
 SUMMARY = (
     "start a coordinator and runners on this machine (SQLite, each its own process) "
@@ -56,8 +57,12 @@ def configure(parser: argparse.ArgumentParser, *, demo_flag: bool = True) -> Non
     parser.add_argument("--runners", type=int, default=2, help="how many runners (default 2)")
     parser.add_argument(
         "--executor",
-        default="metered",
-        help="runner executor spec (default metered: counts every start)",
+        action="append",
+        default=None,
+        metavar="[NAME=]SPEC",
+        help="an executor every runner serves, repeatable: NAME=SPEC for turns naming NAME, "
+        "a bare SPEC as the default (default metered: counts every start); "
+        "docs/EXECUTORS.md",
     )
     _port_options(parser)
     if demo_flag:
@@ -205,6 +210,13 @@ def _print_leftovers(deployment: LocalDeployment) -> None:
     print(f"remove it all with: rm -rf {deployment.data_dir}", flush=True)
 
 
+def _executors(flags: list[str]) -> tuple[str, tuple[str, ...]]:
+    """The default executor's spec (metered unless a bare one is given) and the named."""
+    bare = [flag for flag in flags if split_executor_flag(flag)[0] == DEFAULT_EXECUTOR]
+    named = tuple(flag for flag in flags if flag not in bare)
+    return (split_executor_flag(bare[-1])[1] if bare else "metered"), named
+
+
 def run(args: argparse.Namespace) -> int:
     problem = _usage_problem(args)
     if problem is not None:
@@ -212,10 +224,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="turnwire-"))
     print(f"data directory: {data_dir}", flush=True)
+    default, named = _executors(args.executor or [])
     deployment = LocalDeployment(
         data_dir,
         runner_count=args.runners,
-        executor=args.executor,
+        executor=default,
+        named_executors=named,
         writable_slots=args.writable_slots,
         read_only_slots=args.read_only_slots,
         with_proxies=args.demo,

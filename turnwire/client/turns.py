@@ -16,6 +16,9 @@ from turnwire.client.values import ReplayPolicy, TurnKind
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2
 
+# One value for a file reference, submitted or executed (turnwire.executor shows it).
+from turnwire.executor.context import FileRef as FileRef
+
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
@@ -55,16 +58,6 @@ class ModelRef:
         return cls(
             provider=provider, name=name, parameters=MappingProxyType(dict(parameters or {}))
         )
-
-
-@dataclass(frozen=True)
-class FileRef:
-    """A file the turn refers to; the bytes live elsewhere."""
-
-    uri: str
-    sha256: str = ""
-    size_bytes: int = 0
-    media_type: str = ""
 
 
 class TurnFields(TypedDict, total=False):

@@ -108,6 +108,7 @@ class StopReason(enum.StrEnum):
     DEADLINE = "DEADLINE"
     BUDGET = "BUDGET"
     SHUTDOWN = "SHUTDOWN"
+    HEARTBEAT = "HEARTBEAT"
 
 
 def _timestamp(message: timestamp_pb2.Timestamp | None) -> datetime | None:

@@ -52,6 +52,10 @@ _WHY: dict[tuple[str, str], str] = {
     ("DEADLINE_EXCEEDED", "*"): "the turn's own deadline passed (C6a)",
     ("QUEUE_TIMEOUT", "*"): "it waited QUEUED past its queue timeout and never started (C6a)",
     ("BUDGET_EXHAUSTED", "*"): "its run-time budget ran out and the runner stopped it (R6)",
+    ("HEARTBEAT_TIMEOUT", "*"): (
+        "the executor stopped heartbeating within its heartbeat timeout and the runner "
+        "stopped it (R12)"
+    ),
     ("EXECUTOR_FAILED", "*"): "the executor ran and reported a failure",
     ("CANCELLED", "*"): "its principal cancelled it (C11)",
     ("SHUTDOWN", "*"): "the runner was draining and stopped it (R8)",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from runner_svc.executors import load_executor
 from tests.runner.executors import turn_functions
 from tests.runner.executors.turns import make_request, settle
@@ -106,3 +108,15 @@ def test_cancel_cannot_interrupt_a_sync_function_so_wait_settles_on_return() -> 
     assert not settled_before_release
     assert outcome.succeeded
     assert outcome.output == b"finished"
+
+
+def test_loading_a_callable_spec_warns_and_names_its_replacement(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The deprecation path: callable: still loads and runs as before, and the
+    runner says once, at load, to serve a TurnContext function as python: instead."""
+    target = "tests.runner.executors.turn_functions:sync_upper"
+    with caplog.at_level("WARNING", logger="runner_svc.executors"):
+        load_executor(f"callable:{target}")
+    (line,) = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+    assert f"callable:{target} is deprecated" in line and f"python:{target}" in line

@@ -9,7 +9,8 @@ import pytest
 from runner_svc.executors import Executor, load_executor
 
 VALID_FORMS = (
-    "echo | sleep | fail | metered | subprocess:<shell command> | callable:<module>:<function>"
+    "echo | sleep | fail | metered | python:<module>:<name> | subprocess+framed:<shell command>"
+    " | subprocess:<shell command> | callable:<module>:<function>"
 )
 
 

@@ -74,3 +74,36 @@ def test_migrate_command_upgrades_a_store(tmp_path: Path) -> None:
             assert migrate.current_revision(connection) == migrate.head_revision()
     finally:
         engine.dispose()
+
+
+def _triggers(connection: sa.Connection) -> set[str]:
+    rows = connection.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+    return {name for (name,) in rows}
+
+
+def test_the_declared_effects_revision_keeps_every_trigger_and_reads_old_rows_undeclared(
+    tmp_path: Path,
+) -> None:
+    """r0006 adds its columns in place: the store's triggers (r0004, r0005) survive
+    (a batch rebuild of the table would drop them), and a row written before it
+    reads as nothing declared and no chunks."""
+    engine = make_engine(tmp_path / "runner.db")
+    try:
+        with engine.connect() as connection:
+            command.upgrade(migrate.alembic_config(connection), "r0005")
+            before = _triggers(connection)
+            connection.exec_driver_sql(
+                "INSERT INTO runner_operations (operation_id, state, execution, incarnation_id,"
+                " sequence, fencing_token, attempt, envelope_digest, released, error_reason)"
+                " VALUES ('op_old', 'FAILED', 'STARTED', 'i', 1, 1, 1, 'd', 0, 'EXECUTOR_FAILED')"
+            )
+            connection.commit()
+            migrate.upgrade_to_head(connection)
+            connection.commit()
+            assert before and _triggers(connection) == before
+            row = connection.exec_driver_sql(
+                "SELECT error_effect, error_retry_after, output_chunks FROM runner_operations"
+            ).one()
+            assert tuple(row) == (None, None, 0)
+    finally:
+        engine.dispose()

@@ -120,7 +120,7 @@ def test_a_started_executor_is_recorded_confirmed_and_timed() -> None:
         WriteConfirmStart(100.0),
         ArmLimitTimer(102.0),
     ]
-    assert state.started_at == 100.0 and state.limit_wakeups == (102.0, 150.0)
+    assert state.started_at == 100.0 and state.limit_alarm == 102.0
 
 
 def test_a_stop_that_came_while_starting_is_sent_once_the_executor_started() -> None:
@@ -221,12 +221,16 @@ def test_a_deadline_that_passes_stops_the_turn_timed_out() -> None:
     assert settlements(commands) == [(S.TIMED_OUT, "DEADLINE_EXCEEDED", Execution.STARTED)]
 
 
-def test_an_early_wakeup_waits_for_the_next_limit_and_each_limit_wakes_once() -> None:
+def test_an_early_wakeup_rearms_for_the_limit_still_to_come_and_a_stop_disarms() -> None:
+    """R6: a wake-up before any limit re-arms for the earliest one still to come
+    (the budget here, not skipped for the deadline); once a limit stopped the
+    turn, later wake-ups do nothing."""
     state = running(deadline=101.0, budget=0.5)
     state, commands = feed(state, LimitTimerFired(now=100.4))
-    assert commands == [ArmLimitTimer(101.0)]
-    state, commands = feed(state, LimitTimerFired(now=101.0), LimitTimerFired(now=200.0))
-    assert commands == [WriteStopReason(StopReason.DEADLINE), StopExecutor()]
+    assert commands == [ArmLimitTimer(100.5)]
+    state, commands = feed(state, LimitTimerFired(now=100.5), LimitTimerFired(now=200.0))
+    assert commands == [WriteStopReason(StopReason.BUDGET), StopExecutor()]
+    assert state.limit_alarm is None
 
 
 def test_the_first_stop_reason_wins_and_every_stop_asks_the_executor() -> None:

@@ -50,7 +50,7 @@ from runner_svc.core.job_lifecycle import (
     admitted,
     step,
 )
-from runner_svc.core.model import Execution, OperationRow, RowState
+from runner_svc.core.model import Execution, OperationRow, RowState, StopReason
 from runner_svc.core.transitions import (
     ConfirmStart,
     IllegalRowEvent,
@@ -100,6 +100,8 @@ class World:
     # The start confirmation queued behind the store's writer, not yet taken up.
     queued_confirmation: ConfirmStart | None = None
     confirmations: int = 0
+    # R12: when the executor last heartbeat, as the shell records it.
+    last_heartbeat: float | None = None
 
     def feed(self, event: JobEvent) -> None:
         before = self.state.stop_reason
@@ -204,6 +206,8 @@ class World:
             found += ["task"] * (3 if self.task == "wait" else 8) + ["crash"]
         if self.task == "wait" and self.alarm is not None:
             found += ["timer"] * 4
+        if self.task == "wait":
+            found.append("heartbeat")
         if self.queued_confirmation is not None:
             found += ["writer"] * 2  # the store's writer gets to it
         live = self.state.phase not in (Phase.SETTLED, Phase.RELEASED)
@@ -237,7 +241,9 @@ class World:
             assert self.alarm is not None
             self.now = max(self.now, self.alarm - self.draw(st.sampled_from([0.0, 0.2])))
             self.alarm = None
-            self.feed(LimitTimerFired(now=self.now))
+            self.feed(LimitTimerFired(now=self.now, last_heartbeat=self.last_heartbeat))
+        elif action == "heartbeat":
+            self.last_heartbeat = self.now
         else:
             self.advance_task()
 
@@ -266,16 +272,29 @@ class World:
     found=st.sampled_from(["ours", "ours", "ours", "gone", "not ours"]),
     deadline=st.sampled_from([None, 100.5, 103.0]),
     budget=st.sampled_from([None, 0.5, 2.0]),
+    heartbeat=st.sampled_from([None, None, 1.0]),
     draining=st.sampled_from([False, False, False, True]),
 )
 def test_random_runs_keep_the_runner_rules(
-    data: st.DataObject, found: str, deadline: float | None, budget: float | None, draining: bool
+    data: st.DataObject,
+    found: str,
+    deadline: float | None,
+    budget: float | None,
+    heartbeat: float | None,
+    draining: bool,
 ) -> None:
     """R3: no start without a durable intent. R6/R7: the slot goes back exactly once
     when the job ends settled or released, and after a launch intent only once its
-    settlement is durable. R5/R8: a stop before the launch check means no start."""
+    settlement is durable. R5/R8: a stop before the launch check means no start.
+    R12: a heartbeat stop ends TIMED_OUT, STARTED."""
     stored = {"ours": row(S.ACCEPTED), "gone": None, "not ours": row(S.ACCEPTED, incarnation=OLD)}
-    state = admitted(OURS, deadline=deadline, budget_seconds=budget, draining=draining)
+    state = admitted(
+        OURS,
+        deadline=deadline,
+        budget_seconds=budget,
+        heartbeat_seconds=heartbeat,
+        draining=draining,
+    )
     world = World(data.draw, state, stored[found], stopped_before_check=draining)
     for _ in range(40):
         world.act(data.draw(st.sampled_from(world.actions())))
@@ -300,6 +319,9 @@ def test_random_runs_keep_the_runner_rules(
         assert stored.execution is not Execution.NOT_STARTED
     if stored is not None and stored.execution is Execution.STARTED:
         assert stored.started_at is not None
+    if stored is not None and stored.settled and stored.stop_reason is StopReason.HEARTBEAT:
+        assert (stored.state, stored.execution) == (S.TIMED_OUT, Execution.STARTED)
+        assert heartbeat is not None
 
 
 _ROWS = st.sampled_from(

@@ -192,6 +192,30 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     (mutual TLS material, or --runner-secret-file), so it cannot call a
     runner it would add (M2). Nothing changed.
     """
+    ERROR_REASON_EXECUTOR_NOT_SERVED: _ErrorReason.ValueType  # 80
+    """--- Executors (PROTOCOL.md R12-R14; docs/EXECUTORS.md). ---
+    Runner refusal, definite (C6), FAILED_PRECONDITION: the envelope names an
+    executor this runner does not serve (metadata "executor", and "served":
+    the names it serves, comma-separated). Nothing was written or started (R14).
+    """
+    ERROR_REASON_HEARTBEAT_TIMEOUT: _ErrorReason.ValueType  # 81
+    """Terminal outcome reason: the executor went longer than the turn's
+    heartbeat timeout without a heartbeat and its runner stopped it (R12).
+    """
+    ERROR_REASON_CHUNK_TOO_LARGE: _ErrorReason.ValueType  # 82
+    """Refused to the executor, the turn goes on: an emitted output chunk is
+    larger than the runner's chunk limit (R13).
+    """
+    ERROR_REASON_STREAM_BUDGET_EXHAUSTED: _ErrorReason.ValueType  # 83
+    """Refused to the executor, the turn goes on: the chunk would take the
+    turn's streamed output past its stream budget (R13).
+    """
+    ERROR_REASON_OUTPUT_UNAVAILABLE: _ErrorReason.ValueType  # 84
+    """FAILED_PRECONDITION on StreamOutput: this runner incarnation holds no
+    output stream for the operation and cannot say where it ends (an earlier
+    incarnation ran it, or it is not launched here); its settled row will
+    still say how it ended (R13).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call was refused, or why an operation ended the way it did."""
@@ -363,6 +387,30 @@ ERROR_REASON_RUNNER_CREDENTIALS_MISSING: ErrorReason.ValueType  # 69
 """FAILED_PRECONDITION: this coordinator has no credentials runners accept
 (mutual TLS material, or --runner-secret-file), so it cannot call a
 runner it would add (M2). Nothing changed.
+"""
+ERROR_REASON_EXECUTOR_NOT_SERVED: ErrorReason.ValueType  # 80
+"""--- Executors (PROTOCOL.md R12-R14; docs/EXECUTORS.md). ---
+Runner refusal, definite (C6), FAILED_PRECONDITION: the envelope names an
+executor this runner does not serve (metadata "executor", and "served":
+the names it serves, comma-separated). Nothing was written or started (R14).
+"""
+ERROR_REASON_HEARTBEAT_TIMEOUT: ErrorReason.ValueType  # 81
+"""Terminal outcome reason: the executor went longer than the turn's
+heartbeat timeout without a heartbeat and its runner stopped it (R12).
+"""
+ERROR_REASON_CHUNK_TOO_LARGE: ErrorReason.ValueType  # 82
+"""Refused to the executor, the turn goes on: an emitted output chunk is
+larger than the runner's chunk limit (R13).
+"""
+ERROR_REASON_STREAM_BUDGET_EXHAUSTED: ErrorReason.ValueType  # 83
+"""Refused to the executor, the turn goes on: the chunk would take the
+turn's streamed output past its stream budget (R13).
+"""
+ERROR_REASON_OUTPUT_UNAVAILABLE: ErrorReason.ValueType  # 84
+"""FAILED_PRECONDITION on StreamOutput: this runner incarnation holds no
+output stream for the operation and cannot say where it ends (an earlier
+incarnation ran it, or it is not launched here); its settled row will
+still say how it ended (R13).
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 

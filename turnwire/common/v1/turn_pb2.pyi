@@ -109,6 +109,11 @@ class _StopReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_StopReason
     STOP_REASON_DEADLINE: _StopReason.ValueType  # 2
     STOP_REASON_BUDGET: _StopReason.ValueType  # 3
     STOP_REASON_SHUTDOWN: _StopReason.ValueType  # 4
+    STOP_REASON_HEARTBEAT: _StopReason.ValueType  # 5
+    """The executor went longer than the turn's Limits.heartbeat_timeout without
+    a heartbeat (R12): the runner stopped it; the turn ends TIMED_OUT,
+    HEARTBEAT_TIMEOUT, execution STARTED.
+    """
 
 class StopReason(_StopReason, metaclass=_StopReasonEnumTypeWrapper):
     """Why a turn was asked to stop. The first reason wins (R6)."""
@@ -118,7 +123,54 @@ STOP_REASON_CANCEL: StopReason.ValueType  # 1
 STOP_REASON_DEADLINE: StopReason.ValueType  # 2
 STOP_REASON_BUDGET: StopReason.ValueType  # 3
 STOP_REASON_SHUTDOWN: StopReason.ValueType  # 4
+STOP_REASON_HEARTBEAT: StopReason.ValueType  # 5
+"""The executor went longer than the turn's Limits.heartbeat_timeout without
+a heartbeat (R12): the runner stopped it; the turn ends TIMED_OUT,
+HEARTBEAT_TIMEOUT, execution STARTED.
+"""
 Global___StopReason: _TypeAlias = StopReason  # noqa: Y015
+
+class _DeclaredEffect:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _DeclaredEffectEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DeclaredEffect.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    DECLARED_EFFECT_UNSPECIFIED: _DeclaredEffect.ValueType  # 0
+    """Nothing declared: whether anything took effect is not known. Never
+    retried automatically.
+    """
+    DECLARED_EFFECT_NONE: _DeclaredEffect.ValueType  # 1
+    """The executor declared that nothing took effect downstream (the provider
+    refused the request before acting on it, e.g. HTTP 429): the failure is
+    retryable without a second effect.
+    """
+    DECLARED_EFFECT_APPLIED: _DeclaredEffect.ValueType  # 2
+    """The executor declared that something took effect before it failed
+    (tokens were billed, a row was written): never retry automatically.
+    """
+
+class DeclaredEffect(_DeclaredEffect, metaclass=_DeclaredEffectEnumTypeWrapper):
+    """What an executor declared about effects downstream when its execution
+    failed (docs/EXECUTORS.md): whether the provider, tool or database it called
+    may have acted on the request. A retry policy may retry automatically only
+    after NONE; anything else may have billed or changed something already.
+    """
+
+DECLARED_EFFECT_UNSPECIFIED: DeclaredEffect.ValueType  # 0
+"""Nothing declared: whether anything took effect is not known. Never
+retried automatically.
+"""
+DECLARED_EFFECT_NONE: DeclaredEffect.ValueType  # 1
+"""The executor declared that nothing took effect downstream (the provider
+refused the request before acting on it, e.g. HTTP 429): the failure is
+retryable without a second effect.
+"""
+DECLARED_EFFECT_APPLIED: DeclaredEffect.ValueType  # 2
+"""The executor declared that something took effect before it failed
+(tokens were billed, a row was written): never retry automatically.
+"""
+Global___DeclaredEffect: _TypeAlias = DeclaredEffect  # noqa: Y015
 
 @_typing.final
 class ModelRef(_message.Message):
@@ -263,6 +315,7 @@ class Limits(_message.Message):
     DEADLINE_FIELD_NUMBER: _builtins.int
     BUDGET_MS_FIELD_NUMBER: _builtins.int
     QUEUE_TIMEOUT_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_TIMEOUT_FIELD_NUMBER: _builtins.int
     budget_ms: _builtins.int
     """The most run time the executor may use, in milliseconds; 0 means none."""
     @_builtins.property
@@ -277,16 +330,27 @@ class Limits(_message.Message):
         zero means no queue timeout. Runners ignore it.
         """
 
+    @_builtins.property
+    def heartbeat_timeout(self) -> _duration_pb2.Duration:
+        """The longest the executor may go without a sign of life once started: a
+        heartbeat, an emitted output chunk, or (subprocess executors) any frame.
+        Past it the runner stops the executor (R12): TIMED_OUT, reason
+        HEARTBEAT_TIMEOUT, stop reason HEARTBEAT, execution STARTED. The clock
+        starts when the executor starts. Unset or zero means no heartbeat is
+        required.
+        """
+
     def __init__(
         self,
         *,
         deadline: _timestamp_pb2.Timestamp | None = ...,
         budget_ms: _builtins.int = ...,
         queue_timeout: _duration_pb2.Duration | None = ...,
+        heartbeat_timeout: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "queue_timeout", b"queue_timeout"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "heartbeat_timeout", b"heartbeat_timeout", "queue_timeout", b"queue_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget_ms", b"budget_ms", "deadline", b"deadline", "queue_timeout", b"queue_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget_ms", b"budget_ms", "deadline", b"deadline", "heartbeat_timeout", b"heartbeat_timeout", "queue_timeout", b"queue_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -348,18 +412,102 @@ class TurnError(_message.Message):
 
     REASON_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
+    EFFECT_FIELD_NUMBER: _builtins.int
+    RETRY_AFTER_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
     message: _builtins.str
+    effect: Global___DeclaredEffect.ValueType
+    """What the executor declared about effects downstream (docs/EXECUTORS.md):
+    UNSPECIFIED unless it raised a typed error saying so.
+    """
+    @_builtins.property
+    def retry_after(self) -> _duration_pb2.Duration:
+        """With effect NONE: the executor's hint for the earliest useful retry (for
+        example the provider's Retry-After), when it gave one.
+        """
+
     def __init__(
         self,
         *,
         reason: _builtins.str = ...,
         message: _builtins.str = ...,
+        effect: Global___DeclaredEffect.ValueType = ...,
+        retry_after: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["retry_after", b"retry_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["effect", b"effect", "message", b"message", "reason", b"reason", "retry_after", b"retry_after"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TurnError: _TypeAlias = TurnError  # noqa: Y015
+
+@_typing.final
+class OutputChunk(_message.Message):
+    """One piece of a turn's streamed partial output, as the executor emitted it
+    (docs/EXECUTORS.md, PROTOCOL.md R13). Chunks are not journaled: the final
+    result is the durable truth.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSET_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    CONTENT_TYPE_FIELD_NUMBER: _builtins.int
+    EMITTED_AT_FIELD_NUMBER: _builtins.int
+    offset: _builtins.int
+    """The chunk's place in the turn's output stream: 1 for the first chunk the
+    execution emitted, then 2, 3, ... with no holes. A reader resumes with
+    the last offset it saw.
+    """
+    data: _builtins.bytes
+    content_type: _builtins.str
+    @_builtins.property
+    def emitted_at(self) -> _timestamp_pb2.Timestamp:
+        """When the executor emitted it (the runner's clock)."""
+
+    def __init__(
+        self,
+        *,
+        offset: _builtins.int = ...,
+        data: _builtins.bytes = ...,
+        content_type: _builtins.str = ...,
+        emitted_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["emitted_at", b"emitted_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_type", b"content_type", "data", b"data", "emitted_at", b"emitted_at", "offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OutputChunk: _TypeAlias = OutputChunk  # noqa: Y015
+
+@_typing.final
+class OutputGap(_message.Message):
+    """Chunks a reader asked for that are no longer held (dropped from a bounded
+    buffer, R13): the offsets after `after_offset` and before `next_offset` are
+    lost to this reader; the stream goes on with `next_offset`. Never a silent
+    gap: a reader that sees no gap saw every chunk.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AFTER_OFFSET_FIELD_NUMBER: _builtins.int
+    NEXT_OFFSET_FIELD_NUMBER: _builtins.int
+    after_offset: _builtins.int
+    """The offset the reader resumed after."""
+    next_offset: _builtins.int
+    """The first offset still to come."""
+    def __init__(
+        self,
+        *,
+        after_offset: _builtins.int = ...,
+        next_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_offset", b"after_offset", "next_offset", b"next_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OutputGap: _TypeAlias = OutputGap  # noqa: Y015

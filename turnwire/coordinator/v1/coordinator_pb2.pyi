@@ -116,12 +116,19 @@ class Turn(_message.Message):
     LIMITS_FIELD_NUMBER: _builtins.int
     REPLAY_POLICY_FIELD_NUMBER: _builtins.int
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    EXECUTOR_FIELD_NUMBER: _builtins.int
     pool: _builtins.str
     """The runner pool to route to; empty means "default"."""
     kind: _turn_pb2.TurnKind.ValueType
     replay_policy: _turn_pb2.ReplayPolicy.ValueType
     max_attempts: _builtins.int
     """Upper bound on Dispatch attempts; 0 means the coordinator's default."""
+    executor: _builtins.str
+    """The executor the turn needs, by the name runners serve it under (runner
+    `--executor NAME=SPEC`, GetRunnerInfo.executors); empty means the
+    runner's default executor ("default"). Copied into the envelope: a runner
+    that does not serve it refuses the Dispatch, EXECUTOR_NOT_SERVED (R14).
+    """
     @_builtins.property
     def model(self) -> _turn_pb2.ModelRef: ...
     @_builtins.property
@@ -144,10 +151,11 @@ class Turn(_message.Message):
         limits: _turn_pb2.Limits | None = ...,
         replay_policy: _turn_pb2.ReplayPolicy.ValueType = ...,
         max_attempts: _builtins.int = ...,
+        executor: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "model", b"model"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files", "input_items", b"input_items", "item_metadata", b"item_metadata", "kind", b"kind", "limits", b"limits", "max_attempts", b"max_attempts", "model", b"model", "pool", b"pool", "replay_policy", b"replay_policy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor", b"executor", "files", b"files", "input_items", b"input_items", "item_metadata", b"item_metadata", "kind", b"kind", "limits", b"limits", "max_attempts", b"max_attempts", "model", b"model", "pool", b"pool", "replay_policy", b"replay_policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -104,11 +104,17 @@ class TurnEnvelope(_message.Message):
     REPLAY_POLICY_FIELD_NUMBER: _builtins.int
     PRINCIPAL_FIELD_NUMBER: _builtins.int
     TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
+    EXECUTOR_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     kind: _turn_pb2.TurnKind.ValueType
     replay_policy: _turn_pb2.ReplayPolicy.ValueType
     principal: _builtins.str
     """The principal the turn runs for (opaque to the runner)."""
+    executor: _builtins.str
+    """The executor to run the turn with, by the name this runner serves it
+    under (--executor NAME=SPEC); empty means "default". A runner that does
+    not serve it refuses the Dispatch: EXECUTOR_NOT_SERVED, definite (R14).
+    """
     @_builtins.property
     def routing(self) -> Global___Routing: ...
     @_builtins.property
@@ -145,10 +151,11 @@ class TurnEnvelope(_message.Message):
         replay_policy: _turn_pb2.ReplayPolicy.ValueType = ...,
         principal: _builtins.str = ...,
         trace_context: Global___TraceContext | None = ...,
+        executor: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "model", b"model", "routing", b"routing", "trace_context", b"trace_context"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files", "input_items", b"input_items", "item_metadata", b"item_metadata", "kind", b"kind", "limits", b"limits", "model", b"model", "operation_id", b"operation_id", "principal", b"principal", "replay_policy", b"replay_policy", "routing", b"routing", "trace_context", b"trace_context"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor", b"executor", "files", b"files", "input_items", b"input_items", "item_metadata", b"item_metadata", "kind", b"kind", "limits", b"limits", "model", b"model", "operation_id", b"operation_id", "principal", b"principal", "replay_policy", b"replay_policy", "routing", b"routing", "trace_context", b"trace_context"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -226,6 +233,7 @@ class RunnerOperation(_message.Message):
     SEQUENCE_FIELD_NUMBER: _builtins.int
     RESULT_NOT_SAVED_FIELD_NUMBER: _builtins.int
     DISPATCH_STAMP_FIELD_NUMBER: _builtins.int
+    OUTPUT_CHUNKS_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     state: Global___RunnerOperationState.ValueType
     execution: _turn_pb2.Execution.ValueType
@@ -249,6 +257,11 @@ class RunnerOperation(_message.Message):
     dispatch_stamp: _builtins.int
     """The dispatch_stamp of the Dispatch that admitted (or took over) the row;
     0 for a tombstone.
+    """
+    output_chunks: _builtins.int
+    """Settled by an execution: how many output chunks it emitted, which is the
+    final offset of its output stream (R13); 0 before settlement and for an
+    execution that emitted none. Durable, unlike the chunks.
     """
     @_builtins.property
     def result(self) -> _turn_pb2.TurnResult: ...
@@ -280,10 +293,11 @@ class RunnerOperation(_message.Message):
         sequence: _builtins.int = ...,
         result_not_saved: _builtins.bool = ...,
         dispatch_stamp: _builtins.int = ...,
+        output_chunks: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["accepted_at", b"accepted_at", "error", b"error", "result", b"result", "settled_at", b"settled_at", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted_at", b"accepted_at", "attempt", b"attempt", "dispatch_stamp", b"dispatch_stamp", "envelope_digest", b"envelope_digest", "error", b"error", "execution", b"execution", "fencing_token", b"fencing_token", "incarnation_id", b"incarnation_id", "operation_id", b"operation_id", "released", b"released", "result", b"result", "result_not_saved", b"result_not_saved", "sequence", b"sequence", "settled_at", b"settled_at", "started_at", b"started_at", "state", b"state", "stop_reason", b"stop_reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted_at", b"accepted_at", "attempt", b"attempt", "dispatch_stamp", b"dispatch_stamp", "envelope_digest", b"envelope_digest", "error", b"error", "execution", b"execution", "fencing_token", b"fencing_token", "incarnation_id", b"incarnation_id", "operation_id", b"operation_id", "output_chunks", b"output_chunks", "released", b"released", "result", b"result", "result_not_saved", b"result_not_saved", "sequence", b"sequence", "settled_at", b"settled_at", "started_at", b"started_at", "state", b"state", "stop_reason", b"stop_reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -717,6 +731,7 @@ class GetRunnerInfoResponse(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     STORE_OPENS_FIELD_NUMBER: _builtins.int
     MAX_RECEIVE_MESSAGE_BYTES_FIELD_NUMBER: _builtins.int
+    EXECUTORS_FIELD_NUMBER: _builtins.int
     incarnation_id: _builtins.str
     store_id: _builtins.str
     durable: _builtins.bool
@@ -738,6 +753,13 @@ class GetRunnerInfoResponse(_message.Message):
     def store_opens(self) -> _containers.RepeatedCompositeFieldContainer[Global___StoreOpen]:
         """The store's most recent openings, newest first (durable stores only)."""
 
+    @_builtins.property
+    def executors(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExecutorInfo]:
+        """The executors this runner serves, by name (--executor NAME=SPEC; the
+        unnamed one is "default"), sorted by name. A Dispatch whose envelope
+        names another is refused EXECUTOR_NOT_SERVED (R14).
+        """
+
     def __init__(
         self,
         *,
@@ -751,14 +773,132 @@ class GetRunnerInfoResponse(_message.Message):
         version: _builtins.str = ...,
         store_opens: _abc.Iterable[Global___StoreOpen] | None = ...,
         max_receive_message_bytes: _builtins.int = ...,
+        executors: _abc.Iterable[Global___ExecutorInfo] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepting", b"accepting", "durable", b"durable", "held_result_not_saved", b"held_result_not_saved", "incarnation_id", b"incarnation_id", "max_receive_message_bytes", b"max_receive_message_bytes", "pools", b"pools", "started_at", b"started_at", "store_id", b"store_id", "store_opens", b"store_opens", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepting", b"accepting", "durable", b"durable", "executors", b"executors", "held_result_not_saved", b"held_result_not_saved", "incarnation_id", b"incarnation_id", "max_receive_message_bytes", b"max_receive_message_bytes", "pools", b"pools", "started_at", b"started_at", "store_id", b"store_id", "store_opens", b"store_opens", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetRunnerInfoResponse: _TypeAlias = GetRunnerInfoResponse  # noqa: Y015
+
+@_typing.final
+class ExecutorInfo(_message.Message):
+    """One executor a runner serves."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """What a turn names in Turn.executor ("default" for the unnamed one)."""
+    kind: _builtins.str
+    """Its spec's kind: "echo", "sleep", "fail", "metered", "python",
+    "callable", "subprocess" or "subprocess+framed" (never the command or
+    module path: those stay on the runner).
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        kind: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecutorInfo: _TypeAlias = ExecutorInfo  # noqa: Y015
+
+@_typing.final
+class StreamOutputRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OPERATION_ID_FIELD_NUMBER: _builtins.int
+    AFTER_OFFSET_FIELD_NUMBER: _builtins.int
+    operation_id: _builtins.str
+    after_offset: _builtins.int
+    """Send the chunks after this offset (0: from the first)."""
+    def __init__(
+        self,
+        *,
+        operation_id: _builtins.str = ...,
+        after_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_offset", b"after_offset", "operation_id", b"operation_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamOutputRequest: _TypeAlias = StreamOutputRequest  # noqa: Y015
+
+@_typing.final
+class OutputEnd(_message.Message):
+    """The last message of a StreamOutput stream: the turn has settled."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FINAL_OFFSET_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    final_offset: _builtins.int
+    """The offset of the execution's last chunk (0 if it emitted none); equals
+    the settled row's output_chunks.
+    """
+    @_builtins.property
+    def operation(self) -> Global___RunnerOperation:
+        """The operation's row as GetOperationStatus reports it now (settled, or
+        result_not_saved when its settlement could not be saved, R7).
+        """
+
+    def __init__(
+        self,
+        *,
+        final_offset: _builtins.int = ...,
+        operation: Global___RunnerOperation | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["operation", b"operation"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["final_offset", b"final_offset", "operation", b"operation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OutputEnd: _TypeAlias = OutputEnd  # noqa: Y015
+
+@_typing.final
+class StreamOutputResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INCARNATION_ID_FIELD_NUMBER: _builtins.int
+    CHUNK_FIELD_NUMBER: _builtins.int
+    GAP_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    incarnation_id: _builtins.str
+    @_builtins.property
+    def chunk(self) -> _turn_pb2.OutputChunk: ...
+    @_builtins.property
+    def gap(self) -> _turn_pb2.OutputGap: ...
+    @_builtins.property
+    def end(self) -> Global___OutputEnd: ...
+    def __init__(
+        self,
+        *,
+        incarnation_id: _builtins.str = ...,
+        chunk: _turn_pb2.OutputChunk | None = ...,
+        gap: _turn_pb2.OutputGap | None = ...,
+        end: Global___OutputEnd | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["chunk", b"chunk", "end", b"end", "gap", b"gap", "item", b"item"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk", b"chunk", "end", b"end", "gap", b"gap", "incarnation_id", b"incarnation_id", "item", b"item"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_item: _TypeAlias = _typing.Literal["chunk", "gap", "end"]  # noqa: Y015
+    _WhichOneofArgType_item: _TypeAlias = _typing.Literal["item", b"item"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_item) -> _WhichOneofReturnType_item | None: ...
+
+Global___StreamOutputResponse: _TypeAlias = StreamOutputResponse  # noqa: Y015
 
 @_typing.final
 class WatchOperationsRequest(_message.Message):

@@ -79,6 +79,11 @@ class RunnerServiceStub:
                 request_serializer=turnwire_dot_runner_dot_v1_dot_runner__pb2.WatchOperationsRequest.SerializeToString,
                 response_deserializer=turnwire_dot_runner_dot_v1_dot_runner__pb2.WatchOperationsResponse.FromString,
                 _registered_method=True)
+        self.StreamOutput = channel.unary_stream(
+                '/turnwire.runner.v1.RunnerService/StreamOutput',
+                request_serializer=turnwire_dot_runner_dot_v1_dot_runner__pb2.StreamOutputRequest.SerializeToString,
+                response_deserializer=turnwire_dot_runner_dot_v1_dot_runner__pb2.StreamOutputResponse.FromString,
+                _registered_method=True)
 
 
 class RunnerServiceServicer:
@@ -145,6 +150,17 @@ class RunnerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamOutput(self, request, context):
+        """One operation's streamed partial output from an offset (R13): the chunks
+        still held after `after_offset` (a gap first where some were dropped),
+        then live chunks as the executor emits them, then one `end` once the turn
+        has settled, and the stream closes. Any number of readers, each at its
+        own pace; none ever slows the executor or another reader.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunnerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -182,6 +198,11 @@ def add_RunnerServiceServicer_to_server(servicer, server):
                     servicer.WatchOperations,
                     request_deserializer=turnwire_dot_runner_dot_v1_dot_runner__pb2.WatchOperationsRequest.FromString,
                     response_serializer=turnwire_dot_runner_dot_v1_dot_runner__pb2.WatchOperationsResponse.SerializeToString,
+            ),
+            'StreamOutput': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamOutput,
+                    request_deserializer=turnwire_dot_runner_dot_v1_dot_runner__pb2.StreamOutputRequest.FromString,
+                    response_serializer=turnwire_dot_runner_dot_v1_dot_runner__pb2.StreamOutputResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -383,6 +404,33 @@ class RunnerService:
             '/turnwire.runner.v1.RunnerService/WatchOperations',
             turnwire_dot_runner_dot_v1_dot_runner__pb2.WatchOperationsRequest.SerializeToString,
             turnwire_dot_runner_dot_v1_dot_runner__pb2.WatchOperationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamOutput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/turnwire.runner.v1.RunnerService/StreamOutput',
+            turnwire_dot_runner_dot_v1_dot_runner__pb2.StreamOutputRequest.SerializeToString,
+            turnwire_dot_runner_dot_v1_dot_runner__pb2.StreamOutputResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -61,6 +61,13 @@ class RunnerServiceStub:
     """Every change of every operation on this runner, from a cursor, so one
     stream per runner replaces per-operation polling (C9).
     """
+    StreamOutput: _grpc.UnaryStreamMultiCallable[_runner_pb2.StreamOutputRequest, _runner_pb2.StreamOutputResponse]
+    """One operation's streamed partial output from an offset (R13): the chunks
+    still held after `after_offset` (a gap first where some were dropped),
+    then live chunks as the executor emits them, then one `end` once the turn
+    has settled, and the stream closes. Any number of readers, each at its
+    own pace; none ever slows the executor or another reader.
+    """
 
 @_typing.type_check_only
 class RunnerServiceAsyncStub(RunnerServiceStub):
@@ -94,6 +101,13 @@ class RunnerServiceAsyncStub(RunnerServiceStub):
     WatchOperations: _aio.UnaryStreamMultiCallable[_runner_pb2.WatchOperationsRequest, _runner_pb2.WatchOperationsResponse]  # type: ignore[assignment]
     """Every change of every operation on this runner, from a cursor, so one
     stream per runner replaces per-operation polling (C9).
+    """
+    StreamOutput: _aio.UnaryStreamMultiCallable[_runner_pb2.StreamOutputRequest, _runner_pb2.StreamOutputResponse]  # type: ignore[assignment]
+    """One operation's streamed partial output from an offset (R13): the chunks
+    still held after `after_offset` (a gap first where some were dropped),
+    then live chunks as the executor emits them, then one `end` once the turn
+    has settled, and the stream closes. Any number of readers, each at its
+    own pace; none ever slows the executor or another reader.
     """
 
 class RunnerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -167,6 +181,19 @@ class RunnerServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_runner_pb2.WatchOperationsResponse], _abc.AsyncIterator[_runner_pb2.WatchOperationsResponse]]:
         """Every change of every operation on this runner, from a cursor, so one
         stream per runner replaces per-operation polling (C9).
+        """
+
+    @_abc_1.abstractmethod
+    def StreamOutput(
+        self,
+        request: _runner_pb2.StreamOutputRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_runner_pb2.StreamOutputResponse], _abc.AsyncIterator[_runner_pb2.StreamOutputResponse]]:
+        """One operation's streamed partial output from an offset (R13): the chunks
+        still held after `after_offset` (a gap first where some were dropped),
+        then live chunks as the executor emits them, then one `end` once the turn
+        has settled, and the stream closes. Any number of readers, each at its
+        own pace; none ever slows the executor or another reader.
         """
 
 def add_RunnerServiceServicer_to_server(servicer: RunnerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

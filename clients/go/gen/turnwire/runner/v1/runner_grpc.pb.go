@@ -33,6 +33,12 @@ type RunnerServiceClient interface {
 	// Every change of every operation on this runner, from a cursor, so one
 	// stream per runner replaces per-operation polling (C9).
 	WatchOperations(ctx context.Context, in *WatchOperationsRequest, opts ...grpc.CallOption) (RunnerService_WatchOperationsClient, error)
+	// One operation's streamed partial output from an offset (R13): the chunks
+	// still held after `after_offset` (a gap first where some were dropped),
+	// then live chunks as the executor emits them, then one `end` once the turn
+	// has settled, and the stream closes. Any number of readers, each at its
+	// own pace; none ever slows the executor or another reader.
+	StreamOutput(ctx context.Context, in *StreamOutputRequest, opts ...grpc.CallOption) (RunnerService_StreamOutputClient, error)
 }
 
 type runnerServiceClient struct {
@@ -129,6 +135,38 @@ func (x *runnerServiceWatchOperationsClient) Recv() (*WatchOperationsResponse, e
 	return m, nil
 }
 
+func (c *runnerServiceClient) StreamOutput(ctx context.Context, in *StreamOutputRequest, opts ...grpc.CallOption) (RunnerService_StreamOutputClient, error) {
+	stream, err := c.cc.NewStream(ctx, &_RunnerService_serviceDesc.Streams[1], "/turnwire.runner.v1.RunnerService/StreamOutput", opts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &runnerServiceStreamOutputClient{stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+type RunnerService_StreamOutputClient interface {
+	Recv() (*StreamOutputResponse, error)
+	grpc.ClientStream
+}
+
+type runnerServiceStreamOutputClient struct {
+	grpc.ClientStream
+}
+
+func (x *runnerServiceStreamOutputClient) Recv() (*StreamOutputResponse, error) {
+	m := new(StreamOutputResponse)
+	if err := x.ClientStream.RecvMsg(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 // RunnerServiceServer is the server API for RunnerService service.
 // All implementations must embed UnimplementedRunnerServiceServer
 // for forward compatibility
@@ -149,6 +187,12 @@ type RunnerServiceServer interface {
 	// Every change of every operation on this runner, from a cursor, so one
 	// stream per runner replaces per-operation polling (C9).
 	WatchOperations(*WatchOperationsRequest, RunnerService_WatchOperationsServer) error
+	// One operation's streamed partial output from an offset (R13): the chunks
+	// still held after `after_offset` (a gap first where some were dropped),
+	// then live chunks as the executor emits them, then one `end` once the turn
+	// has settled, and the stream closes. Any number of readers, each at its
+	// own pace; none ever slows the executor or another reader.
+	StreamOutput(*StreamOutputRequest, RunnerService_StreamOutputServer) error
 	mustEmbedUnimplementedRunnerServiceServer()
 }
 
@@ -176,6 +220,9 @@ func (UnimplementedRunnerServiceServer) GetRunnerInfo(context.Context, *GetRunne
 }
 func (UnimplementedRunnerServiceServer) WatchOperations(*WatchOperationsRequest, RunnerService_WatchOperationsServer) error {
 	return status.Errorf(codes.Unimplemented, "method WatchOperations not implemented")
+}
+func (UnimplementedRunnerServiceServer) StreamOutput(*StreamOutputRequest, RunnerService_StreamOutputServer) error {
+	return status.Errorf(codes.Unimplemented, "method StreamOutput not implemented")
 }
 func (UnimplementedRunnerServiceServer) mustEmbedUnimplementedRunnerServiceServer() {}
 
@@ -319,6 +366,27 @@ func (x *runnerServiceWatchOperationsServer) Send(m *WatchOperationsResponse) er
 	return x.ServerStream.SendMsg(m)
 }
 
+func _RunnerService_StreamOutput_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(StreamOutputRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(RunnerServiceServer).StreamOutput(m, &runnerServiceStreamOutputServer{stream})
+}
+
+type RunnerService_StreamOutputServer interface {
+	Send(*StreamOutputResponse) error
+	grpc.ServerStream
+}
+
+type runnerServiceStreamOutputServer struct {
+	grpc.ServerStream
+}
+
+func (x *runnerServiceStreamOutputServer) Send(m *StreamOutputResponse) error {
+	return x.ServerStream.SendMsg(m)
+}
+
 var _RunnerService_serviceDesc = grpc.ServiceDesc{
 	ServiceName: "turnwire.runner.v1.RunnerService",
 	HandlerType: (*RunnerServiceServer)(nil),
@@ -352,6 +420,11 @@ var _RunnerService_serviceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchOperations",
 			Handler:       _RunnerService_WatchOperations_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "StreamOutput",
+			Handler:       _RunnerService_StreamOutput_Handler,
 			ServerStreams: true,
 		},
 	},
