@@ -25,7 +25,7 @@ def test_a_short_fuzz_run_of_both_services_passes() -> None:
     methods = {"SubmitTurn", "GetOperation", "ListOperations", "CancelOperation",
                "WatchOperation", "SubmitAndWatch", "GetOperationStatus",
                "BatchGetOperationStatus", "Dispatch", "Cancel", "Release", "GetRunnerInfo",
-               "WatchOperations"}  # fmt: skip
+               "WatchOperations", "StreamOutput"}  # fmt: skip
     assert set(report["calls"]) == methods and min(report["calls"].values()) > 0
     assert report["leaked_slots"] == 0 and report["final_turn"] == "SUCCEEDED"
     assert report["ledger"]["unknown"] == 0 and report["ledger"]["repeated"] == 0
