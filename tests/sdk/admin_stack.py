@@ -15,22 +15,19 @@ called over real channels from the test thread, everything stopped in
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import hashlib
-import threading
 import time
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 from tests.sdk.live_stack import OTHER_TOKEN, TOKEN, coordinator_app_or_skip
 from tests.support import runner_access
+from tests.support.background_loop import BackgroundLoop
 from tests.support.fault_interceptor import DROP_REQUEST, DROP_RESPONSE, Fault, FaultInterceptor
 from turnwire.client import Operation, TurnwireClient
 
 ADMIN_TOKEN = "tok-ops-admin-e2e"
-STARTUP_SECONDS = 30.0
 # What the coordinator asks the runner about a Dispatch it lost track of; while
 # these are dropped it cannot learn how the Dispatch went.
 _STATUS_CALLS = (
@@ -42,32 +39,19 @@ _STATUS_CALLS = (
 )
 
 
-class AdminStack:
+class AdminStack(BackgroundLoop):
     """One runner "r1" (built-in echo executor) and one coordinator with tenants and an admin."""
 
     def __init__(self, directory: Path) -> None:
         self._directory = directory
         self._app = coordinator_app_or_skip()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        super().__init__()
         self._runner: Any = None
         self._extra: list[Any] = []
         self._coordinator: Any = None
         self._faults = FaultInterceptor()
         self.address = ""
         self.runner_address = ""
-
-    def _run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(STARTUP_SECONDS)
-
-    def __enter__(self) -> AdminStack:
-        self._thread.start()
-        try:
-            self._run(self._start())
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
 
     async def _start(self) -> None:
         from coordinator_svc.config import CoordinatorConfig, DispatchTimings, RunnerEndpoint
@@ -183,12 +167,3 @@ class AdminStack:
         for runner in (self._runner, *self._extra):
             if runner is not None:
                 await runner.stop(drain=False)
-
-    def __exit__(self, *exc_info: object) -> None:
-        try:
-            if self._thread.is_alive():
-                self._run(self._stop())
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(STARTUP_SECONDS)
-            self._loop.close()
