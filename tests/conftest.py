@@ -17,12 +17,34 @@ from turnwire.observability.logs import remove_logging
 SERIAL_PACKAGES = ("tests/bench/", "tests/chaos/")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test of SERIAL_PACKAGES ``serial`` (scripts/test: ``-m serial``)."""
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--rule",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="run only the tests marked @pytest.mark.rule(ID) (repeatable; docs/RULES.md)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test of SERIAL_PACKAGES ``serial`` (scripts/test: ``-m serial``);
+    with ``--rule ID``, keep only the tests that pin one of those rules."""
     for item in items:
         path = item.path.as_posix()
         if any(f"/{package}" in path for package in SERIAL_PACKAGES):
             item.add_marker(pytest.mark.serial)
+    wanted = set(config.getoption("--rule"))
+    if not wanted:
+        return
+    kept: list[pytest.Item] = []
+    deselected: list[pytest.Item] = []
+    for item in items:
+        ids = {rule_id for mark in item.iter_markers("rule") for rule_id in mark.args}
+        (kept if ids & wanted else deselected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 @pytest.fixture(autouse=True)

@@ -131,6 +131,7 @@ def check_cpu(system: dict[str, Any]) -> None:
     assert all(is_number(v) and v >= 0 for v in system["dispatcher_counters"].values())
 
 
+@pytest.mark.rule("C1", "C2", "C4")
 @pytest.mark.slow
 def test_bench_e2e_reports_every_figure_as_json() -> None:
     """Issue #4: bench/e2e.py --json runs and reports baseline and SQLite figures (C1, C2, C4)."""

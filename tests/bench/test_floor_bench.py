@@ -45,6 +45,7 @@ def made_up_floor() -> Floor:
     )
 
 
+@pytest.mark.rule("C1a")
 def test_the_sequential_floor_is_the_relay_plus_five_commits_in_a_row() -> None:
     """PROTOCOL C1a: the acceptance carries the first attempt, so a turn waits for
     two journal commits and three runner transactions in a row."""

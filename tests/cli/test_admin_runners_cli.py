@@ -36,6 +36,7 @@ def listed(stack: AdminStack, capsys: pytest.CaptureFixture[str]) -> list[dict[s
     return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
 
 
+@pytest.mark.rule("M2", "M3")
 def test_add_drain_and_remove_a_runner_from_the_command_line(
     stack: AdminStack, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -67,6 +68,7 @@ def test_add_drain_and_remove_a_runner_from_the_command_line(
     assert "GEN" in table and "BOUND" in table and "r1" not in table
 
 
+@pytest.mark.rule("M2")
 def test_bad_runner_arguments_exit_with_the_contract_code(
     stack: AdminStack, capsys: pytest.CaptureFixture[str]
 ) -> None:

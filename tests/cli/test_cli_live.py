@@ -168,6 +168,7 @@ def test_cancel_wait_exits_zero_when_the_cancel_took_effect(
     assert f"cancelled: {operation_id} ended CANCELLED" in out
 
 
+@pytest.mark.rule("C11")
 def test_cancel_of_a_turn_that_ended_first_exits_13(
     stack: LiveStack, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import pytest
+
 from turnwire.cli import render
 from turnwire.client import (
     Execution,
@@ -25,6 +27,7 @@ def _op(**fields) -> Operation:  # type: ignore[no-untyped-def]
     return Operation(**{**base, **fields})
 
 
+@pytest.mark.rule("C11")
 def test_detail_shows_billing_truth_and_cancel_race() -> None:
     """get: execution is explained, and a cancel that lost the race says so (C11)."""
     op = _op(

@@ -45,6 +45,7 @@ def _health(*argv: str | Path) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@pytest.mark.rule("R11")
 @pytest.mark.slow
 def test_a_runner_that_does_not_serve_its_own_name_refuses_the_probe(
     tmp_path: Path, certs: Certs

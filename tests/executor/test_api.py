@@ -20,6 +20,7 @@ from turnwire.output_stream import StreamLimits
 from turnwire.vocabulary import DeclaredEffect, ErrorReason
 
 
+@pytest.mark.rule("R13")
 def test_an_async_function_streams_its_chunks_in_order_and_returns_its_result() -> None:
     """R13: each emit() is one offset-numbered chunk, in order, before the result."""
     report = run(functions.stream_words, items=["alpha beta", "gamma"], model="m-1")
@@ -93,6 +94,7 @@ def test_an_async_function_is_cancelled_at_its_await() -> None:
     assert report.streamed_text == "started"
 
 
+@pytest.mark.rule("R12")
 def test_an_executor_that_stops_heartbeating_is_stopped_for_it() -> None:
     """R12 as the helper plays it: silence past the heartbeat timeout stops the turn."""
     report = run(functions.go_silent, heartbeat_timeout=0.2, parameters={"beats": "3"})
@@ -100,6 +102,7 @@ def test_an_executor_that_stops_heartbeating_is_stopped_for_it() -> None:
     assert report.outcome.reason == ErrorReason.CANCELLED
 
 
+@pytest.mark.rule("R7")
 @pytest.mark.parametrize(
     ("how", "effect", "retry_after", "message"),
     [
@@ -120,6 +123,7 @@ def test_typed_errors_declare_their_effect(
     assert outcome.message.startswith(message)
 
 
+@pytest.mark.rule("R13")
 def test_chunks_past_the_limits_are_refused_to_the_function_and_the_turn_goes_on() -> None:
     """R13: CHUNK_TOO_LARGE, then STREAM_BUDGET_EXHAUSTED, raised by emit(); the
     function carries on and succeeds; only the accepted chunks were streamed."""

@@ -36,6 +36,7 @@ def run_with_interceptor(scenario: Scenario, runner: ScriptedRunner | None = Non
     asyncio.run(main())
 
 
+@pytest.mark.rule("C7")
 @pytest.mark.parametrize("case", DISPATCH_CASES, ids=[c.name for c in DISPATCH_CASES])
 def test_dispatch_fault_table(case: Case) -> None:
     """C7 faults in-process: each rule gives the caller its status and the server its arrivals."""
@@ -82,6 +83,7 @@ def test_operation_id_selects_only_that_operation() -> None:
     run_with_interceptor(scenario)
 
 
+@pytest.mark.rule("C6")
 def test_typed_refusal_passes_through_intact() -> None:
     """C6: with no fault firing, a typed refusal reaches the caller unchanged."""
     runner = ScriptedRunner(refuse={"op-refused"})
@@ -100,6 +102,7 @@ def test_typed_refusal_passes_through_intact() -> None:
     run_with_interceptor(scenario, runner)
 
 
+@pytest.mark.rule("C7")
 def test_drop_response_hides_a_typed_refusal() -> None:
     """C7: drop-response turns even a refusal into an untyped UNAVAILABLE."""
     runner = ScriptedRunner(refuse={"op-refused"})

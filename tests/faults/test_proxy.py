@@ -40,6 +40,7 @@ def run_through_proxy(scenario: Scenario, runner: ScriptedRunner | None = None) 
     asyncio.run(main())
 
 
+@pytest.mark.rule("C7")
 @pytest.mark.parametrize("case", DISPATCH_CASES, ids=[c.name for c in DISPATCH_CASES])
 def test_dispatch_fault_table(case: Case) -> None:
     """C7 faults: each rule gives the caller its status and the upstream its arrivals."""
@@ -96,6 +97,7 @@ def test_operation_id_selects_only_that_operation() -> None:
     run_through_proxy(scenario)
 
 
+@pytest.mark.rule("C6")
 def test_typed_refusal_passes_through_intact() -> None:
     """C6: a typed ErrorInfo refusal from the upstream reaches the caller unchanged."""
     runner = ScriptedRunner(refuse={"op-refused"})
@@ -113,6 +115,7 @@ def test_typed_refusal_passes_through_intact() -> None:
     run_through_proxy(scenario, runner)
 
 
+@pytest.mark.rule("C7")
 def test_drop_response_hides_a_typed_refusal() -> None:
     """C7: with drop-response the caller gets an untyped UNAVAILABLE even for a refusal."""
     runner = ScriptedRunner(refuse={"op-refused"})
@@ -171,6 +174,7 @@ def test_blackhole_for_a_duration_then_heals() -> None:
     run_through_proxy(scenario)
 
 
+@pytest.mark.rule("C9")
 def test_server_stream_is_forwarded() -> None:
     """WatchOperations (server streaming) passes through message by message (C9)."""
 

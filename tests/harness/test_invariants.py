@@ -7,6 +7,8 @@ lines) because the code would refuse to write them: that is the point.
 
 from __future__ import annotations
 
+import pytest
+
 from coordinator_svc.core.model import Execution, ReplayPolicy, StopReason
 from coordinator_svc.core.runner_view import RunnerOp, RunnerOpState
 from tests.harness.run_builder import RunBuilder, invariants, result_bytes
@@ -180,6 +182,7 @@ def test_succeeded_while_runner_says_failed_is_invariant_3(run: RunBuilder) -> N
 # --- 4 -------------------------------------------------------------------------
 
 
+@pytest.mark.rule("C6")
 def test_replay_after_definite_refusals_and_durable_store_proof_pass(run: RunBuilder) -> None:
     """§8.4, C6, §6: after refusals any runner may be tried; same-store absence licenses replay."""
     inc = run.start_runner()
@@ -236,6 +239,7 @@ def test_replay_without_absence_proof_is_invariant_4(run: RunBuilder) -> None:
     assert "without an absence proof" in verdict.violations[0].message
 
 
+@pytest.mark.rule("C8a")
 def test_replay_to_another_incarnation_is_invariant_4(run: RunBuilder) -> None:
     """§8.4, C8a: absence on a new incarnation (another store) proves nothing about the old."""
     inc = run.start_runner()
@@ -258,6 +262,7 @@ def test_replay_to_another_incarnation_is_invariant_4(run: RunBuilder) -> None:
 # --- 5 -------------------------------------------------------------------------
 
 
+@pytest.mark.rule("C4")
 def test_runner_accepting_before_the_attempt_was_sent_is_invariant_5(run: RunBuilder) -> None:
     """§8.5, C4: a runner row accepted before its attempt row was committed is caught."""
     inc = run.start_runner()
@@ -329,6 +334,7 @@ def test_illegal_edge_is_invariant_6(run: RunBuilder) -> None:
     assert "illegal edge RUNNING -> REJECTED" in verdict.violations[0].message
 
 
+@pytest.mark.rule("C13")
 def test_sequence_gap_is_invariant_6(run: RunBuilder) -> None:
     """§8.6, C13: event sequences are contiguous from 1."""
     _running(run)
@@ -341,6 +347,7 @@ def test_sequence_gap_is_invariant_6(run: RunBuilder) -> None:
     assert "sequence 5, expected 4" in verdict.violations[0].message
 
 
+@pytest.mark.rule("C10")
 def test_event_after_terminal_is_invariant_6(run: RunBuilder) -> None:
     """§8.6, C10: nothing follows a terminal event."""
     inc = run.start_runner()
@@ -352,6 +359,7 @@ def test_event_after_terminal_is_invariant_6(run: RunBuilder) -> None:
     assert any("after terminal SUCCEEDED" in v.message for v in verdict.violations)
 
 
+@pytest.mark.rule("C13")
 def test_current_state_not_the_last_event_is_invariant_6(run: RunBuilder) -> None:
     """§8.6, C13: the current-state row equals the last event's to_state."""
     _running(run)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
+
 from turnwire.harness.oracle_history import JournalOperation, OperationHistory
 from turnwire.harness.outcomes import explain, render_explanation
 from turnwire.ledger import LedgerEntry
@@ -41,6 +43,7 @@ def _history(op_id: str, state: str, execution: str, reason: str | None, started
     return OperationHistory(operation, (), (), (), ledger)
 
 
+@pytest.mark.rule("C8")
 def test_each_way_a_turn_did_not_succeed_is_one_row_with_its_rule_and_ledger_count():
     """Groups by state, reason and execution; UNKNOWN rows carry the ledger's truth (C8, §6.1)."""
     histories = [

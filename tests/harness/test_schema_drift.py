@@ -87,6 +87,7 @@ def test_runner_state_names_equal_the_runners() -> None:
     assert {names.NOT_STARTED, names.STARTED, names.UNKNOWN} == {e.value for e in RowExecution}
 
 
+@pytest.mark.rule("C4", "C13")
 def test_dispatch_detail_format_is_the_one_write_ahead_writes() -> None:
     """C4/C13: write_ahead's DISPATCHING detail starts like dispatch_detail_prefix says."""
     source = inspect.getsource(attempting.write_ahead)

@@ -54,6 +54,7 @@ async def _until(client: AsyncTurnwireClient, op_id: str, *states: OperationStat
     raise AssertionError(f"{op_id} never reached {states}; last {latest.state}")
 
 
+@pytest.mark.rule("O5", "C11")
 def test_cancel_and_watch_through_the_replica_that_does_not_own_the_turn(
     pair: ReplicaCluster,
 ) -> None:

@@ -81,6 +81,7 @@ async def _until(check: object, what: str, within: float = WAIT) -> float:
     raise AssertionError(f"{what}: not after {within}s")
 
 
+@pytest.mark.rule("M2", "M5", "M3")
 def test_a_runner_added_and_one_removed_on_live_replicas_lose_and_double_nothing(
     cluster: ReplicaCluster,
 ) -> None:

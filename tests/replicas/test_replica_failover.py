@@ -40,6 +40,7 @@ def _report(what: str, seconds: float) -> None:
     print(f"\n{what}: {seconds:.2f} s (lease TTL {LEASE_TTL} s)")
 
 
+@pytest.mark.rule("O3")
 def test_kill_9_of_one_replica_mid_flight_loses_and_doubles_nothing(
     cluster: ReplicaCluster,
 ) -> None:
@@ -78,6 +79,7 @@ def _owner_strings(cluster: ReplicaCluster, name: str, *, open_only: bool) -> di
     return {str(op): str(owner) for op, owner in rows}
 
 
+@pytest.mark.rule("O4")
 def test_a_replica_paused_past_its_lease_wakes_up_unable_to_write(
     cluster: ReplicaCluster,
 ) -> None:
@@ -139,6 +141,7 @@ def partitioned_cluster(
         partition.stop()
 
 
+@pytest.mark.rule("O4", "O3")
 def test_a_replica_cut_off_from_postgresql_loses_its_operations_and_nothing_else(
     partitioned_cluster: tuple[ReplicaCluster, TcpPartition],
 ) -> None:
@@ -192,6 +195,7 @@ def test_a_replica_cut_off_from_postgresql_loses_its_operations_and_nothing_else
     assert cluster.replicas["replica-1"].alive()
 
 
+@pytest.mark.rule("O3")
 def test_a_rolling_restart_of_every_replica_under_load(cluster: ReplicaCluster) -> None:
     """§5 O3 (hand-off, same id). SIGTERM and restart each replica in turn
     (same id, same port) while turns keep arriving: a clean stop hands its
@@ -220,6 +224,7 @@ def test_a_rolling_restart_of_every_replica_under_load(cluster: ReplicaCluster) 
     assert_clean(verdict, 2 * TURNS)
 
 
+@pytest.mark.rule("O3", "C12", "C8")
 @pytest.mark.parametrize(
     "crash_at",
     ["coordinator.after_attempt_commit@4", "coordinator.after_dispatch_send@4"],

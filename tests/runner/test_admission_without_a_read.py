@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from runner_svc.service import ServiceSettings
 from tests.runner.live import live_runner
 from tests.runner.storage.sql_reference import sql_last_sequence
 from turnwire.runner.v1 import runner_pb2 as R
 
 
+@pytest.mark.rule("R2")
 def test_a_known_id_not_in_memory_is_answered_as_a_duplicate_and_writes_nothing(
     tmp_path: Path,
 ) -> None:
@@ -41,6 +44,7 @@ def test_a_known_id_not_in_memory_is_answered_as_a_duplicate_and_writes_nothing(
     asyncio.run(main())
 
 
+@pytest.mark.rule("R2", "R4")
 def test_a_known_id_is_answered_as_a_duplicate_even_when_every_slot_is_taken(
     tmp_path: Path,
 ) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.scenarios.cells import Fault, Phase
 from tests.scenarios.drivers import DRIVERS
 from tests.scenarios.matrix import CELLS, ISSUE_3_CELLS, tally
@@ -36,6 +38,7 @@ def test_every_applicable_cell_names_a_driver_valid_rules_and_a_known_crash_poin
         assert cell.legal.why and cell.injection.how and cell.pins, cell.name
 
 
+@pytest.mark.rule("C12")
 def test_issue_3_cells_arm_both_dispatching_crash_points() -> None:
     """C12 (issue #3): the coordinator is SIGKILLed after the attempt commit and after the send."""
     by_name = {c.name: c for c in CELLS}

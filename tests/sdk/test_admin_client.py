@@ -298,6 +298,7 @@ def test_list_operations_follows_pages_with_the_same_filters(scripted: ScriptedA
     assert pages[-1].next_page_token == ""
 
 
+@pytest.mark.rule("V9")
 def test_ambiguous_evidence_arrives_typed(scripted: ScriptedAdmin) -> None:
     """Attempts (runner, incarnation, store id, outcome, what the runner said),
     events and verdicts arrive as SDK values; the flags reach the server."""
@@ -426,6 +427,7 @@ def _succeeded(live: AdminStack, token: str, text: str) -> str:
     return final.operation_id
 
 
+@pytest.mark.rule("V9")
 @pytest.mark.timeout(60)
 def test_live_pages_span_principals_and_evidence_is_the_journals(live: AdminStack) -> None:
     """AdminClient on a real coordinator: page_size 1 walks every principal's turns
@@ -480,6 +482,7 @@ def test_live_async_client_drains_and_sees_runners(live: AdminStack) -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("M2", "M3", "M4")
 @pytest.mark.timeout(60)
 def test_live_async_client_adds_and_removes_a_runner(live: AdminStack) -> None:
     """AsyncAdminClient (PROTOCOL.md §11 M2-M4): add_runner makes r2 a member with its

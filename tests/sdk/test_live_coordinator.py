@@ -74,6 +74,7 @@ def test_watch_streams_every_transition_and_resumes_from_a_cursor(
     assert [event.sequence for event in resumed] == sequences[1:]
 
 
+@pytest.mark.rule("C11")
 def test_cancel_of_a_running_turn_ends_cancelled_or_shows_it_lost_the_race(
     client: TurnwireClient,
 ) -> None:

@@ -42,6 +42,7 @@ def test_get_returns_a_typed_operation() -> None:
     assert op.finished_at is None
 
 
+@pytest.mark.rule("C11")
 def test_cancel_shows_when_cancel_lost_the_race() -> None:
     """C11: a turn that finished first stays SUCCEEDED; cancel_lost_race says so."""
     scripted = Scripted()

@@ -35,6 +35,7 @@ def test_lost_reply_is_retried_with_the_same_key_and_returns_the_same_operation(
     assert len(scripted.pauses) == 1
 
 
+@pytest.mark.rule("C7")
 def test_deadline_exceeded_is_retried_with_the_same_key() -> None:
     """C7 seen from the client: a timeout is not a refusal, so the same key is sent again."""
     scripted = Scripted()

@@ -193,6 +193,7 @@ DISPATCHES: dict[str, tuple[grpc.StatusCode, str, str | None]] = {
 }
 
 
+@pytest.mark.rule("C8a")
 @pytest.mark.parametrize("case", list(DISPATCHES))
 def test_a_forged_dispatch_with_credentials_is_refused_typed_and_never_runs(
     tmp_path: Path, case: str
@@ -263,6 +264,7 @@ def test_a_1000_byte_operation_id_is_argument_invalid_and_leaves_no_row(
     run(tmp_path, scenario)
 
 
+@pytest.mark.rule("C5", "C8a")
 @pytest.mark.parametrize("rpc", ["Cancel", "Release"])
 def test_a_cancel_or_release_bound_to_another_incarnation_is_refused_and_writes_nothing(
     tmp_path: Path, rpc: str
@@ -284,6 +286,7 @@ def test_a_cancel_or_release_bound_to_another_incarnation_is_refused_and_writes_
     run(tmp_path, scenario)
 
 
+@pytest.mark.rule("R5")
 def test_pinning_the_largest_fencing_token_on_unknown_ids_does_not_block_the_coordinator(
     tmp_path: Path,
 ) -> None:
@@ -333,6 +336,7 @@ async def _until_released(stack: Stack, operation_id: str) -> None:
 # --- with the coordinator's credentials: the coordinator's own turn -------------------
 
 
+@pytest.mark.rule("R2")
 @pytest.mark.parametrize(
     ("case", "code", "reason"),
     [

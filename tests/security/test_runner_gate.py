@@ -176,6 +176,7 @@ async def _nothing_was_done(
     assert [entry.operation_id for entry in read_ledger(ledger)] == ["op_real"]
 
 
+@pytest.mark.rule("R11")
 @pytest.mark.parametrize(
     ("presented", "reason"),
     [(None, "CREDENTIALS_MISSING"), ("a-wrong-secret-of-enough-length", "CREDENTIALS_UNKNOWN")],
@@ -267,6 +268,7 @@ def test_mutual_tls_runner_serves_its_coordinator_certificate(tmp_path: Path, ce
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("R11")
 def test_mutual_tls_runner_refuses_another_identity_of_its_own_ca(
     tmp_path: Path, certs: Path
 ) -> None:
@@ -291,6 +293,7 @@ def test_mutual_tls_runner_refuses_another_identity_of_its_own_ca(
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("R11")
 @pytest.mark.parametrize("client", ["no-certificate", "stranger-ca", "plaintext"])
 def test_mutual_tls_runner_cannot_be_reached_without_a_certificate_of_its_ca(
     tmp_path: Path, certs: Path, client: str
@@ -348,6 +351,7 @@ def test_coordinator_identities_are_the_runners_choice(tmp_path: Path, certs: Pa
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("R11", "C2", "C2a")
 def test_a_coordinator_with_the_wrong_secret_sends_nothing_and_says_so(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

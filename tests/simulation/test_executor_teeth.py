@@ -20,6 +20,7 @@ SEEDS = range(2000)
 CONFIG = SimConfig(steps=70, trace=False)
 
 
+@pytest.mark.rule("R14")
 def test_a_runner_that_runs_an_executor_it_does_not_serve_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -32,6 +33,7 @@ def test_a_runner_that_runs_an_executor_it_does_not_serve_is_caught(
     print(f"admits any executor: caught at seed {seed}: {violation}")
 
 
+@pytest.mark.rule("R12")
 def test_a_heartbeat_stop_settled_as_a_cancel_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """R12: a heartbeat stop must end TIMED_OUT HEARTBEAT_TIMEOUT, not CANCELLED."""
     broken = (RowState.CANCELLED, "CANCELLED")

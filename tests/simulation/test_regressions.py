@@ -6,6 +6,8 @@ the generator, so later generator changes do not move it).
 
 from __future__ import annotations
 
+import pytest
+
 from tests.simulation.simulator import RunnerSpec, Setup, SimConfig, replay
 
 # Seed 9904 (generator of 2026-11-29), shrunk from 27 steps to 8. The status
@@ -29,12 +31,14 @@ SEED_9904_STEPS = [
 ]
 
 
+@pytest.mark.rule("C8a", "C9")
 def test_seed_9904_stale_status_answer_after_watch_ack() -> None:
     """C8a/C9: an absence read before the watch acknowledged the op is not a disappearance."""
     result = replay(SEED_9904_SETUP, SEED_9904_STEPS, SimConfig())
     assert result.violation is None, result.report()
 
 
+@pytest.mark.rule("C8a")
 def test_seed_9904_fixed_by_discarding_answers_older_than_the_last_transition() -> None:
     """C8a: discarding a status answer asked before the operation's latest transition fixes 9904."""
     result = replay(SEED_9904_SETUP, SEED_9904_STEPS, SimConfig(stale_status_guard=True))
@@ -76,6 +80,7 @@ SEED_1213_STEPS = [
 ]
 
 
+@pytest.mark.rule("C6")
 def test_seed_1213_c6_needs_each_dispatch_delivered_at_most_once() -> None:
     """C6: a refusal proves only that its own copy was not accepted; a duplicated Dispatch request
     defeats it, so Dispatch must never be retried by the transport (the assumption, pinned)."""
@@ -103,6 +108,7 @@ DRAIN_CRASH_STEPS = [
 ]
 
 
+@pytest.mark.rule("R8", "C14")
 def test_drained_row_of_a_dead_incarnation_is_settled_not_replayed_to_exhaustion() -> None:
     """R8/§6/C14: a row stopped only by its dead process's shutdown is re-admitted and
     runs, instead of being replayed to MAX_ATTEMPTS_EXCEEDED."""
@@ -143,6 +149,7 @@ SEED_4468_STEPS = [
 ]
 
 
+@pytest.mark.rule("C6a")
 def test_seed_4468_a_turn_cancelled_while_waiting_costs_its_principal_no_share() -> None:
     """C6a (fair grants): no principal gets more than its lead while another waits,
     whatever the other had queued and cancelled before."""
@@ -197,6 +204,7 @@ SEED_44198_STEPS = [
 ]
 
 
+@pytest.mark.rule("C6a")
 def test_seed_44198_the_fair_order_starts_again_with_a_new_coordinator_process() -> None:
     """C6a: the lead bound is per scheduler lifetime; a restart is not counted as a lead."""
     result = replay(SEED_44198_SETUP, SEED_44198_STEPS, SimConfig())

@@ -32,6 +32,7 @@ def test_eager_retention_breaks_no_invariant_across_the_budget() -> None:
     assert all(counts.values()), counts
 
 
+@pytest.mark.rule("K2", "K3", "K4")
 @pytest.mark.parametrize("name", sorted(BROKEN_RETENTION))
 def test_a_broken_retention_rule_runs_a_turn_twice_or_lies(name: str) -> None:
     """§9 teeth: pruning a row before its Release (K2), pruning without keeping the key
@@ -62,6 +63,7 @@ def test_a_broken_retention_rule_runs_a_turn_twice_or_lies(name: str) -> None:
     print(f"{name}: seed {seed}: {violation}")
 
 
+@pytest.mark.rule("K6")
 def test_unreleased_rows_pruned_at_once_cost_liveness_never_safety() -> None:
     """§9 K6 at its most eager (horizon zero: a row nobody released goes the moment it
     settles, or the moment its incarnation is gone), keys kept for ever: no turn runs twice

@@ -19,6 +19,7 @@ from tests.simulation.simulator import PolicyFactory, RunnerSpec, Setup, SimConf
 SEEDS = range(2000)
 
 
+@pytest.mark.rule("C2", "C4", "C7", "C8", "C14")
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_the_checker_catches_a_broken_policy(name: str) -> None:
     """§8: each classic mistake (C2, C4, C7, C8, C14) breaks an invariant within the CI budget."""
@@ -120,6 +121,7 @@ def test_breaking_one_scheduler_rule_is_caught(factory: SchedulerFactory, rule: 
     print(f"{factory.__name__}: caught at seed {seed}: {violation}")
 
 
+@pytest.mark.rule("M3")
 def test_a_removal_that_ignores_bound_turns_is_caught() -> None:
     """§11 M3: removing a drained runner while turns are still bound to it (the
     journal's check skipped) ends those turns RUNNER_REMOVED; the checker names it."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
@@ -22,6 +23,7 @@ from tests.coordinator.api.harness import typed_error
 from turnwire.common.v1 import turn_pb2
 
 
+@pytest.mark.rule("V1", "V2", "V3", "V4")
 def test_an_operator_verdict_is_shown_on_get_operation_and_rewrites_no_history(
     tmp_path: Path,
 ) -> None:
@@ -111,6 +113,7 @@ def test_an_operator_verdict_is_shown_on_get_operation_and_rewrites_no_history(
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("V5", "V6", "V7")
 def test_requeue_only_what_is_proven_not_run_and_only_once(tmp_path: Path) -> None:
     """§10 V5-V7: UNKNOWN without a verdict, STARTED and a live turn are refused typed;
     after a NOT_EXECUTED verdict the turn is requeued as a new linked operation that
@@ -220,6 +223,7 @@ def test_requeue_only_what_is_proven_not_run_and_only_once(tmp_path: Path) -> No
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("V8")
 def test_a_drained_runner_gets_no_new_turns_even_after_a_restart(tmp_path: Path) -> None:
     """§10 V8: with r1 drained every new turn goes to r2; ListRunners says so; the
     drain is in the journal, so a restarted coordinator honours it; undrain ends it."""

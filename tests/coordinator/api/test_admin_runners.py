@@ -59,6 +59,7 @@ def drain(name: str) -> A.DrainRunnerRequest:
     return A.DrainRunnerRequest(runner=name, reason="retire")
 
 
+@pytest.mark.rule("M2", "M3", "M5", "M7", "M8")
 def test_a_runner_added_and_one_removed_change_what_the_coordinator_uses(
     tmp_path: Path,
 ) -> None:
@@ -102,6 +103,7 @@ def test_a_runner_added_and_one_removed_change_what_the_coordinator_uses(
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("M2", "M3")
 def test_membership_refusals_are_typed_and_change_nothing(tmp_path: Path) -> None:
     """M2, M3, §7: no admin scope, bad fields, plaintext off loopback, a name taken
     with other fields, an unknown name, a runner not drained or still with a turn:
@@ -173,6 +175,7 @@ def test_membership_refusals_are_typed_and_change_nothing(tmp_path: Path) -> Non
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("M8")
 def test_a_flag_that_disagrees_with_the_journal_stops_the_start(tmp_path: Path) -> None:
     """M8: --runner r1 at another address than the journal's member r1 refuses the
     start (naming both and the fix) and records nothing."""

@@ -57,6 +57,7 @@ async def _health(address: str) -> int:
         return int(reply.status)
 
 
+@pytest.mark.rule("C11")
 def test_cancel_of_a_queued_operation_ends_cancelled_not_started(
     store: Store, tmp_path: Path
 ) -> None:
@@ -135,6 +136,7 @@ def test_started_coordinator_is_healthy_and_refuses_unroutable_turns(
     store.run(scenario)
 
 
+@pytest.mark.rule("C12")
 def test_start_on_a_taken_port_fails_before_touching_the_journal(tmp_path: Path) -> None:
     """A second coordinator on a used port refuses to start and runs no recovery (C12)."""
 

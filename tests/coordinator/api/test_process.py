@@ -228,6 +228,7 @@ def test_runners_and_listen_come_from_environment_variables(tmp_path: Path) -> N
         _end(proc)
 
 
+@pytest.mark.rule("C2a", "C1a")
 @pytest.mark.parametrize(
     ("flag", "env", "field"),
     [

@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 
 import grpc
+import pytest
 
 from coordinator_svc.core.model import OpState
 from coordinator_svc.core.quotas import PrincipalLimits, Quotas
@@ -61,6 +62,7 @@ def test_over_max_queued_is_refused_with_retry_info_and_stores_nothing(store: St
     store.run(scenario)
 
 
+@pytest.mark.rule("C1")
 def test_a_retried_submit_over_quota_is_answered_as_a_replay(store: Store) -> None:
     """C1 wins over quotas: a lost reply retried with the same key and request returns
     the accepted turn even when the principal is at its limit; a different request under

@@ -36,6 +36,7 @@ def _closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@pytest.mark.rule("K1")
 def test_a_finished_turn_is_forgotten_after_the_horizon_and_its_key_is_new_again(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -33,6 +33,7 @@ async def _snapshot(journal: Journal, operation_id: str) -> tuple[object, int, i
     return record, record.version, len(events)
 
 
+@pytest.mark.rule("C1")
 def test_submit_persists_operation_envelope_and_first_event(store: Store) -> None:
     """C1: the reply comes after operation, envelope and event 1 are durable."""
 
@@ -130,6 +131,7 @@ def test_same_key_different_request_is_refused_and_changes_nothing(idem_store: S
     idem_store.run(scenario)
 
 
+@pytest.mark.rule("C1")
 def test_concurrent_submits_with_one_key_make_one_operation(idem_store: Store) -> None:
     """C1/§7: two racing submits with one key over two channels make one operation."""
 

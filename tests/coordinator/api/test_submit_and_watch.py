@@ -222,6 +222,7 @@ def test_a_different_request_under_a_used_key_is_refused_like_submit_turn(store:
     store.run(scenario)
 
 
+@pytest.mark.rule("C1")
 def test_over_quota_is_refused_like_submit_turn_but_a_replay_is_still_answered(
     store: Store,
 ) -> None:

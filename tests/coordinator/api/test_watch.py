@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import grpc
+import pytest
 
 from coordinator_svc.core.model import Execution, OpState
 from coordinator_svc.ports import Journal
@@ -46,6 +47,7 @@ async def _drain(call: Any, limit: int = 50) -> list[Any]:
     raise AssertionError("stream did not end")
 
 
+@pytest.mark.rule("C13")
 def test_watch_streams_every_transition_and_ends_after_the_terminal_event(store: Store) -> None:
     """§7/C13: from cursor 0 the stream holds every event in order, then ends."""
 

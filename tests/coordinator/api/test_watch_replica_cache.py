@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 
 import grpc
+import pytest
 
 from coordinator_svc.core.model import OpState
 from coordinator_svc.storage import FakeJournal
@@ -96,6 +97,7 @@ def test_a_read_that_left_before_an_announced_commit_is_not_kept() -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("O5")
 def test_a_terminal_event_read_past_a_stale_cached_row_is_sent_with_that_end_state() -> None:
     """§5 O5. CI, stop 22: a watch on a replica that did not own the turn streamed the
     CANCELLED event with a CANCELLING snapshot, and the SDK's `wait` then said

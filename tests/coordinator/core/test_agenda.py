@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
+import pytest
+
 from coordinator_svc.core.agenda import Agenda
 from coordinator_svc.core.model import OpState
 from tests.coordinator.core.scenario import NOW, bound, queued
@@ -34,6 +36,7 @@ def test_a_schedule_needs_a_timer_only_where_the_journal_would_come_back_later()
     assert agenda.scheduled(dataclasses.replace(queued(), next_action_at=NOW), later)
 
 
+@pytest.mark.rule("C6a")
 def test_a_refusal_sending_a_turn_back_to_queued_waits_until_its_retry_time() -> None:
     """C6a: QUEUED with a later next_action_at waits until then; terminal forgets it."""
     agenda = Agenda(backoff_initial=0.1, backoff_max=1.0)

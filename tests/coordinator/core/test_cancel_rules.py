@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from coordinator_svc.core import commands as cmd
 from coordinator_svc.core.decide import decide
 from coordinator_svc.core.events import (
@@ -34,6 +36,7 @@ from tests.coordinator.core.scenario import (
 )
 
 
+@pytest.mark.rule("C11", "C14")
 def test_cancel_while_queued_is_cancelled_not_started_at_once() -> None:
     """C11/C14: QUEUED with no attempt -> CANCELLED, NOT_STARTED, stop reason CANCEL."""
     record, decision = step(queued(), CancelRequested(), ctx())
@@ -43,6 +46,7 @@ def test_cancel_while_queued_is_cancelled_not_started_at_once() -> None:
     assert decision.commands == ()
 
 
+@pytest.mark.rule("C11", "C14")
 def test_cancel_while_queued_after_refusals_is_not_started() -> None:
     """C11/C14: every earlier attempt was refused: still NOT_STARTED."""
     before = queued(attempt_count=1, last_event_sequence=3)
@@ -50,6 +54,7 @@ def test_cancel_while_queued_after_refusals_is_not_started() -> None:
     assert record.execution is Execution.NOT_STARTED
 
 
+@pytest.mark.rule("C11")
 def test_cancel_while_dispatching_is_stored_then_acted_on_after_acknowledgement() -> None:
     """C11: stored while DISPATCHING (no state change); RUNNING then CANCELLING + Cancel."""
     rows = (attempt(1, AttemptOutcome.PENDING),)
@@ -65,6 +70,7 @@ def test_cancel_while_dispatching_is_stored_then_acted_on_after_acknowledgement(
     assert decision.commands == (cmd.Cancel(RUNNER, INC_A, running.fencing_token),)
 
 
+@pytest.mark.rule("C11", "C14")
 def test_cancel_while_dispatching_then_refused_is_cancelled_not_started() -> None:
     """C11/C14: the stored cancel meets an all-refused history: CANCELLED, NOT_STARTED."""
     rows = (attempt(1, AttemptOutcome.PENDING),)
@@ -73,6 +79,7 @@ def test_cancel_while_dispatching_then_refused_is_cancelled_not_started() -> Non
     assert final.state is OpState.CANCELLED and final.execution is Execution.NOT_STARTED
 
 
+@pytest.mark.rule("C11")
 def test_cancel_while_dispatching_then_unknown_cancels_the_bound_incarnation() -> None:
     """C11: the stored cancel after an unknown Dispatch: CANCELLING, Cancel bound to I."""
     rows = (attempt(1, AttemptOutcome.PENDING),)
@@ -84,6 +91,7 @@ def test_cancel_while_dispatching_then_unknown_cancels_the_bound_incarnation() -
     assert decision.commands == (cmd.Cancel(RUNNER, INC_A, unknown.fencing_token),)
 
 
+@pytest.mark.rule("C11")
 def test_cancel_after_dispatch_sends_cancel_to_the_bound_incarnation() -> None:
     """C11: RUNNING -> CANCELLING, Cancel carries the bound incarnation."""
     record, decision = step(bound(OpState.RUNNING), CancelRequested(), ctx(attempt(1)))
@@ -91,6 +99,7 @@ def test_cancel_after_dispatch_sends_cancel_to_the_bound_incarnation() -> None:
     assert decision.commands == (cmd.Cancel(RUNNER, INC_A, record.fencing_token),)
 
 
+@pytest.mark.rule("C11")
 def test_second_cancel_changes_nothing() -> None:
     """C11: the first stop reason wins and is stored once."""
     before = bound(OpState.CANCELLING, cancel_requested=True, stop_reason=StopReason.CANCEL)
@@ -98,12 +107,14 @@ def test_second_cancel_changes_nothing() -> None:
     assert decision.change is None and decision.commands == ()
 
 
+@pytest.mark.rule("C10", "C11")
 def test_cancel_of_a_terminal_operation_changes_nothing() -> None:
     """C10/C11: a finished operation stays as it is."""
     before = bound(OpState.SUCCEEDED, execution=Execution.STARTED, released=True)
     assert decide(before, CancelRequested(), ctx(attempt(1))).change is None
 
 
+@pytest.mark.rule("C11", "C14")
 def test_tombstone_reply_settles_cancelled_not_started() -> None:
     """C11/C14: the runner tombstoned the id on the bound incarnation: NOT_STARTED."""
     before = bound(OpState.CANCELLING, acknowledged=False, cancel_requested=True)
@@ -111,6 +122,7 @@ def test_tombstone_reply_settles_cancelled_not_started() -> None:
     assert record.state is OpState.CANCELLED and record.execution is Execution.NOT_STARTED
 
 
+@pytest.mark.rule("C11")
 def test_cancel_that_lost_the_race_keeps_succeeded_and_shows_the_request() -> None:
     """C11: a turn that finished first stays SUCCEEDED; cancel_requested stays visible."""
     before = bound(OpState.CANCELLING, cancel_requested=True, stop_reason=StopReason.CANCEL)
@@ -119,6 +131,7 @@ def test_cancel_that_lost_the_race_keeps_succeeded_and_shows_the_request() -> No
     assert record.state is OpState.SUCCEEDED and record.cancel_requested
 
 
+@pytest.mark.rule("C11")
 def test_cancel_reply_still_running_waits() -> None:
     """C11: the runner's settlement decides; a still-running row changes nothing."""
     before = bound(OpState.CANCELLING, cancel_requested=True)
@@ -126,6 +139,7 @@ def test_cancel_reply_still_running_waits() -> None:
     assert decision.change is None
 
 
+@pytest.mark.rule("C8a", "C11")
 def test_cancel_reply_from_another_incarnation_is_checked_by_status() -> None:
     """C8a/C11: a Cancel reply counts only for the incarnation it names."""
     before = bound(OpState.CANCELLING, cancel_requested=True, acknowledged=False)
@@ -134,6 +148,7 @@ def test_cancel_reply_from_another_incarnation_is_checked_by_status() -> None:
     assert decision.commands == (cmd.Preflight(RUNNER),)
 
 
+@pytest.mark.rule("C11")
 def test_unacknowledged_absent_while_cancelling_is_cancelled_again() -> None:
     """C11: never acknowledged and absent on the same incarnation: Cancel again (tombstone)."""
     before = bound(OpState.CANCELLING, cancel_requested=True, acknowledged=False)
@@ -142,6 +157,7 @@ def test_unacknowledged_absent_while_cancelling_is_cancelled_again() -> None:
     assert decision.commands == (cmd.Cancel(RUNNER, INC_A, before.fencing_token),)
 
 
+@pytest.mark.rule("C11", "C9")
 def test_acknowledged_absent_while_cancelling_is_a_protocol_error() -> None:
     """C11/C9: only an acknowledged operation that vanishes is a PROTOCOL_ERROR."""
     before = bound(OpState.CANCELLING, cancel_requested=True, acknowledged=True)
@@ -150,6 +166,7 @@ def test_acknowledged_absent_while_cancelling_is_a_protocol_error() -> None:
     assert record.error_reason == "ACKNOWLEDGED_OPERATION_DISAPPEARED"
 
 
+@pytest.mark.rule("C9", "C11")
 def test_cancel_refused_for_incarnation_mismatch_checks_status() -> None:
     """C9/C11: the runner restarted under a Cancel: find out by status."""
     before = bound(OpState.CANCELLING, cancel_requested=True)
@@ -157,6 +174,7 @@ def test_cancel_refused_for_incarnation_mismatch_checks_status() -> None:
     assert decision.commands == (cmd.Preflight(RUNNER),)
 
 
+@pytest.mark.rule("C7", "C11")
 def test_cancel_without_answer_backs_off() -> None:
     """C7/C11: an unanswered Cancel is retried later (the status poll re-sends it)."""
     before = bound(OpState.CANCELLING, cancel_requested=True)
@@ -164,6 +182,7 @@ def test_cancel_without_answer_backs_off() -> None:
     assert decision.change is None and isinstance(decision.commands[0], cmd.ScheduleAt)
 
 
+@pytest.mark.rule("C8", "C11")
 def test_unacknowledged_cancelling_keeps_the_reconcile_deadline() -> None:
     """C8/C11: an unacknowledged CANCELLING still ends at the reconcile deadline (UNKNOWN)."""
     rows = (attempt(1),)
@@ -176,6 +195,7 @@ def test_unacknowledged_cancelling_keeps_the_reconcile_deadline() -> None:
     assert record.execution is Execution.UNKNOWN
 
 
+@pytest.mark.rule("C9", "C11")
 def test_acknowledged_cancelling_has_no_reconcile_deadline() -> None:
     """C9/C11: an acknowledged operation waits for its runner; only its settlement ends it."""
     before = bound(OpState.CANCELLING, cancel_requested=True, acknowledged=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
+import pytest
+
 from coordinator_svc.core import commands as cmd
 from coordinator_svc.core.decide import decide
 from coordinator_svc.core.events import DispatchRefused, Tick
@@ -18,6 +20,7 @@ def refused(number: int, reason: str) -> AttemptRecord:
     )
 
 
+@pytest.mark.rule("C6a")
 def test_capacity_refusals_never_count_toward_max_attempts() -> None:
     """C6a: five NO_FREE_SLOT refusals with max_attempts=2: still sent again."""
     rows = tuple(refused(n, "NO_FREE_SLOT") for n in range(1, 6))
@@ -26,6 +29,7 @@ def test_capacity_refusals_never_count_toward_max_attempts() -> None:
     assert record.state is OpState.DISPATCHING and record.attempt_count == 6
 
 
+@pytest.mark.rule("C6a")
 def test_other_definite_refusals_still_count() -> None:
     """C6a, §3 max_attempts: any other definite refusal counts as before."""
     rows = (refused(1, "STORE_WRITE_FAILED"), refused(2, "INCARNATION_MISMATCH"))
@@ -34,6 +38,7 @@ def test_other_definite_refusals_still_count() -> None:
     assert record.state is OpState.TIMED_OUT and record.error_reason == "MAX_ATTEMPTS_EXCEEDED"
 
 
+@pytest.mark.rule("C6", "C6a")
 def test_a_full_runner_sends_the_turn_back_to_wait_with_its_reason() -> None:
     """C6, C6a: back to QUEUED unbound, the event names what it waits for, capped backoff."""
     earlier = tuple(refused(n, "SHUTTING_DOWN") for n in range(1, 10))
@@ -53,6 +58,7 @@ def test_a_full_runner_sends_the_turn_back_to_wait_with_its_reason() -> None:
     assert after.next_action_at <= NOW + timedelta(seconds=context.backoff_max)
 
 
+@pytest.mark.rule("C6a", "C14")
 def test_a_queued_turn_past_its_deadline_ends_timed_out_not_started() -> None:
     """C6a, C14: the coordinator enforces the turn's deadline on a waiting turn: NOT_STARTED."""
     rows = (refused(1, "NO_FREE_SLOT"),)
@@ -64,6 +70,7 @@ def test_a_queued_turn_past_its_deadline_ends_timed_out_not_started() -> None:
     assert not any(isinstance(c, cmd.Preflight) for c in decision.commands)
 
 
+@pytest.mark.rule("C6a")
 def test_a_waiting_turn_looks_again_no_later_than_its_deadline() -> None:
     """C6a: the wait is scheduled no later than the turn's deadline."""
     soon = NOW + timedelta(milliseconds=10)
@@ -72,6 +79,7 @@ def test_a_waiting_turn_looks_again_no_later_than_its_deadline() -> None:
     assert decision.commands == (cmd.ScheduleAt(soon),)
 
 
+@pytest.mark.rule("C14")
 def test_a_queued_turn_past_its_queue_timeout_ends_timed_out_queue_timeout() -> None:
     """Issue 9: the queue timeout ends a turn that waited QUEUED too long: NOT_STARTED (C14)."""
     before = queued()

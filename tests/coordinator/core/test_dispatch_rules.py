@@ -45,6 +45,7 @@ def dispatching(attempts: int = 1, **fields: Any) -> Any:
     return bound(OpState.DISPATCHING, attempts, **fields)
 
 
+@pytest.mark.rule("C5", "R3")
 def test_accepted_running_row_acknowledges() -> None:
     """C5/R3: an acknowledged Dispatch moves DISPATCHING -> RUNNING and closes the attempt."""
     record, decision = step(
@@ -56,6 +57,7 @@ def test_accepted_running_row_acknowledges() -> None:
     assert decision.change.attempt_updates[0].outcome is AttemptOutcome.ACCEPTED
 
 
+@pytest.mark.rule("C10")
 def test_accepted_with_a_finished_row_goes_terminal_directly() -> None:
     """C10 fast path: DISPATCHING -> SUCCEEDED in one commit, then Release."""
     done = row(R.SUCCEEDED, Execution.STARTED, result=b"r")
@@ -66,6 +68,7 @@ def test_accepted_with_a_finished_row_goes_terminal_directly() -> None:
     assert decision.commands == (cmd.Release(RUNNER, INC_A, record.fencing_token),)
 
 
+@pytest.mark.rule("R2")
 def test_reply_with_another_envelope_digest_is_a_protocol_error() -> None:
     """R2: the runner's row must carry our envelope digest."""
     bad = dataclasses.replace(row(R.RUNNING, Execution.STARTED), envelope_digest="0" * 64)
@@ -74,6 +77,7 @@ def test_reply_with_another_envelope_digest_is_a_protocol_error() -> None:
     assert record.error_reason == "ENVELOPE_MISMATCH"
 
 
+@pytest.mark.rule("C6")
 @pytest.mark.parametrize("reason", DEFINITE)
 def test_definite_refusal_of_a_first_attempt_requeues_with_backoff(reason: str) -> None:
     """C6: a typed refusal of the only attempt: REFUSED, back to QUEUED unbound, backoff."""
@@ -87,6 +91,7 @@ def test_definite_refusal_of_a_first_attempt_requeues_with_backoff(reason: str) 
     assert decision.commands == ()
 
 
+@pytest.mark.rule("C6", "C8")
 @pytest.mark.parametrize("reason", DEFINITE)
 def test_refusal_after_an_unresolved_attempt_stays_bound_and_unknown(reason: str) -> None:
     """C6: an earlier attempt is unresolved: DISPATCH_UNKNOWN, same runner, C8 decides."""
@@ -107,6 +112,7 @@ def test_refusal_after_an_unresolved_attempt_stays_bound_and_unknown(reason: str
         assert decision.again
 
 
+@pytest.mark.rule("C6", "C8")
 def test_incarnation_mismatch_after_an_unresolved_attempt_ends_incarnation_changed() -> None:
     """C6 + C8: after INCARNATION_MISMATCH the preflight sees a new incarnation: TIMED_OUT."""
     rows = (attempt(1), attempt(2, AttemptOutcome.PENDING))
@@ -121,6 +127,7 @@ def test_incarnation_mismatch_after_an_unresolved_attempt_ends_incarnation_chang
     assert decision.commands == ()
 
 
+@pytest.mark.rule("C6", "C14")
 def test_all_attempts_refused_keeps_not_started() -> None:
     """C6/C14: every attempt definitely refused: QUEUED again, NOT_STARTED."""
     rows = (attempt(1, AttemptOutcome.REFUSED), attempt(2, AttemptOutcome.PENDING))
@@ -128,6 +135,7 @@ def test_all_attempts_refused_keeps_not_started() -> None:
     assert record.state is OpState.QUEUED and record.execution is Execution.NOT_STARTED
 
 
+@pytest.mark.rule("R2", "C6")
 def test_envelope_mismatch_is_a_protocol_error() -> None:
     """R2/C6: ENVELOPE_MISMATCH -> PROTOCOL_ERROR."""
     record, _ = step(dispatching(), DispatchRefused(1, "ENVELOPE_MISMATCH", INC_A), ctx(PENDING_1))
@@ -135,6 +143,7 @@ def test_envelope_mismatch_is_a_protocol_error() -> None:
     assert record.error_reason == "ENVELOPE_MISMATCH"
 
 
+@pytest.mark.rule("C6")
 def test_envelope_invalid_is_rejected() -> None:
     """C6: ENVELOPE_INVALID -> REJECTED (DISPATCH_REJECTED), nothing ran."""
     record, _ = step(dispatching(), DispatchRefused(1, "ENVELOPE_INVALID", INC_A), ctx(PENDING_1))
@@ -143,6 +152,7 @@ def test_envelope_invalid_is_rejected() -> None:
     assert record.execution is Execution.NOT_STARTED
 
 
+@pytest.mark.rule("R5", "C14")
 def test_cancelled_before_dispatch_settles_cancelled_not_started() -> None:
     """R5/C14: a tombstone refused the Dispatch: CANCELLED, NOT_STARTED."""
     record, _ = step(
@@ -152,6 +162,7 @@ def test_cancelled_before_dispatch_settles_cancelled_not_started() -> None:
     assert record.execution is Execution.NOT_STARTED
 
 
+@pytest.mark.rule("C7")
 @pytest.mark.parametrize("reason", ["STORE_UNAVAILABLE", "EXECUTOR_UNAVAILABLE", "SOMETHING"])
 def test_other_typed_errors_are_unknown(reason: str) -> None:
     """C7: only the definite reasons are refusals; anything else leaves the attempt unknown."""
@@ -159,6 +170,7 @@ def test_other_typed_errors_are_unknown(reason: str) -> None:
     assert record.state is OpState.DISPATCH_UNKNOWN
 
 
+@pytest.mark.rule("C7")
 def test_transport_failure_is_unknown() -> None:
     """C7: a deadline or UNAVAILABLE is never proof that nothing ran."""
     record, decision = step(dispatching(), DispatchUnknown(1, "DEADLINE_EXCEEDED"), ctx(PENDING_1))
@@ -170,6 +182,7 @@ def test_transport_failure_is_unknown() -> None:
     assert decision.again and "ambiguous" in decision.tags
 
 
+@pytest.mark.rule("C8a")
 def test_reply_for_an_older_attempt_is_discarded() -> None:
     """C8a: a reply counts only on the call that asked for it."""
     decision = decide(
@@ -180,6 +193,7 @@ def test_reply_for_an_older_attempt_is_discarded() -> None:
     assert decision.change is None and decision.commands == ()
 
 
+@pytest.mark.rule("C8a", "C12")
 def test_reply_after_the_operation_left_dispatching_is_discarded() -> None:
     """C8a/C12: after a restart turned it DISPATCH_UNKNOWN, the old call's reply is dropped."""
     decision = decide(bound(OpState.DISPATCH_UNKNOWN), DispatchUnknown(1, "late"), ctx(attempt(1)))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from coordinator_svc.core import commands as cmd
 from coordinator_svc.core.decide import decide
 from coordinator_svc.core.events import (
@@ -44,6 +46,7 @@ STARTED_ROW = row(R.RUNNING, Execution.STARTED)
 # --- b. the runner's confirmed start is recorded ----------------------------------
 
 
+@pytest.mark.rule("R3", "C14")
 def test_watch_report_of_the_confirmed_start_is_recorded_while_running() -> None:
     """R3/C14: RUNNING keeps no UNKNOWN the runner has resolved: STARTED, no event."""
     before = bound(OpState.RUNNING)
@@ -55,6 +58,7 @@ def test_watch_report_of_the_confirmed_start_is_recorded_while_running() -> None
     assert again.change is None
 
 
+@pytest.mark.rule("R3")
 def test_confirmed_start_is_recorded_while_cancelling() -> None:
     """R3: a CANCELLING operation records the start the watch reports."""
     before = bound(OpState.CANCELLING, cancel_requested=True, stop_reason=StopReason.CANCEL)
@@ -62,6 +66,7 @@ def test_confirmed_start_is_recorded_while_cancelling() -> None:
     assert record.state is OpState.CANCELLING and record.execution is Execution.STARTED
 
 
+@pytest.mark.rule("R3")
 def test_status_poll_folds_the_confirmed_start_into_its_own_write() -> None:
     """R3: the fallback poll already writes its schedule; STARTED rides on that write."""
     before = bound(OpState.RUNNING)
@@ -71,6 +76,7 @@ def test_status_poll_folds_the_confirmed_start_into_its_own_write() -> None:
     assert decision.change is not None and decision.change.event is None
 
 
+@pytest.mark.rule("C9", "C14")
 def test_recorded_start_survives_a_later_incarnation_change() -> None:
     """C9/C14: STARTED was known, so the changed incarnation ends STARTED, not UNKNOWN."""
     running, _ = step(
@@ -84,6 +90,7 @@ def test_recorded_start_survives_a_later_incarnation_change() -> None:
 # --- c. giving up proves NOT_STARTED by a tombstone where it can -----------------
 
 
+@pytest.mark.rule("C14", "R5")
 def test_max_attempts_on_a_reachable_incarnation_tombstones_before_giving_up() -> None:
     """C14/R5: absent on the bound incarnation, no attempt left: Cancel first, no write."""
     before = bound(OpState.DISPATCH_UNKNOWN, 2, max_attempts=2)
@@ -101,6 +108,7 @@ def test_max_attempts_on_a_reachable_incarnation_tombstones_before_giving_up() -
     assert record.execution is Execution.NOT_STARTED
 
 
+@pytest.mark.rule("C8b", "R5")
 def test_the_give_up_tombstone_seen_first_decides_as_the_reply_would() -> None:
     """C8b, R5 (regression, issue 9): the give-up Cancel's tombstone reached the watch
     stream before the Cancel's reply did, and was adopted as CANCELLED, which nobody
@@ -123,6 +131,7 @@ def test_the_give_up_tombstone_seen_first_decides_as_the_reply_would() -> None:
             assert after.change is None and "alarm" not in after.tags, after
 
 
+@pytest.mark.rule("C8b")
 def test_a_give_up_tombstone_past_the_reconcile_deadline_says_so() -> None:
     """C8b: attempts left, so the give-up was the reconcile deadline's."""
     before = bound(OpState.DISPATCH_UNKNOWN, 1, max_attempts=5)
@@ -132,6 +141,7 @@ def test_a_give_up_tombstone_past_the_reconcile_deadline_says_so() -> None:
     assert record.execution is Execution.NOT_STARTED
 
 
+@pytest.mark.rule("C14")
 def test_give_up_cancel_without_an_answer_ends_unknown_as_before() -> None:
     """C14: no tombstone, no proof: TIMED_OUT with execution UNKNOWN."""
     before = bound(OpState.DISPATCH_UNKNOWN, 2, max_attempts=2)
@@ -144,6 +154,7 @@ def test_give_up_cancel_without_an_answer_ends_unknown_as_before() -> None:
     assert record.execution is Execution.UNKNOWN
 
 
+@pytest.mark.rule("C8")
 def test_give_up_cancel_that_finds_a_settled_row_adopts_it() -> None:
     """C8: the Cancel's reply names the bound incarnation: its settled row is the truth."""
     before = bound(OpState.DISPATCH_UNKNOWN, 2, max_attempts=2)
@@ -156,6 +167,7 @@ def test_give_up_cancel_that_finds_a_settled_row_adopts_it() -> None:
     assert record.state is OpState.SUCCEEDED and record.execution is Execution.STARTED
 
 
+@pytest.mark.rule("C8", "C11")
 def test_give_up_cancel_that_finds_a_live_row_follows_its_stop() -> None:
     """C8/C11: a delayed Dispatch got there first: it is being stopped; acknowledged."""
     before = bound(OpState.DISPATCH_UNKNOWN, 2, max_attempts=2)
@@ -169,6 +181,7 @@ def test_give_up_cancel_that_finds_a_live_row_follows_its_stop() -> None:
     assert not record.cancel_requested
 
 
+@pytest.mark.rule("C8", "C14")
 def test_reconcile_deadline_tombstones_before_giving_up() -> None:
     """C8/C14: at the deadline, one Cancel to the bound incarnation; a tombstone proves it."""
     before = bound(OpState.DISPATCH_UNKNOWN, unknown_since=NOW - timedelta(seconds=60))
@@ -183,6 +196,7 @@ def test_reconcile_deadline_tombstones_before_giving_up() -> None:
     assert record.execution is Execution.NOT_STARTED
 
 
+@pytest.mark.rule("C8")
 def test_unreachable_past_the_deadline_tries_the_tombstone_once() -> None:
     """C8: a failed preflight past the deadline: one Cancel; its failure ends UNKNOWN."""
     before = bound(OpState.DISPATCH_UNKNOWN, unknown_since=NOW - timedelta(seconds=60))
@@ -194,6 +208,7 @@ def test_unreachable_past_the_deadline_tries_the_tombstone_once() -> None:
     assert record.state is OpState.TIMED_OUT and record.execution is Execution.UNKNOWN
 
 
+@pytest.mark.rule("C14")
 def test_never_automatic_absent_on_the_bound_incarnation_tombstones() -> None:
     """§3 NEVER_AUTOMATIC/C14: no replay, but absence + tombstone proves NOT_STARTED."""
     before = bound(OpState.DISPATCH_UNKNOWN, replay_policy=ReplayPolicy.NEVER_AUTOMATIC)
@@ -204,6 +219,7 @@ def test_never_automatic_absent_on_the_bound_incarnation_tombstones() -> None:
     assert record.state is OpState.TIMED_OUT and record.execution is Execution.NOT_STARTED
 
 
+@pytest.mark.rule("C14")
 def test_attempt_on_another_incarnation_cannot_be_proven_so_no_cancel() -> None:
     """C14: a tombstone on I speaks only for I; an attempt to a dead one stays UNKNOWN."""
     before = bound(OpState.DISPATCH_UNKNOWN, 2, max_attempts=2)
@@ -213,6 +229,7 @@ def test_attempt_on_another_incarnation_cannot_be_proven_so_no_cancel() -> None:
     assert decision.commands == ()
 
 
+@pytest.mark.rule("C8a")
 def test_give_up_cancel_reply_after_the_operation_moved_on_changes_nothing() -> None:
     """C8a: the give-up reply counts only while the operation still waits for it."""
     moved = bound(OpState.RUNNING)
@@ -224,6 +241,7 @@ def test_give_up_cancel_reply_after_the_operation_moved_on_changes_nothing() -> 
 # --- d. the stop reason says what stopped the turn -------------------------------
 
 
+@pytest.mark.rule("C11", "R6")
 def test_cancel_that_lost_the_race_records_no_stop_reason() -> None:
     """C11/R6: SUCCEEDED after a cancel: cancel_requested shows it, no stop reason."""
     before = bound(OpState.CANCELLING, cancel_requested=True, stop_reason=StopReason.CANCEL)
@@ -233,6 +251,7 @@ def test_cancel_that_lost_the_race_records_no_stop_reason() -> None:
     assert record.stop_reason is None
 
 
+@pytest.mark.rule("R6", "R8")
 def test_turn_that_finished_during_a_drain_shows_no_shutdown() -> None:
     """R6/R8: the drain asked it to stop, it finished on its own: no stop reason."""
     done = row(R.SUCCEEDED, Execution.STARTED, result=b"x", stop_reason=StopReason.SHUTDOWN)
@@ -240,6 +259,7 @@ def test_turn_that_finished_during_a_drain_shows_no_shutdown() -> None:
     assert record.state is OpState.SUCCEEDED and record.stop_reason is None
 
 
+@pytest.mark.rule("R6")
 def test_stop_reason_that_stopped_the_turn_is_kept() -> None:
     """R6: the runner's first stop reason decided the outcome: it is the reported one."""
     stopped = row(R.CANCELLED, Execution.STARTED, stop_reason=StopReason.SHUTDOWN)
@@ -252,6 +272,7 @@ def test_stop_reason_that_stopped_the_turn_is_kept() -> None:
     assert record.state is OpState.CANCELLED and record.stop_reason is StopReason.CANCEL
 
 
+@pytest.mark.rule("R6")
 def test_failure_on_its_own_after_a_lost_cancel_records_no_stop_reason() -> None:
     """R6: the runner never got the cancel and the turn failed by itself."""
     before = bound(OpState.CANCELLING, cancel_requested=True, stop_reason=StopReason.CANCEL)
@@ -260,6 +281,7 @@ def test_failure_on_its_own_after_a_lost_cancel_records_no_stop_reason() -> None
     assert record.state is OpState.FAILED and record.stop_reason is None
 
 
+@pytest.mark.rule("C6", "C14")
 def test_dispatch_too_large_for_the_runner_is_rejected_not_started() -> None:
     """C6/C14: a Dispatch over the runner's receive limit never reached it: refused for
     good (REJECTED, DISPATCH_REJECTED), NOT_STARTED, never replayed."""

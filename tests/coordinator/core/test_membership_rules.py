@@ -36,6 +36,7 @@ def member(endpoint: RunnerEndpoint = R1, sequence: int = 1) -> MembershipRecord
     return added(endpoint, "ops", "why", NOW, sequence)
 
 
+@pytest.mark.rule("M2")
 def test_adding_a_new_or_removed_name_stores_the_same_fields_replay_others_conflict() -> None:
     """M2: never seen or removed: store; the live member's fields: replay; other
     fields (address, pool or kinds): RUNNER_CONFLICT."""
@@ -52,6 +53,7 @@ def test_adding_a_new_or_removed_name_stores_the_same_fields_replay_others_confl
         assert add_outcome(live, other) is MemberRefusal.RUNNER_CONFLICT
 
 
+@pytest.mark.rule("M3", "M4")
 def test_removal_needs_a_drain_and_no_bound_turn_unless_forced() -> None:
     """M3/M4: NOT_DRAINED before HAS_TURNS; force skips both; no member or another
     generation is NOT_FOUND; the recorded removal asked again is a replay."""
@@ -78,6 +80,7 @@ def test_removal_needs_a_drain_and_no_bound_turn_unless_forced() -> None:
     assert not removal_replayed(gone, 3) and not removal_replayed(live, 0)
 
 
+@pytest.mark.rule("M8")
 def test_flags_add_only_names_the_journal_never_saw() -> None:
     """M8: unseen: added; agreeing: nothing; removed: not re-added (reported);
     disagreeing with the live member: a conflict (the start is refused)."""
@@ -97,6 +100,7 @@ def test_flags_add_only_names_the_journal_never_saw() -> None:
     )
 
 
+@pytest.mark.rule("M5", "M7")
 def test_a_name_added_again_is_closed_and_built_anew() -> None:
     """M5/M7: members differ by every field, generation included: a new generation
     of a name is one member removed and one added, never carried over."""
@@ -106,6 +110,7 @@ def test_a_name_added_again_is_closed_and_built_anew() -> None:
     assert not membership_change((first,), (first,))
 
 
+@pytest.mark.rule("M2")
 def test_runner_fields_are_checked_alike_for_flags_and_calls() -> None:
     """M2: a name, a HOST:PORT address (port 1..65535), a pool, at least one kind;
     the error names the field."""
@@ -133,6 +138,7 @@ def gone(command: str, asked: int = 1, sequence: int | None = None) -> NotAMembe
     return NotAMember(RUNNER, command, asked, sequence)
 
 
+@pytest.mark.rule("M6", "C6")
 @pytest.mark.parametrize("state", [OpState.DISPATCH_UNKNOWN, OpState.RUNNING, OpState.CANCELLING])
 def test_a_turn_bound_to_a_runner_that_left_ends_timed_out_never_not_started(
     state: OpState,
@@ -147,6 +153,7 @@ def test_a_turn_bound_to_a_runner_that_left_ends_timed_out_never_not_started(
     assert not [c for c in decision.commands if isinstance(c, (cmd.Dispatch, cmd.Preflight))]
 
 
+@pytest.mark.rule("M6", "C14")
 def test_a_confirmed_start_stays_started_when_its_runner_left() -> None:
     """M6, C14: a start the runner confirmed stays STARTED."""
     before = bound(OpState.RUNNING, execution=Execution.STARTED)
@@ -154,6 +161,7 @@ def test_a_confirmed_start_stays_started_when_its_runner_left() -> None:
     assert (record.state, record.execution) == (OpState.TIMED_OUT, Execution.STARTED)
 
 
+@pytest.mark.rule("M6", "C6")
 def test_a_dispatch_never_sent_sends_the_turn_back_to_route_elsewhere() -> None:
     """M6, C6: written ahead but not sent (its runner left): refused, not counted
     toward max_attempts, QUEUED and unbound, NOT_STARTED."""
@@ -163,6 +171,7 @@ def test_a_dispatch_never_sent_sends_the_turn_back_to_route_elsewhere() -> None:
     assert record.execution is Execution.NOT_STARTED
 
 
+@pytest.mark.rule("M6", "C6")
 def test_a_dispatch_never_sent_after_an_unresolved_one_stays_bound() -> None:
     """M6, C6: an earlier attempt may have reached it: DISPATCH_UNKNOWN, still bound,
     and the next look ends it (never routed to another runner)."""
@@ -172,6 +181,7 @@ def test_a_dispatch_never_sent_after_an_unresolved_one_stays_bound() -> None:
     assert record.state is OpState.DISPATCH_UNKNOWN and record.runner == RUNNER
 
 
+@pytest.mark.rule("M6", "K6")
 def test_a_release_owed_to_a_runner_that_left_is_recorded_released() -> None:
     """M6, K6: a Release that cannot be sent is not owed for ever."""
     before = bound(OpState.SUCCEEDED, released=False, finished_at=NOW)
@@ -179,6 +189,7 @@ def test_a_release_owed_to_a_runner_that_left_is_recorded_released() -> None:
     assert record.released and record.state is OpState.SUCCEEDED and not decision.commands
 
 
+@pytest.mark.rule("M6", "C8a")
 def test_stale_or_unbound_answers_change_nothing() -> None:
     """M6, C8a: a QUEUED turn (a grant raced the removal), an older attempt's
     command, a status asked before the latest transition: nothing."""

@@ -60,6 +60,7 @@ def test_never_automatic_still_resolves_by_preflight() -> None:
     assert record.state is OpState.SUCCEEDED
 
 
+@pytest.mark.rule("C6")
 def test_never_automatic_may_send_after_definite_refusals() -> None:
     """§3 NEVER_AUTOMATIC/C6: refused attempts never ran; a fresh first send is allowed."""
     before = queued(
@@ -79,6 +80,7 @@ def test_safe_policy_dispatches_again_to_the_new_incarnation() -> None:
     assert "replay" in decision.tags
 
 
+@pytest.mark.rule("C14")
 def test_safe_policy_success_after_an_unknown_attempt_is_started() -> None:
     """C14 join: a confirmed start on the new incarnation makes execution STARTED."""
     before = bound(
@@ -103,6 +105,7 @@ def test_max_attempts_bounds_every_policy(policy: ReplayPolicy) -> None:
     assert decision.commands == ()
 
 
+@pytest.mark.rule("C14")
 def test_max_attempts_after_only_refusals_is_not_started() -> None:
     """§3/C14: out of attempts, but every one was refused: NOT_STARTED."""
     before = queued(attempt_count=2, max_attempts=2, last_event_sequence=5)
@@ -112,6 +115,7 @@ def test_max_attempts_after_only_refusals_is_not_started() -> None:
     assert record.execution is Execution.NOT_STARTED
 
 
+@pytest.mark.rule("C12")
 def test_restart_turns_dispatching_into_dispatch_unknown() -> None:
     """C12: on start every DISPATCHING row becomes DISPATCH_UNKNOWN (attempt UNKNOWN)."""
     before = bound(OpState.DISPATCHING)
@@ -121,12 +125,14 @@ def test_restart_turns_dispatching_into_dispatch_unknown() -> None:
     assert decision.change.attempt_updates[0].outcome is AttemptOutcome.UNKNOWN
 
 
+@pytest.mark.rule("C12")
 @pytest.mark.parametrize("state", [s for s in OpState if s is not OpState.DISPATCHING])
 def test_restart_leaves_every_other_state_alone(state: OpState) -> None:
     """C12: everything else resumes as it is."""
     assert decide(bound(state), Restarted(), ctx(attempt(1))).change is None
 
 
+@pytest.mark.rule("C7")
 def test_tick_abandoned_dispatch_is_unknown() -> None:
     """C7: a DISPATCHING row whose send never reported back is ambiguous, never retried blind."""
     before = bound(OpState.DISPATCHING, last_attempt_at=NOW.replace(hour=11))
@@ -138,6 +144,7 @@ def succeeded() -> OperationRecord:
     return bound(OpState.SUCCEEDED, execution=Execution.STARTED, result=b"r", released=True)
 
 
+@pytest.mark.rule("C10")
 def test_identical_terminal_report_is_a_no_op() -> None:
     """C10: a repeated identical report changes nothing."""
     done = row(R.SUCCEEDED, Execution.STARTED, result=b"r", released=True)
@@ -145,6 +152,7 @@ def test_identical_terminal_report_is_a_no_op() -> None:
     assert decision.change is None and decision.commands == ()
 
 
+@pytest.mark.rule("C10", "R9")
 def test_released_row_with_an_emptied_result_is_not_a_conflict() -> None:
     """C10/R9: regression: a released row's emptied result raised TERMINAL_CONFLICT alarms."""
     released = row(R.SUCCEEDED, Execution.STARTED, result=b"", released=True)
@@ -152,6 +160,7 @@ def test_released_row_with_an_emptied_result_is_not_a_conflict() -> None:
     assert decision.change is None and decision.commands == ()
 
 
+@pytest.mark.rule("C10")
 def test_conflicting_terminal_report_is_an_alarm_and_changes_nothing() -> None:
     """C10: a conflicting report is recorded as a protocol alarm; the state stays."""
     failed = row(R.FAILED, Execution.STARTED, released=True)
@@ -161,6 +170,7 @@ def test_conflicting_terminal_report_is_an_alarm_and_changes_nothing() -> None:
     assert "alarm" in decision.tags
 
 
+@pytest.mark.rule("C10")
 def test_unreleased_settled_row_of_a_terminal_operation_is_released() -> None:
     """C10: a Release lost to a crash or the network is re-sent when the row shows up."""
     done = row(R.SUCCEEDED, Execution.STARTED, result=b"r", released=False)
@@ -168,6 +178,7 @@ def test_unreleased_settled_row_of_a_terminal_operation_is_released() -> None:
     assert decision.commands == (cmd.Release(RUNNER, INC_A, 1),)
 
 
+@pytest.mark.rule("C10")
 def test_terminal_not_yet_released_is_released_then_recorded() -> None:
     """C10: after the terminal write the runner is told to release; then it is recorded."""
     before = bound(OpState.FAILED, execution=Execution.STARTED, released=False)
@@ -177,6 +188,7 @@ def test_terminal_not_yet_released_is_released_then_recorded() -> None:
     assert record.released and record.state is OpState.FAILED
 
 
+@pytest.mark.rule("C10")
 @pytest.mark.parametrize("terminal", [s for s in OpState if s.terminal])
 def test_terminal_states_have_no_outgoing_edge(terminal: OpState) -> None:
     """C10/§2: an illegal transition raises and changes nothing."""
@@ -194,6 +206,7 @@ def test_illegal_edge_is_refused_by_the_journal_rules() -> None:
         rules.prepare_change(bogus)
 
 
+@pytest.mark.rule("C13")
 def test_every_transition_carries_its_event() -> None:
     """C13: a state change appends an event with the next sequence and both states."""
     _record, decision = step(queued(), answer(None, asked=0), ctx())
@@ -206,6 +219,7 @@ def test_every_transition_carries_its_event() -> None:
     )
 
 
+@pytest.mark.rule("C13")
 def test_refused_attempt_row_records_the_reason() -> None:
     """C13: the attempt row is closed with its outcome and detail."""
     _record, decision = step(
@@ -218,6 +232,7 @@ def test_refused_attempt_row_records_the_reason() -> None:
     assert update.outcome is AttemptOutcome.REFUSED and "NO_FREE_SLOT" in update.detail
 
 
+@pytest.mark.rule("C10", "C8a")
 def test_later_incarnation_holding_an_unreleased_row_is_told_to_release() -> None:
     """C10/§6/C8a: a later incarnation's unreleased row is released, not compared."""
     other = row(R.FAILED, Execution.STARTED, INC_A, released=False)

@@ -29,6 +29,7 @@ from tests.coordinator.core.scenario import (
 )
 
 
+@pytest.mark.rule("C2")
 def test_queued_tick_asks_the_routed_runner_first() -> None:
     """C2: a QUEUED operation is preflighted on the chosen runner before any Dispatch."""
     decision = decide(queued(), Tick(route=RUNNER), ctx())
@@ -36,6 +37,7 @@ def test_queued_tick_asks_the_routed_runner_first() -> None:
     assert decision.commands == (cmd.Preflight(RUNNER),)
 
 
+@pytest.mark.rule("C2a", "C4")
 def test_never_sent_first_attempt_to_a_known_runner_goes_without_a_preflight() -> None:
     """C2a: attempt_count 0 and a live watch's identity: written ahead (C4) bound to
     that incarnation and store, and sent, with no status call."""
@@ -52,6 +54,7 @@ def test_never_sent_first_attempt_to_a_known_runner_goes_without_a_preflight() -
     assert isinstance(dispatch, cmd.Dispatch) and dispatch.incarnation_id == INC_B
 
 
+@pytest.mark.rule("C2a")
 def test_a_turn_sent_before_asks_first_even_when_the_runner_is_known() -> None:
     """C2a covers only a first attempt never sent: after any attempt (here one a full
     runner refused, so the turn is QUEUED again) a copy may still arrive: preflight."""
@@ -63,6 +66,7 @@ def test_a_turn_sent_before_asks_first_even_when_the_runner_is_known() -> None:
     assert decision.commands == (cmd.Preflight(RUNNER),)
 
 
+@pytest.mark.rule("C6")
 def test_queued_without_a_route_waits_for_the_schedulers_grant() -> None:
     """C6, issue 9: no route yet: nothing is written and nothing polls; the scheduler
     holds the turn and grants it a slot (a Tick with a route) when one frees."""
@@ -72,6 +76,7 @@ def test_queued_without_a_route_waits_for_the_schedulers_grant() -> None:
     assert decision.note == "waiting for a free slot"
 
 
+@pytest.mark.rule("C4", "C5")
 def test_absent_preflight_writes_the_attempt_ahead_then_dispatches() -> None:
     """C4/C5: attempt n+1 is recorded (DISPATCHING, runner, incarnation, store) before the send."""
     record, decision = step(queued(), answer(None, asked=0), ctx())
@@ -86,6 +91,7 @@ def test_absent_preflight_writes_the_attempt_ahead_then_dispatches() -> None:
     assert record.lease_owner == "replica-1"
 
 
+@pytest.mark.rule("C3")
 @pytest.mark.parametrize(
     ("runner_state", "execution", "expected"),
     [
@@ -106,6 +112,7 @@ def test_present_on_preflight_is_adopted_without_dispatch(
     assert record.acknowledged
 
 
+@pytest.mark.rule("C8")
 def test_unknown_present_same_incarnation_is_adopted_and_counted_reconciled() -> None:
     """C8: DISPATCH_UNKNOWN, same incarnation present: adopt (no resend)."""
     before = bound(OpState.DISPATCH_UNKNOWN)
@@ -117,6 +124,7 @@ def test_unknown_present_same_incarnation_is_adopted_and_counted_reconciled() ->
     assert decision.change.attempt_updates[0].outcome is AttemptOutcome.ACCEPTED
 
 
+@pytest.mark.rule("C8", "C10")
 def test_unknown_present_and_finished_goes_terminal_and_releases() -> None:
     """C8/C10: a finished row is adopted directly; the runner is told to release it."""
     before = bound(OpState.DISPATCH_UNKNOWN)
@@ -127,6 +135,7 @@ def test_unknown_present_and_finished_goes_terminal_and_releases() -> None:
     assert record.released
 
 
+@pytest.mark.rule("C8")
 def test_unknown_absent_same_incarnation_replays_exactly_to_it() -> None:
     """C8: same incarnation absent: replay, next attempt number, same runner and incarnation."""
     before = bound(OpState.DISPATCH_UNKNOWN)
@@ -138,6 +147,7 @@ def test_unknown_absent_same_incarnation_replays_exactly_to_it() -> None:
     assert record.unknown_since == before.unknown_since  # the ambiguity continues
 
 
+@pytest.mark.rule("C8")
 def test_unknown_changed_incarnation_times_out_without_any_dispatch() -> None:
     """C8: a different incarnation: TIMED_OUT INCARNATION_CHANGED, execution UNKNOWN, no send."""
     before = bound(OpState.DISPATCH_UNKNOWN)
@@ -148,6 +158,7 @@ def test_unknown_changed_incarnation_times_out_without_any_dispatch() -> None:
     assert decision.commands == ()
 
 
+@pytest.mark.rule("C8")
 def test_unreachable_runner_backs_off_before_the_deadline() -> None:
     """C8: unreachable: stay DISPATCH_UNKNOWN and retry with backoff."""
     before = bound(OpState.DISPATCH_UNKNOWN)
@@ -157,6 +168,7 @@ def test_unreachable_runner_backs_off_before_the_deadline() -> None:
     assert isinstance(schedule, cmd.ScheduleAt) and schedule.at > NOW
 
 
+@pytest.mark.rule("C8")
 def test_unreachable_runner_past_the_reconcile_deadline_times_out() -> None:
     """C8: the reconcile deadline ends the ambiguity: TIMED_OUT RECONCILE_DEADLINE, UNKNOWN."""
     before = bound(OpState.DISPATCH_UNKNOWN, unknown_since=NOW - timedelta(seconds=31))
@@ -168,6 +180,7 @@ def test_unreachable_runner_past_the_reconcile_deadline_times_out() -> None:
     assert record.execution is Execution.UNKNOWN
 
 
+@pytest.mark.rule("C8", "C14")
 def test_tick_past_the_reconcile_deadline_times_out() -> None:
     """C8: a due DISPATCH_UNKNOWN past its deadline ends without another status call
     (one Cancel asks for a tombstone first, C14; unanswered here)."""
@@ -178,12 +191,14 @@ def test_tick_past_the_reconcile_deadline_times_out() -> None:
     assert decision.commands == ()
 
 
+@pytest.mark.rule("C8")
 def test_tick_on_unknown_preflights_the_bound_runner() -> None:
     """C8: DISPATCH_UNKNOWN is resolved by a status call on the bound runner only."""
     decision = decide(bound(OpState.DISPATCH_UNKNOWN), Tick(route="other"), ctx(attempt(1)))
     assert decision.commands == (cmd.Preflight(RUNNER),)
 
 
+@pytest.mark.rule("C8a")
 def test_answer_from_another_runner_is_ignored() -> None:
     """C8a: an answer speaks only for the runner bound to the operation."""
     before = bound(OpState.DISPATCH_UNKNOWN)
@@ -191,6 +206,7 @@ def test_answer_from_another_runner_is_ignored() -> None:
     assert decision.change is None and decision.commands == ()
 
 
+@pytest.mark.rule("C8a")
 def test_answer_to_a_superseded_call_is_discarded() -> None:
     """C8a: a status answer asked before a later attempt counts for nothing."""
     before = bound(OpState.DISPATCH_UNKNOWN, attempts=2)
@@ -198,6 +214,7 @@ def test_answer_to_a_superseded_call_is_discarded() -> None:
     assert decision.change is None and decision.commands == ()
 
 
+@pytest.mark.rule("C8a")
 def test_dispatch_reply_from_another_incarnation_is_not_adopted() -> None:
     """C8a: a Dispatch reply naming another incarnation is ambiguity, never adoption."""
     before = bound(OpState.DISPATCHING, execution=Execution.UNKNOWN)
@@ -207,6 +224,7 @@ def test_dispatch_reply_from_another_incarnation_is_not_adopted() -> None:
     assert record.result is None
 
 
+@pytest.mark.rule("C4")
 def test_preflight_while_dispatching_changes_nothing() -> None:
     """C4: while a Dispatch is in flight only its reply decides."""
     before = bound(OpState.DISPATCHING)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +20,7 @@ W, R = TurnKind.WRITABLE, TurnKind.READ_ONLY
 RUNNERS = (RunnerEndpoint("r1", "127.0.0.1:1"), RunnerEndpoint("r2", "127.0.0.1:2"))
 
 
+@pytest.mark.rule("C6a", "R4")
 def test_free_slots_are_counted_per_runner_and_kind() -> None:
     """C6a, R4: one count per (runner, kind) pool; a runner not heard from yet gets a
     small allowance, not unlimited room."""
@@ -36,6 +38,7 @@ def test_free_slots_are_counted_per_runner_and_kind() -> None:
     assert scheduler.load() == {"r1": 2}
 
 
+@pytest.mark.rule("C6a", "R4")
 def test_grants_fill_free_slots_only_and_reserve_them() -> None:
     """C6a, R4: a turn is routed only where a slot of its kind is free; the grant holds the
     slot until the engine binds or frees it; the rest keep waiting."""
@@ -68,6 +71,7 @@ def test_a_pool_nobody_serves_waits_and_says_so() -> None:
     assert scheduler.wait_reason("a") is None  # granted: no longer waiting
 
 
+@pytest.mark.rule("C6a")
 def test_a_flood_does_not_push_a_newcomer_back() -> None:
     """C6a (fair grants): with one principal's 1,000 turns waiting, another principal's
     turn is granted within one round (here: the very next slot)."""
@@ -82,6 +86,7 @@ def test_a_flood_does_not_push_a_newcomer_back() -> None:
     assert [g.operation_id for g in scheduler.grants()] == ["quiet"]
 
 
+@pytest.mark.rule("C6a")
 def test_weights_share_dispatches_in_proportion() -> None:
     """C6a (weighted fair grants): weight 3 gets three dispatches for each one of weight 1."""
     queue = FairQueue()
@@ -93,6 +98,7 @@ def test_weights_share_dispatches_in_proportion() -> None:
     assert heavy == 30, served
 
 
+@pytest.mark.rule("C6a", "C11")
 def test_removed_turns_are_skipped_and_a_turn_keeps_its_place() -> None:
     """C6a, C11: a turn cancelled or timed out while waiting is never granted; waiting
     again does not lose a turn its place."""
@@ -104,6 +110,7 @@ def test_removed_turns_are_skipped_and_a_turn_keeps_its_place() -> None:
     assert (len(queue), queue.pop(), queue.pop(), queue.pop()) == (2, "a", "c", None)
 
 
+@pytest.mark.rule("C6", "C6a")
 def test_routing_skips_full_runners_and_treats_unknown_sizes_as_room() -> None:
     """C6 (only QUEUED routes), C6a: a full runner is skipped; unknown sizes count as room."""
     load = {"r1": 0, "r2": 5}
@@ -130,6 +137,7 @@ def serve_all_within_the_bound(
             assert lead <= 1 / weights[i] + 1 / weights[j] + 1e-9, (i, j, served)
 
 
+@pytest.mark.rule("C6a")
 @settings(max_examples=200, deadline=None)
 @given(
     arrivals=st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=120),
@@ -149,6 +157,7 @@ def test_no_backlogged_principal_falls_behind_its_share(
     serve_all_within_the_bound(queue, remaining, weights)
 
 
+@pytest.mark.rule("C6a")
 def test_a_turn_that_leaves_unserved_costs_its_principal_nothing() -> None:
     """C6a (found by the simulation, seed 4468): a flood's turns cancelled while waiting
     do not push its remaining turns back; it still gets every other grant."""
@@ -164,6 +173,7 @@ def test_a_turn_that_leaves_unserved_costs_its_principal_nothing() -> None:
     assert queue.ahead_of("late") == 1 and queue.pop() == "quiet2" and queue.pop() == "late"
 
 
+@pytest.mark.rule("C6a")
 @settings(max_examples=200, deadline=None)
 @given(
     arrivals=st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=80),
@@ -199,6 +209,7 @@ def test_a_turn_holding_a_grant_is_not_queued_again() -> None:
     assert scheduler.free("r2", W) == 1
 
 
+@pytest.mark.rule("C6a", "R4")
 def test_slots_the_runner_reports_in_use_are_not_granted_again() -> None:
     """C6a, R4 (issue 9): the runner's own count of slots in use (another replica's turns,
     one this coordinator gave up on) leaves fewer free slots and no grant; a lower
@@ -251,6 +262,7 @@ def test_a_turns_place_is_the_number_served_before_it(script: list[tuple[str, in
     assert places == {op: served.index(op) for op in places}
 
 
+@pytest.mark.rule("C1a")
 def test_a_turn_granted_at_once_only_when_nothing_of_its_class_waits() -> None:
     """C1a: a new turn is routed at acceptance only where holding it would grant it
     at once: a slot is free and no turn of its (pool, kind) waits ahead of it.
@@ -270,6 +282,7 @@ def test_a_turn_granted_at_once_only_when_nothing_of_its_class_waits() -> None:
     assert scheduler.grant_at_once("a", "alice", "default", W) is None  # b holds it now
 
 
+@pytest.mark.rule("C1a", "C6a")
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["alice", "bob", "carol"]), st.booleans()), max_size=30))
 def test_a_grant_at_once_counts_as_hold_then_grant(script: list[tuple[str, bool]]) -> None:

@@ -36,6 +36,7 @@ def running(**fields: Any) -> OperationRecord:
     return bound(OpState.RUNNING, **fields)
 
 
+@pytest.mark.rule("C8a", "C9")
 def test_absence_read_before_the_acknowledgement_is_stale_not_a_disappearance() -> None:
     """C8a/C9: regression (simulation seed 9904): "absent" asked while DISPATCH_UNKNOWN,
     answered after a watch report made it RUNNING, changes nothing."""
@@ -48,11 +49,13 @@ def test_absence_read_before_the_acknowledgement_is_stale_not_a_disappearance() 
     assert record.state is OpState.PROTOCOL_ERROR
 
 
+@pytest.mark.rule("C9")
 def test_tick_on_running_polls_status() -> None:
     """C9: the fallback poll asks the bound runner."""
     assert decide(running(), Tick(), ctx(ACCEPTED_1)).commands == (cmd.Preflight(RUNNER),)
 
 
+@pytest.mark.rule("C9")
 def test_running_absent_on_the_same_incarnation_is_a_protocol_error() -> None:
     """C9: an acknowledged operation that vanishes: PROTOCOL_ERROR (DISAPPEARED)."""
     record, decision = step(running(), answer(None), ctx(ACCEPTED_1))
@@ -62,6 +65,7 @@ def test_running_absent_on_the_same_incarnation_is_a_protocol_error() -> None:
     assert decision.commands == ()
 
 
+@pytest.mark.rule("C9")
 def test_running_on_a_new_incarnation_times_out_incarnation_changed() -> None:
     """C9: the bound incarnation died (no durable store): TIMED_OUT INCARNATION_CHANGED."""
     record, _ = step(running(), answer(None, incarnation=INC_B), ctx(ACCEPTED_1))
@@ -70,6 +74,7 @@ def test_running_on_a_new_incarnation_times_out_incarnation_changed() -> None:
     assert record.execution is Execution.UNKNOWN
 
 
+@pytest.mark.rule("C14")
 def test_confirmed_start_survives_the_incarnation_change() -> None:
     """C14: a start the runner confirmed stays STARTED after an incarnation change."""
     before = running(execution=Execution.STARTED)
@@ -77,6 +82,7 @@ def test_confirmed_start_survives_the_incarnation_change() -> None:
     assert record.execution is Execution.STARTED
 
 
+@pytest.mark.rule("C9", "C10")
 def test_watch_report_of_a_finished_row_is_adopted() -> None:
     """C9/C10: the watch shows the terminal row: adopt it and release."""
     done = row(R.FAILED, Execution.STARTED, error_reason="EXECUTOR_FAILED")
@@ -85,6 +91,7 @@ def test_watch_report_of_a_finished_row_is_adopted() -> None:
     assert isinstance(decision.commands[0], cmd.Release)
 
 
+@pytest.mark.rule("C9", "C8a")
 def test_watch_report_from_another_incarnation_asks_status() -> None:
     """C9/C8a: a changed incarnation on the stream is checked by a status call, not adopted."""
     report = RunnerReported(RUNNER, INC_B, row(R.SUCCEEDED, Execution.STARTED, INC_B))
@@ -123,6 +130,7 @@ def test_same_durable_store_finished_result_is_adopted() -> None:
     assert record.incarnation_id == INC_B
 
 
+@pytest.mark.rule("R3")
 def test_same_durable_store_started_never_settled_is_timed_out_started() -> None:
     """§6/R3: a confirmed start never settled: TIMED_OUT, execution STARTED."""
     stuck = row(R.RUNNING, Execution.STARTED, INC_A)
@@ -130,6 +138,7 @@ def test_same_durable_store_started_never_settled_is_timed_out_started() -> None
     assert record.state is OpState.TIMED_OUT and record.execution is Execution.STARTED
 
 
+@pytest.mark.rule("R3")
 def test_same_durable_store_intent_only_is_timed_out_unknown() -> None:
     """§6/R3: a launch intent without confirmation: TIMED_OUT, execution UNKNOWN."""
     intent = row(R.LAUNCHING, Execution.UNKNOWN, INC_A)
@@ -158,6 +167,7 @@ def test_same_durable_store_absence_licenses_a_replay_to_the_new_incarnation() -
     assert decision.commands == (cmd.Dispatch(RUNNER, 2, INC_B, record.fencing_token, STAMP),)
 
 
+@pytest.mark.rule("C9")
 def test_same_durable_store_losing_an_acknowledged_row_is_a_protocol_error() -> None:
     """§6/C9: the durable store no longer has a row it acknowledged."""
     record, _ = step(running(), durable(None), ctx(ACCEPTED_1))
@@ -171,6 +181,7 @@ def test_copied_store_is_not_the_same_store() -> None:
     assert record.state is OpState.TIMED_OUT and record.error_reason == "INCARNATION_CHANGED"
 
 
+@pytest.mark.rule("C8")
 def test_readmitted_row_on_the_new_incarnation_is_adopted_from_unknown() -> None:
     """§6/C8: re-admitted by the new incarnation: adopt as RUNNING bound to it."""
     before = bound(OpState.DISPATCH_UNKNOWN)
@@ -181,6 +192,7 @@ def test_readmitted_row_on_the_new_incarnation_is_adopted_from_unknown() -> None
     assert rows[0].outcome is AttemptOutcome.ACCEPTED
 
 
+@pytest.mark.rule("C10")
 def test_settled_watch_report_while_dispatching_is_a_fast_result() -> None:
     """C10 fast path: a settled row on the bound incarnation ends DISPATCHING directly."""
     before = bound(OpState.DISPATCHING)
@@ -191,6 +203,7 @@ def test_settled_watch_report_while_dispatching_is_a_fast_result() -> None:
     assert attempts_after(rows, decision)[0].outcome is AttemptOutcome.ACCEPTED
 
 
+@pytest.mark.rule("C8a")
 def test_unsettled_watch_report_while_dispatching_waits_for_the_reply() -> None:
     """C8a: while a Dispatch is in flight an unsettled row is left to its reply."""
     before = bound(OpState.DISPATCHING)
@@ -199,6 +212,7 @@ def test_unsettled_watch_report_while_dispatching_waits_for_the_reply() -> None:
     assert decision.change is None and decision.commands == ()
 
 
+@pytest.mark.rule("C9")
 def test_fallback_poll_of_a_running_operation_pushes_the_next_poll() -> None:
     """C9: a status poll that finds it still running schedules the next poll durably."""
     before = running()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -54,22 +55,26 @@ from turnwire.ids import dispatch_stamp
 # --- C14 ---
 
 
+@pytest.mark.rule("C14")
 def test_no_attempt_is_not_started() -> None:
     """C14: no attempt was ever sent: NOT_STARTED."""
     assert joined_execution(queued(), (), None) is Execution.NOT_STARTED
 
 
+@pytest.mark.rule("C14")
 def test_all_refused_is_not_started() -> None:
     """C14: every attempt definitely refused: NOT_STARTED."""
     rows = (attempt(1, AttemptOutcome.REFUSED), attempt(2, AttemptOutcome.REFUSED))
     assert joined_execution(queued(), rows, None) is Execution.NOT_STARTED
 
 
+@pytest.mark.rule("C14")
 def test_absence_never_proves_not_started() -> None:
     """C14: an unresolved attempt without a covering row stays UNKNOWN."""
     assert joined_execution(queued(), (attempt(1),), None) is Execution.UNKNOWN
 
 
+@pytest.mark.rule("C14")
 def test_tombstone_covers_only_its_own_incarnation() -> None:
     """C14 join: a tombstone on B does not speak for an attempt sent to A."""
     rows = (attempt(1, incarnation=INC_A, store=None), attempt(2, incarnation=INC_B, store=None))
@@ -79,6 +84,7 @@ def test_tombstone_covers_only_its_own_incarnation() -> None:
     assert joined_execution(queued(), only_b, tombstone) is Execution.NOT_STARTED
 
 
+@pytest.mark.rule("C14")
 def test_durable_store_evidence_covers_earlier_incarnations() -> None:
     """§6/C14: a settled row in the same durable store speaks for earlier incarnations."""
     rows = (attempt(1, incarnation=INC_A, store=STORE),)
@@ -86,12 +92,14 @@ def test_durable_store_evidence_covers_earlier_incarnations() -> None:
     assert joined_execution(queued(), rows, settled) is Execution.NOT_STARTED
 
 
+@pytest.mark.rule("C14")
 def test_confirmed_start_dominates() -> None:
     """C14: any confirmed start makes the operation STARTED."""
     rows = (attempt(1), attempt(2, incarnation=INC_B))
     assert joined_execution(queued(), rows, Evidence(Execution.STARTED, INC_B)) is Execution.STARTED
 
 
+@pytest.mark.rule("C14")
 def test_unsettled_row_never_says_not_started() -> None:
     """C14: an accepted, unsettled row is not proof: a launch may still come."""
     assert observe(row(RunnerOpState.ACCEPTED, Execution.NOT_STARTED)).execution is (
@@ -99,6 +107,7 @@ def test_unsettled_row_never_says_not_started() -> None:
     )
 
 
+@pytest.mark.rule("C14")
 def test_never_launched_cancelled_row_is_not_started() -> None:
     """C14: a never-launched row settled as cancelled can no longer change: NOT_STARTED."""
     assert observe(row(RunnerOpState.CANCELLED, Execution.NOT_STARTED)).execution is (
@@ -116,6 +125,7 @@ RUNNERS = (
 )
 
 
+@pytest.mark.rule("C6")
 def test_route_picks_the_least_loaded_runner_of_the_pool_and_kind() -> None:
     """C6: only QUEUED chooses; it takes the least-loaded runner serving pool and kind."""
     chosen = route("default", TurnKind.WRITABLE, RUNNERS, {"a": 3, "b": 1})
@@ -124,6 +134,7 @@ def test_route_picks_the_least_loaded_runner_of_the_pool_and_kind() -> None:
     assert route("nowhere", TurnKind.WRITABLE, RUNNERS, {}) is None
 
 
+@pytest.mark.rule("C6")
 def test_bound_operation_is_never_moved() -> None:
     """C6: once an attempt may have reached a runner, the operation stays with it."""
     for state in (OpState.DISPATCH_UNKNOWN, OpState.RUNNING, OpState.CANCELLING):
@@ -173,6 +184,7 @@ _EVENTS: st.SearchStrategy[Event] = st.one_of(
 )
 
 
+@pytest.mark.rule("C4", "C10", "C14")
 @settings(max_examples=400, deadline=None)
 @given(
     state=st.sampled_from(_STATES),

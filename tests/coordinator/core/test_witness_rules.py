@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from coordinator_svc.core import commands as cmd
 from coordinator_svc.core.events import PreflightAnswer
 from coordinator_svc.core.model import AttemptOutcome, Execution, OpState
@@ -47,6 +49,7 @@ def restarted(op: RunnerOp | None, opens: tuple[StoreOpen, ...]) -> PreflightAns
     return answer(op, incarnation=INC_B, durable=True, opens=opens)
 
 
+@pytest.mark.rule("W4", "C8")
 def test_rolled_back_store_absence_is_incarnation_changed_not_a_replay() -> None:
     """§6.1 W4, C8 (regression 8.1): "absent" from a store whose chain cannot vouch licenses
     no replay: TIMED_OUT INCARNATION_CHANGED, UNKNOWN."""
@@ -59,6 +62,7 @@ def test_rolled_back_store_absence_is_incarnation_changed_not_a_replay() -> None
         assert record.execution is Execution.UNKNOWN
 
 
+@pytest.mark.rule("W4", "C8")
 def test_vouched_store_absence_still_licenses_the_replay() -> None:
     """§6.1 W4, C8: a floor above the stamp proves the Dispatch never arrived: replay to INC_B."""
     before = bound(OpState.DISPATCH_UNKNOWN)
@@ -67,6 +71,7 @@ def test_vouched_store_absence_still_licenses_the_replay() -> None:
     assert [c for c in decision.commands if isinstance(c, cmd.Dispatch)]
 
 
+@pytest.mark.rule("W4")
 def test_rolled_back_store_accepted_row_is_never_sent_again() -> None:
     """§6.1 W4: a restored store may show "accepted" for a turn that went on to run: no re-send."""
     old = row(R.ACCEPTED, None, INC_A)
@@ -78,6 +83,7 @@ def test_rolled_back_store_accepted_row_is_never_sent_again() -> None:
     assert record.execution is Execution.UNKNOWN
 
 
+@pytest.mark.rule("W4", "C9")
 def test_rolled_back_store_losing_an_acknowledged_row_is_not_a_protocol_error() -> None:
     """§6.1 W4, C9: a row that vanished with the store going back in time is ambiguity, not a
     PROTOCOL_ERROR."""
@@ -86,6 +92,7 @@ def test_rolled_back_store_losing_an_acknowledged_row_is_not_a_protocol_error() 
     assert record.state is OpState.TIMED_OUT and record.execution is Execution.UNKNOWN
 
 
+@pytest.mark.rule("W4", "C10")
 def test_rolled_back_store_settled_row_is_still_adopted() -> None:
     """§6.1 W4, C10: a settlement is final in every history of the store: its result is kept."""
     done = row(R.SUCCEEDED, Execution.STARTED, INC_A, result=b"kept")
@@ -95,6 +102,7 @@ def test_rolled_back_store_settled_row_is_still_adopted() -> None:
     assert record.execution is Execution.STARTED
 
 
+@pytest.mark.rule("C14", "W4")
 def test_rolled_back_store_never_proves_not_started() -> None:
     """C14, §6.1 W4: a settled not-started row covers INC_B only; INC_A's attempt stays unknown."""
     stopped = row(R.CANCELLED, Execution.NOT_STARTED, INC_B)
@@ -104,6 +112,7 @@ def test_rolled_back_store_never_proves_not_started() -> None:
     assert record.execution is Execution.UNKNOWN
 
 
+@pytest.mark.rule("W4")
 def test_witness_needs_every_earlier_attempt_vouched() -> None:
     """§6.1 W4: one unvouched attempt (to INC_C, which the chain never shows) spoils the proof."""
     first = attempt(1, incarnation=INC_C)
@@ -115,6 +124,7 @@ def test_witness_needs_every_earlier_attempt_vouched() -> None:
     assert store_vouches((own,), incarnation_id=INC_B, store_id=STORE, openings=())
 
 
+@pytest.mark.rule("W4")
 def test_attempt_to_another_store_is_never_vouched() -> None:
     """§6.1 W4: an attempt recorded against another store_id is not this store's to vouch for."""
     elsewhere = attempt(1, store=OTHER_STORE)
@@ -122,6 +132,7 @@ def test_attempt_to_another_store_is_never_vouched() -> None:
     assert attempt_vouched(attempt(1), STORE, PASSED)
 
 
+@pytest.mark.rule("W3")
 def test_floor_after_reads_the_successor_opening() -> None:
     """§6.1 W3: the floor that counts is the one the next opening found."""
     chain = (StoreOpen(INC_C, INC_B, 7), StoreOpen(INC_B, INC_A, 5), StoreOpen(INC_A, "", 0))
@@ -130,6 +141,7 @@ def test_floor_after_reads_the_successor_opening() -> None:
     assert floor_after(chain, INC_C) is None
 
 
+@pytest.mark.rule("R3", "W4")
 def test_rolled_back_store_confirmed_start_is_still_started() -> None:
     """R3, §6.1 W4: a confirmed start in any store state is true: TIMED_OUT INTERRUPTED, STARTED."""
     stuck = row(R.RUNNING, Execution.STARTED, INC_A)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core.model import Execution, OpState, StopReason
 from coordinator_svc.storage import FakeJournal
@@ -15,6 +17,7 @@ from tests.support.fault_interceptor import DROP_REQUEST, Fault, FaultIntercepto
 from turnwire.runner.v1 import runner_pb2
 
 
+@pytest.mark.rule("C9")
 def test_acknowledged_operation_that_disappears_is_a_protocol_error(tmp_path: Path) -> None:
     """C9: acknowledged, then absent on the same incarnation: PROTOCOL_ERROR (DISAPPEARED)."""
 
@@ -42,6 +45,7 @@ def test_acknowledged_operation_that_disappears_is_a_protocol_error(tmp_path: Pa
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C11", "C14")
 def test_cancel_before_dispatch_is_cancelled_not_started(tmp_path: Path) -> None:
     """C11/C14: cancelled while QUEUED: CANCELLED NOT_STARTED at once; nothing is ever sent."""
 
@@ -71,6 +75,7 @@ def test_cancel_before_dispatch_is_cancelled_not_started(tmp_path: Path) -> None
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C11")
 def test_cancel_while_running_lets_the_runner_settle_it(tmp_path: Path) -> None:
     """C11: after dispatch a Cancel is sent; the runner's settlement decides: CANCELLED, STARTED."""
 
@@ -109,6 +114,7 @@ _AGREES = {
 }
 
 
+@pytest.mark.rule("C11", "C10", "C14")
 def test_cancel_racing_completion_gives_one_consistent_answer(tmp_path: Path) -> None:
     """C11/C10/C14: cancel vs completion: journal, runner row and ledger tell one story."""
 
@@ -144,6 +150,7 @@ def test_cancel_racing_completion_gives_one_consistent_answer(tmp_path: Path) ->
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C11")
 def test_lost_cancel_is_resent_after_its_backoff_not_the_status_poll(tmp_path: Path) -> None:
     """C11: regression: a lost Cancel waited a whole status poll (10 s) before it was resent."""
 

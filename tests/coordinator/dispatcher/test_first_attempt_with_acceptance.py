@@ -9,6 +9,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from coordinator_svc.core.model import AttemptOutcome, Change, OperationRecord, OpState, TurnKind
 from coordinator_svc.ports import Journal, JournalUnavailable
 from coordinator_svc.storage.sql import SqlJournal
@@ -20,6 +22,7 @@ def transactions(journal: Journal) -> int:
     return journal.write_transactions
 
 
+@pytest.mark.rule("C1a", "C4", "C2a", "C13")
 def test_a_turn_sent_at_once_is_stored_with_its_first_attempt_in_one_transaction(
     tmp_path: Path,
 ) -> None:
@@ -56,6 +59,7 @@ def test_a_turn_sent_at_once_is_stored_with_its_first_attempt_in_one_transaction
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C1a", "C1", "C4")
 def test_with_queue_before_first_attempt_the_turn_is_stored_queued_alone(
     tmp_path: Path,
 ) -> None:
@@ -82,6 +86,7 @@ def test_with_queue_before_first_attempt_the_turn_is_stored_queued_alone(
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C1a", "C6a")
 def test_a_turn_with_no_free_slot_is_stored_queued_and_runs_when_one_frees(
     tmp_path: Path,
 ) -> None:
@@ -111,6 +116,7 @@ def test_a_turn_with_no_free_slot_is_stored_queued_and_runs_when_one_frees(
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C1a", "C1")
 def test_a_replayed_key_sends_nothing_new_and_gives_the_slot_back(tmp_path: Path) -> None:
     """C1a, C1 (idempotency): a submit whose key is known stores nothing of the new
     turn: its attempt's compare-and-set finds no row, no Dispatch is sent for it, the
@@ -164,6 +170,7 @@ class FirstAttemptWriteFails:
         return getattr(self.inner, name)
 
 
+@pytest.mark.rule("C1a", "C4")
 def test_a_failed_attempt_write_leaves_the_turn_queued_and_it_runs_once(tmp_path: Path) -> None:
     """C1a, C4 (fail closed): the acceptance commits; the attempt written with it does
     not: the turn is stored QUEUED, its slot given back, and a grant dispatches it as

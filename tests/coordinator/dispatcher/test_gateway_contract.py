@@ -64,6 +64,7 @@ def _dispatch(incarnation: str, attempt: int = 1) -> cmd.Dispatch:
     return cmd.Dispatch("r1", attempt, incarnation, 1, dispatch_stamp(utc_now()))
 
 
+@pytest.mark.rule("C2", "R1")
 @ADAPTERS
 def test_an_unknown_id_is_absent_on_the_runners_incarnation(tmp_path: Path, adapter: str) -> None:
     """C2, R1: a status answer names the incarnation and the store, even for no row."""
@@ -77,6 +78,7 @@ def test_an_unknown_id_is_absent_on_the_runners_incarnation(tmp_path: Path, adap
     _run(tmp_path, adapter, scenario)
 
 
+@pytest.mark.rule("C5", "R2")
 @ADAPTERS
 def test_a_dispatch_is_accepted_once_and_a_repeat_is_a_duplicate(
     tmp_path: Path, adapter: str
@@ -106,6 +108,7 @@ def test_a_dispatch_is_accepted_once_and_a_repeat_is_a_duplicate(
     _run(tmp_path, adapter, scenario)
 
 
+@pytest.mark.rule("C5", "C6")
 @ADAPTERS
 def test_a_dispatch_for_another_incarnation_is_a_definite_refusal(
     tmp_path: Path, adapter: str
@@ -121,6 +124,7 @@ def test_a_dispatch_for_another_incarnation_is_a_definite_refusal(
     _run(tmp_path, adapter, scenario)
 
 
+@pytest.mark.rule("R5", "C8b")
 @ADAPTERS
 def test_a_cancel_of_an_unknown_id_tombstones_it_and_bars_its_dispatch(
     tmp_path: Path, adapter: str
@@ -141,6 +145,7 @@ def test_a_cancel_of_an_unknown_id_tombstones_it_and_bars_its_dispatch(
     _run(tmp_path, adapter, scenario)
 
 
+@pytest.mark.rule("R4", "C9")
 @ADAPTERS
 def test_info_and_the_watch_show_the_pools_and_the_rows(tmp_path: Path, adapter: str) -> None:
     """R4, C9: pool sizes from info; the watch replays a row with the pools in use."""

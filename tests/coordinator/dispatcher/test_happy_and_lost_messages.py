@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from coordinator_svc.core.events import RunnerIdentity
 from coordinator_svc.core.model import AttemptOutcome, Execution, OpState
 from coordinator_svc.storage import FakeJournal
@@ -13,6 +15,7 @@ from tests.coordinator.dispatcher.rig import Rig, per_operation_rpcs, sqlite_jou
 from tests.support.fault_interceptor import DROP_REQUEST, DROP_RESPONSE, Fault, FaultInterceptor
 
 
+@pytest.mark.rule("C2a", "C4", "C10")
 def test_happy_path_succeeds_once_with_few_commits_and_calls(tmp_path: Path) -> None:
     """C2a/C4/C10: happy path: one execution, <= 4 commits, and 2 per-operation runner
     calls (Dispatch, Release): a first attempt to a runner the live watch knows goes
@@ -61,6 +64,7 @@ def test_happy_path_succeeds_once_with_few_commits_and_calls(tmp_path: Path) -> 
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C7", "C8")
 def test_lost_dispatch_response_is_reconciled_without_a_second_dispatch(tmp_path: Path) -> None:
     """C7/C8: lost Dispatch reply: found present and adopted; one Dispatch, one execution."""
 
@@ -85,6 +89,7 @@ def test_lost_dispatch_response_is_reconciled_without_a_second_dispatch(tmp_path
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C8")
 def test_lost_dispatch_request_is_replayed_exactly_once(tmp_path: Path) -> None:
     """C8: lost Dispatch request: absent on the same incarnation, replayed once; one execution."""
 
@@ -113,6 +118,7 @@ def test_lost_dispatch_request_is_replayed_exactly_once(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C2")
 def test_operations_due_together_share_batched_preflights(tmp_path: Path) -> None:
     """C2: operations due together share BatchGetOperationStatus; each runs exactly once."""
 
@@ -137,6 +143,7 @@ def test_operations_due_together_share_batched_preflights(tmp_path: Path) -> Non
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C2a", "C5", "C6")
 def test_first_attempt_with_a_stale_identity_is_refused_and_runs_once_after_a_preflight(
     tmp_path: Path,
 ) -> None:

@@ -32,6 +32,7 @@ async def settled_tasks(dispatcher: Dispatcher) -> int:
     return len(asyncio.all_tasks())
 
 
+@pytest.mark.rule("M5")
 def test_a_runner_added_at_run_time_takes_turns_and_leaves_nothing_behind(tmp_path: Path) -> None:
     """M5: a member added while the dispatcher runs gets a watch and takes turns (r1
     drained, so every new turn goes there); removed again, its watch task ends, its
@@ -78,6 +79,7 @@ def test_a_runner_added_at_run_time_takes_turns_and_leaves_nothing_behind(tmp_pa
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("M6")
 def test_a_turn_running_on_a_runner_that_leaves_ends_honestly_and_goes_nowhere(
     tmp_path: Path,
 ) -> None:
@@ -113,6 +115,7 @@ def test_a_turn_running_on_a_runner_that_leaves_ends_honestly_and_goes_nowhere(
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("M7")
 def test_a_name_added_again_is_a_new_member_with_its_own_watch(tmp_path: Path) -> None:
     """M7: the same name with a new generation is closed and built anew: a new watch
     (it learns the runner's identity again) and fresh slots."""
@@ -140,6 +143,7 @@ def test_a_name_added_again_is_a_new_member_with_its_own_watch(tmp_path: Path) -
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("M5")
 def test_a_member_this_process_cannot_call_is_none_here(tmp_path: Path) -> None:
     """M5: without runner credentials a member of the journal's set cannot be called:
     it is not a member here (no grant, no turn for its pool is accepted), and applying

@@ -76,6 +76,7 @@ def _ownership(
     )
 
 
+@pytest.mark.rule("O4")
 def test_leases_are_current_only_for_part_of_the_ttl_after_a_renewal() -> None:
     """§5 O4: current for 0.8 TTL after a renewal began; a new process is not current."""
 
@@ -99,6 +100,7 @@ def test_leases_are_current_only_for_part_of_the_ttl_after_a_renewal() -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("O4")
 def test_a_failed_renewal_leaves_the_leases_lapsed_and_says_so_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -125,6 +127,7 @@ def test_a_failed_renewal_leaves_the_leases_lapsed_and_says_so_once(
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("O3")
 def test_a_restart_under_the_same_id_ends_the_previous_process_leases_at_once() -> None:
     """§5 O3. Same --replica-id: the old process is gone, its operations become orphans
     now, not a TTL later; another id's leases stay."""
@@ -149,6 +152,7 @@ def test_a_restart_under_the_same_id_ends_the_previous_process_leases_at_once() 
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("O6")
 def test_a_start_with_no_live_lease_of_its_id_waits_for_nothing() -> None:
     """§5 O6: nothing to judge (a first start, another id's leases, or the earlier
     process's leases already lapsed): the start sleeps not at all."""
@@ -171,6 +175,7 @@ def test_a_start_with_no_live_lease_of_its_id_waits_for_nothing() -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("O6")
 def test_a_start_under_the_id_of_a_live_process_refuses_and_takes_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -207,6 +212,7 @@ def test_a_start_under_the_id_of_a_live_process_refuses_and_takes_nothing(
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("O6", "O3")
 def test_a_start_while_the_earlier_process_hands_off_goes_ahead_at_once() -> None:
     """§5 O6: an earlier process of the id that stops cleanly while the new one
     watches (its leases ended, O3) is gone: the start stops watching and goes on."""
@@ -232,6 +238,7 @@ def _dispatcher(journal: FakeJournal, own: Ownership) -> Dispatcher:
     return Dispatcher(journal, (), DispatchTimings(), ChangeFeed(), ownership=own)
 
 
+@pytest.mark.rule("O4")
 def test_a_replica_whose_leases_lapsed_writes_nothing_even_on_its_own_operation() -> None:
     """§5 O4, §8.7. The zombie rule: after a pause (monotonic clock far ahead), every step
     raises LeasesNotCurrent before reading further; the journal is unchanged."""
@@ -256,6 +263,7 @@ def test_a_replica_whose_leases_lapsed_writes_nothing_even_on_its_own_operation(
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("O1", "O3")
 def test_a_live_lease_of_another_replica_is_left_alone_and_a_lapsed_one_adopted() -> None:
     """§5 O1/O3: a bystander steps nothing; an adopter claims (token + 1) then steps."""
 

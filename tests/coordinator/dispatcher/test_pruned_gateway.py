@@ -68,6 +68,7 @@ def _dispatch(incarnation: str) -> cmd.Dispatch:
     return cmd.Dispatch("r1", 1, incarnation, 1, dispatch_stamp(utc_now()))
 
 
+@pytest.mark.rule("K3", "C2", "C6", "C7", "C8b")
 @pytest.mark.parametrize("adapter", ["grpc", "in_process"])
 def test_a_pruned_turn_is_never_absent_nor_refused_for_good(tmp_path: Path, adapter: str) -> None:
     """§9 K3, C2, C6, C7, C8b: after the runner pruned a released turn, a preflight for it is

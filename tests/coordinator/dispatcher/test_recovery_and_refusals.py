@@ -60,6 +60,7 @@ async def send_dispatch(runner: RunningRunner, record: OperationRecord) -> None:
         )
 
 
+@pytest.mark.rule("C12", "C8")
 def test_restart_before_the_send_replays_once_after_an_absent_preflight(tmp_path: Path) -> None:
     """C12/C8: restart after the write-ahead, before the send: absent, replayed once."""
 
@@ -91,6 +92,7 @@ def test_restart_before_the_send_replays_once_after_an_absent_preflight(tmp_path
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C12", "C8")
 def test_restart_after_the_send_adopts_without_resending(tmp_path: Path) -> None:
     """C12/C8: restart after the send: present, adopted, no Dispatch of its own."""
 
@@ -116,6 +118,7 @@ def test_restart_after_the_send_adopts_without_resending(tmp_path: Path) -> None
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C6")
 def test_no_free_slot_is_refused_requeued_and_retried(tmp_path: Path) -> None:
     """C6: NO_FREE_SLOT: attempt REFUSED, back to QUEUED with backoff, later runs once.
     (GetRunnerInfo is lost, so the coordinator cannot know the runner is full.)"""
@@ -219,6 +222,7 @@ def test_a_runner_with_no_free_slot_never_fails_the_turn(tmp_path: Path) -> None
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C10")
 def test_lost_release_is_healed_by_the_next_dispatcher(tmp_path: Path) -> None:
     """C10: Releases lost before a restart are re-sent when the watch shows the row unreleased."""
 
@@ -254,6 +258,7 @@ def test_lost_release_is_healed_by_the_next_dispatcher(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C4")
 def test_journal_outage_fails_closed_then_resumes(tmp_path: Path) -> None:
     """C4/fail closed: no journal, no attempt row, no Dispatch; afterwards it runs once."""
 
@@ -279,6 +284,7 @@ def test_journal_outage_fails_closed_then_resumes(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C12")
 def test_start_refuses_when_the_journal_is_unavailable(tmp_path: Path) -> None:
     """C12/fail closed: recovery cannot read the journal: start() raises, nothing is sent."""
 
@@ -301,6 +307,7 @@ def test_start_refuses_when_the_journal_is_unavailable(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C6")
 def test_unparseable_envelope_is_rejected_not_started(tmp_path: Path) -> None:
     """C6: ENVELOPE_INVALID is a final refusal: REJECTED (DISPATCH_REJECTED), NOT_STARTED."""
 
@@ -328,6 +335,7 @@ def test_unparseable_envelope_is_rejected_not_started(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C14")
 def test_executor_that_cannot_start_fails_not_started(tmp_path: Path) -> None:
     """C14: an executor that could not start: FAILED, execution as the settled row proves."""
 

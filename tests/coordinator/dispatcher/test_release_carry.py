@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from coordinator_svc.core import commands as cmd
 from coordinator_svc.core.model import OpState
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
@@ -39,6 +41,7 @@ def test_owed_releases_ride_on_a_dispatch_to_their_incarnation_else_go_alone() -
     asyncio.run(main())
 
 
+@pytest.mark.rule("C10")
 def test_every_turn_is_released_once_whether_carried_or_alone(tmp_path: Path) -> None:
     """C10: sequential turns on one runner: each turn's Release rides on a later
     Dispatch or goes alone, never both, never neither: every row ends released."""

@@ -6,12 +6,15 @@ import asyncio
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from coordinator_svc.core.model import Execution, OpState
 from coordinator_svc.storage import FakeJournal
 from tests.coordinator.dispatcher.rig import TIMINGS, Rig
 from tests.support.fault_interceptor import DROP_REQUEST, DROP_RESPONSE, Fault, FaultInterceptor
 
 
+@pytest.mark.rule("C6")
 def test_queued_operation_avoids_an_unreachable_runner(tmp_path: Path) -> None:
     """C6: a QUEUED operation is routed away from a runner that does not answer; runs once."""
 
@@ -34,6 +37,7 @@ def test_queued_operation_avoids_an_unreachable_runner(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C6", "C8")
 def test_bound_operation_is_never_moved_to_another_runner(tmp_path: Path) -> None:
     """C6/C8: a possibly-delivered operation stays bound; RECONCILE_DEADLINE, nothing elsewhere."""
 
@@ -72,6 +76,7 @@ def test_bound_operation_is_never_moved_to_another_runner(tmp_path: Path) -> Non
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C6")
 def test_runner_avoided_after_lost_preflights_is_used_again_once_it_answers(
     tmp_path: Path,
 ) -> None:

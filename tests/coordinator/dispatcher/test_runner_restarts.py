@@ -6,6 +6,8 @@ import asyncio
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core.model import Execution, OpState
 from coordinator_svc.storage import FakeJournal
@@ -30,6 +32,7 @@ def blind_after_dispatch() -> FaultInterceptor:
     return faults
 
 
+@pytest.mark.rule("C8")
 def test_runner_restart_during_ambiguity_times_out_incarnation_changed(tmp_path: Path) -> None:
     """C8: runner restart during ambiguity: INCARNATION_CHANGED, nothing on the new incarnation."""
 
@@ -94,6 +97,7 @@ def test_runner_restart_on_the_same_durable_store_adopts_the_result(tmp_path: Pa
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C8")
 def test_unreachable_runner_ends_at_the_reconcile_deadline(tmp_path: Path) -> None:
     """C8: the bound runner stays unreachable: back off, then TIMED_OUT RECONCILE_DEADLINE."""
 
@@ -127,6 +131,7 @@ def test_unreachable_runner_ends_at_the_reconcile_deadline(tmp_path: Path) -> No
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C9")
 def test_running_operation_on_a_restarted_runner_times_out(tmp_path: Path) -> None:
     """C9: a running operation's runner restarts unseen: TIMED_OUT INCARNATION_CHANGED."""
 
@@ -154,6 +159,7 @@ def test_running_operation_on_a_restarted_runner_times_out(tmp_path: Path) -> No
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("R3")
 def test_killed_runner_on_the_same_durable_store_reports_interrupted(tmp_path: Path) -> None:
     """§6/R3: runner SIGKILLed mid-turn, same durable store: TIMED_OUT INTERRUPTED, STARTED."""
 

@@ -26,6 +26,7 @@ def row(**fields: object) -> runner_pb2.RunnerOperation:
     return runner_pb2.RunnerOperation(**values)  # type: ignore[arg-type]
 
 
+@pytest.mark.rule("C9")
 def test_a_row_state_the_coordinator_does_not_know_is_a_contract_violation() -> None:
     """C9: a row with no state the contract names is the runner breaking it, answered
     as such (RunnerContractViolation), for UNSPECIFIED and for a number unknown here."""
@@ -34,6 +35,7 @@ def test_a_row_state_the_coordinator_does_not_know_is_a_contract_violation() -> 
             runner_op(row(state=number))
 
 
+@pytest.mark.rule("C14", "R3")
 def test_an_execution_the_coordinator_does_not_know_is_no_evidence_of_one() -> None:
     """C14/R3: an execution number unknown here proves nothing either way: the row reads
     as saying nothing (None), which observe() turns into UNKNOWN, never NOT_STARTED."""
@@ -43,6 +45,7 @@ def test_an_execution_the_coordinator_does_not_know_is_no_evidence_of_one() -> N
     assert observe(op).execution is Execution.UNKNOWN
 
 
+@pytest.mark.rule("C11")
 def test_a_stop_reason_the_coordinator_does_not_know_is_none() -> None:
     """C11: only a stop reason the contract names is recorded."""
     assert runner_op(row(stop_reason=UNKNOWN_NUMBER)).stop_reason is None

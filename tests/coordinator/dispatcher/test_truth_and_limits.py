@@ -8,6 +8,8 @@ import asyncio
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from coordinator_svc.core.model import AttemptOutcome, Execution, OpState
 from coordinator_svc.storage import FakeJournal
 from runner_svc.app import RunnerConfig, start_runner
@@ -61,6 +63,7 @@ async def submit_sized(rig: Rig, size: int) -> str:
 # --- a. message limits -----------------------------------------------------------
 
 
+@pytest.mark.rule("C6", "C14")
 def test_dispatch_over_the_runner_receive_limit_is_rejected_not_started_unsent(
     tmp_path: Path,
 ) -> None:
@@ -88,6 +91,7 @@ def test_dispatch_over_the_runner_receive_limit_is_rejected_not_started_unsent(
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C6")
 def test_runner_receive_limit_below_the_coordinator_assumption_is_a_definite_refusal(
     tmp_path: Path,
 ) -> None:
@@ -144,6 +148,7 @@ def test_largest_envelope_the_coordinator_accepts_reaches_the_runner(tmp_path: P
 # --- b. the confirmed start of a RUNNING operation ---------------------------------
 
 
+@pytest.mark.rule("R3", "C9")
 def test_running_commit_carries_the_confirmed_start_and_survives_a_restart(
     tmp_path: Path,
 ) -> None:
@@ -182,6 +187,7 @@ def test_running_commit_carries_the_confirmed_start_and_survives_a_restart(
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("R3")
 def test_start_confirmed_after_the_running_commit_is_still_recorded(tmp_path: Path) -> None:
     """R3: with no hold for the start, the STARTED report (watch or fallback poll) is
     written on its own; the incarnation change then ends STARTED."""
@@ -215,6 +221,7 @@ def test_start_confirmed_after_the_running_commit_is_still_recorded(tmp_path: Pa
 # --- c. giving up with a tombstone's proof ---------------------------------------------
 
 
+@pytest.mark.rule("C14", "R5")
 def test_every_dispatch_lost_ends_max_attempts_not_started_by_tombstone(tmp_path: Path) -> None:
     """C14/R5: every Dispatch request lost, max_attempts reached on a runner that still
     answers on the same incarnation: a Cancel tombstones it, NOT_STARTED, not UNKNOWN."""
@@ -245,6 +252,7 @@ def test_every_dispatch_lost_ends_max_attempts_not_started_by_tombstone(tmp_path
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C8", "C14")
 def test_reconcile_deadline_with_a_reachable_runner_ends_not_started(tmp_path: Path) -> None:
     """C8/C14: status unanswered until the reconcile deadline, Dispatch lost: the give-up
     Cancel still reaches the bound incarnation and its tombstone proves NOT_STARTED."""

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core.model import AttemptOutcome, Execution, OpState, TurnKind
 from coordinator_svc.dispatcher import Dispatcher, utc_now
@@ -46,6 +48,7 @@ async def _run_turns(rig: Rig) -> tuple[list[str], int]:
     return ops, refused
 
 
+@pytest.mark.rule("C6a", "R4")
 def test_a_runner_is_sent_only_what_it_has_slots_for(tmp_path: Path) -> None:
     """C6a, R4 (regression): turns beyond the runner's slots were Dispatched, refused NO_FREE_SLOT,
     and ended TIMED_OUT MAX_ATTEMPTS_EXCEEDED without ever running. Now they wait for
@@ -63,6 +66,7 @@ def test_a_runner_is_sent_only_what_it_has_slots_for(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C6a")
 def test_refusals_of_a_runner_whose_size_is_unknown_never_fail_a_turn(tmp_path: Path) -> None:
     """C6a: GetRunnerInfo is lost, so the coordinator cannot know the runner is full;
     its NO_FREE_SLOT refusals do not count, and each waiting turn says what it waits for."""
@@ -86,6 +90,7 @@ def test_refusals_of_a_runner_whose_size_is_unknown_never_fail_a_turn(tmp_path: 
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C6a", "R4")
 def test_a_turn_that_finds_every_runner_full_waits_without_a_dispatch(tmp_path: Path) -> None:
     """C6a, R4: a runner known to have no free slot is not sent anything: the turn waits
     QUEUED (no attempt, NOT_STARTED) and runs as soon as a slot frees."""
@@ -113,6 +118,7 @@ def test_a_turn_that_finds_every_runner_full_waits_without_a_dispatch(tmp_path: 
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C6a", "C14")
 def test_a_turn_still_waiting_at_its_deadline_ends_timed_out_not_started(tmp_path: Path) -> None:
     """C6a, C14: the coordinator applies the turn's deadline while it waits for a slot."""
 
@@ -147,6 +153,7 @@ def test_a_turn_still_waiting_at_its_deadline_ends_timed_out_not_started(tmp_pat
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C6a", "R4")
 def test_a_slot_another_coordinator_holds_is_waited_for_not_dispatched_to(
     tmp_path: Path,
 ) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 
 from coordinator_svc.core.model import AttemptOutcome, OpState
 from coordinator_svc.ports import Journal
@@ -47,6 +48,7 @@ class WriteAheadWitness(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[m
         return await continuation(client_call_details, request)
 
 
+@pytest.mark.rule("C4")
 def test_every_dispatch_is_sent_after_its_attempt_row_is_committed(tmp_path: Path) -> None:
     """C4/§8.5: first sends and replays alike find their PENDING attempt row (and the
     DISPATCHING state) already committed, read through another connection."""

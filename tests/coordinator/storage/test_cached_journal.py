@@ -69,6 +69,7 @@ def _run(
     asyncio.run(main())
 
 
+@pytest.mark.rule("C13")
 def test_reads_of_what_it_wrote_come_from_memory_and_match_the_database(
     tmp_path: Path,
 ) -> None:
@@ -109,6 +110,7 @@ def test_reads_of_what_it_wrote_come_from_memory_and_match_the_database(
     _run(tmp_path, scenario)
 
 
+@pytest.mark.rule("C4")
 def test_a_write_by_someone_else_is_refused_and_the_next_read_goes_to_the_database(
     tmp_path: Path,
 ) -> None:
@@ -148,6 +150,7 @@ class HeldReads(Counted):
         return found
 
 
+@pytest.mark.rule("C4")
 def test_a_read_that_raced_a_commit_never_puts_an_older_row_back(tmp_path: Path) -> None:
     """C4, issue 10: a database read that finished before a commit but returned after
     it cannot replace the newer row in memory (the cache only moves forward by version)."""
@@ -226,6 +229,7 @@ def test_a_failed_commit_leaves_nothing_cached_for_that_operation(tmp_path: Path
     _run(tmp_path, scenario)
 
 
+@pytest.mark.rule("O5")
 def test_events_or_attempts_read_past_the_cached_row_drop_it(tmp_path: Path) -> None:
     """§5 O5: a watch sends each event with the record read after it (CI, stop 22): once the
     database shows events or attempts the cached row does not count (another writer

@@ -102,6 +102,7 @@ def test_fake_marked_unavailable_fails_closed() -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C4", "C13")
 def test_commit_failing_mid_transaction_writes_nothing(sql_url: str) -> None:
     """C4/C13: a commit whose last insert fails leaves row, events and attempts as they were."""
 
@@ -127,6 +128,7 @@ def test_commit_failing_mid_transaction_writes_nothing(sql_url: str) -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("C1")
 def test_submit_failing_mid_transaction_stores_no_operation(sql_url: str) -> None:
     """C1: if the first event cannot be written, the operation is not accepted either."""
 
@@ -262,6 +264,7 @@ async def _silent_and_other(postgres_url: str) -> AsyncIterator[tuple[str, Any, 
         await other.close()
 
 
+@pytest.mark.rule("O3")
 @pytest.mark.postgres
 def test_postgres_a_transaction_left_open_is_ended_by_the_server_and_its_locks_freed(
     postgres_url: str,
@@ -289,6 +292,7 @@ def test_postgres_a_transaction_left_open_is_ended_by_the_server_and_its_locks_f
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("O4")
 @pytest.mark.postgres
 def test_postgres_a_pipeline_cut_between_statements_keeps_its_locks_past_the_idle_timeout(
     postgres_url: str,
@@ -316,6 +320,7 @@ def test_postgres_a_pipeline_cut_between_statements_keeps_its_locks_past_the_idl
     asyncio.run(scenario())
 
 
+@pytest.mark.rule("O4")
 @pytest.mark.postgres
 def test_postgres_sessions_ask_the_server_to_probe_a_silent_client(postgres_url: str) -> None:
     """§5 O4: the journal's sessions set the server's TCP keepalive and user timeout (after

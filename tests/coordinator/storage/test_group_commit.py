@@ -62,6 +62,7 @@ def counted_journal(url: str) -> tuple[SqlJournal, Counting]:
     return journal, counting
 
 
+@pytest.mark.rule("C1", "C13")
 def test_writes_that_queue_together_share_one_transaction(journal_url: str) -> None:
     """C1, C13: eight submits at once: every one stored with its first event, on SQLite in fewer
     transactions (fsyncs) than writes."""
@@ -124,6 +125,7 @@ def test_a_write_that_fails_in_a_shared_transaction_fails_alone(journal_url: str
     asyncio.run(main())
 
 
+@pytest.mark.rule("C4")
 @pytest.mark.postgres
 def test_a_statement_that_fails_in_a_pipeline_fails_alone(
     module_postgres_journal: str,
@@ -186,6 +188,7 @@ def postgres_xmins(url: str, operations: list[Any]) -> list[int]:
     return [int(row[0]) for row in rows]
 
 
+@pytest.mark.rule("C1")
 def test_a_reused_key_in_a_shared_transaction_is_refused_alone(journal_url: str) -> None:
     """C1: two submits of one key with different requests, queued together: one is
     stored, the other refused (IdempotencyKeyReused) and stores nothing (on SQLite the
@@ -215,6 +218,7 @@ def test_a_reused_key_in_a_shared_transaction_is_refused_alone(journal_url: str)
     asyncio.run(main())
 
 
+@pytest.mark.rule("C1")
 def test_a_closed_journal_refuses_writes(journal_url: str) -> None:
     """C1, fail closed: after close, a write is refused (JournalUnavailable), not queued
     forever."""
@@ -230,6 +234,7 @@ def test_a_closed_journal_refuses_writes(journal_url: str) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.rule("C1")
 def test_writes_queued_when_the_journal_closes_finish(tmp_path: Path) -> None:
     """C1: close lets the writes in flight finish: ones queued for the next batch (not yet
     handed to the writer thread) land too, and are not failed with a stray error."""
@@ -269,6 +274,7 @@ def postgres_row_xmins(url: str, operation_id: str) -> list[int]:
     return [int(row[0]) for row in rows]
 
 
+@pytest.mark.rule("C1a")
 def test_an_acceptance_and_its_first_attempt_queued_together_are_one_transaction(
     journal_url: str,
 ) -> None:

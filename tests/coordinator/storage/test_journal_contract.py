@@ -21,12 +21,14 @@ from turnwire.testing import (
 )
 
 
+@pytest.mark.rule("O2", "O3")
 class TestFakeJournal(LeasingJournalConformance):
     @pytest.fixture
     def journal_factory(self) -> JournalFactory:
         return single_handle(FakeJournal)
 
 
+@pytest.mark.rule("O2", "O3")
 class TestSqliteJournal(LeasingJournalConformance):
     @pytest.fixture
     def journal_factory(self, tmp_path: Path) -> JournalFactory:
@@ -45,6 +47,7 @@ class TestCachedSqliteJournal(JournalConformance):
         return single_handle(lambda: CachedJournal(open_journal(url)))
 
 
+@pytest.mark.rule("O2", "O3")
 @pytest.mark.postgres
 class TestPostgresJournal(LeasingJournalConformance):
     @pytest.fixture

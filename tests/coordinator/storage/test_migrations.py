@@ -187,6 +187,7 @@ def test_open_refuses_an_older_schema(empty_url: str) -> None:
         open_journal(empty_url)
 
 
+@pytest.mark.rule("C10", "C13")
 def test_database_refuses_rewriting_events_or_a_terminal_state(empty_url: str) -> None:
     """C10/C13/§8.6: even raw SQL cannot update an event or move a terminal state."""
     migrate(empty_url)
@@ -221,6 +222,7 @@ def test_database_refuses_rewriting_events_or_a_terminal_state(empty_url: str) -
         engine.dispose()
 
 
+@pytest.mark.rule("M1")
 def test_database_refuses_rewriting_or_deleting_membership_records(empty_url: str) -> None:
     """§11 M1: the membership log is append-only: raw SQL can neither change a
     record nor delete one, whoever writes; a new record is still stored."""

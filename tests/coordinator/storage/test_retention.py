@@ -148,6 +148,7 @@ def _with_journal(url: str, scenario: object) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.rule("K1", "C10")
 def test_only_terminal_released_operations_past_the_horizon_go(url: str) -> None:
     """§9 K1: kept: a QUEUED one, a DISPATCHING one (attempt written ahead), a terminal one
     that still owes its Release (C10), a released one finished within the horizon; gone:
@@ -174,6 +175,7 @@ def test_only_terminal_released_operations_past_the_horizon_go(url: str) -> None
     assert after == {op: before[op] for op in after}  # the kept ones untouched
 
 
+@pytest.mark.rule("K1")
 def test_a_key_past_the_horizon_is_a_new_operation_within_it_a_replay(url: str) -> None:
     """§7, §9 K1: a SubmitTurn with a known key and request within the horizon is a replay
     (the same operation); once its operation is pruned, the same key makes a new operation
@@ -204,6 +206,7 @@ def test_a_key_past_the_horizon_is_a_new_operation_within_it_a_replay(url: str) 
     _with_journal(url, scenario)
 
 
+@pytest.mark.rule("K1")
 def test_batches_are_bounded_and_a_run_stops_at_its_batch_limit(url: str) -> None:
     """§9 K1: at most ``batch`` operations per transaction and ``batches_per_run`` per run;
     what is left waits for the next run, which says there was more."""
@@ -254,6 +257,7 @@ def test_a_failing_batch_deletes_nothing_of_its_own(url: str) -> None:
         pruner.close()
 
 
+@pytest.mark.rule("K1")
 def test_the_database_refuses_deleting_a_live_or_unreleased_operation(url: str) -> None:
     """§9 K1 in the database: whoever deletes (a bug, a hand-run statement), an operation
     that is not terminal, or terminal but owing its Release, cannot be deleted."""

@@ -65,6 +65,7 @@ def through_proxy(
     return asyncio.run(main())
 
 
+@pytest.mark.rule("C1")
 def test_a_submit_whose_reply_was_lost_is_its_own_write_not_a_replay(postgres_url: str) -> None:
     """C1: the insert landed, its reply was lost and the connection cut: the rerun finds
     the operation under its key with this submit's own id, and answers "new", once."""
@@ -88,6 +89,7 @@ def test_a_submit_whose_reply_was_lost_is_its_own_write_not_a_replay(postgres_ur
     through_proxy(postgres_url, scenario)
 
 
+@pytest.mark.rule("C4")
 def test_a_commit_whose_reply_was_lost_is_its_own_write_not_a_conflict(postgres_url: str) -> None:
     """C4, §5: the write-ahead landed, its reply was lost and the connection cut: the
     rerun's compare-and-set matches nothing, and it finds the row it meant to write:
@@ -144,6 +146,7 @@ def test_the_same_row_from_a_stale_before_is_a_conflict_on_a_first_run(postgres_
     asyncio.run(main())
 
 
+@pytest.mark.rule("C4")
 def test_closing_an_attempt_whose_row_is_missing_writes_nothing(postgres_url: str) -> None:
     """C4, fail closed: the rules allow closing attempt 1, but its row was deleted by hand;
     the statement's CAS requires the row, so the commit is InvalidWrite and the operation,
@@ -186,6 +189,7 @@ def test_closing_an_attempt_whose_row_is_missing_writes_nothing(postgres_url: st
     asyncio.run(main())
 
 
+@pytest.mark.rule("C4")
 def test_a_pipeline_whose_reply_was_lost_lands_each_write_once(postgres_url: str) -> None:
     """C4, §5: writes queued together went in one pipeline; it committed, its reply was
     lost and the connection cut. The pipeline runs again on a fresh connection and each
@@ -208,6 +212,7 @@ def test_a_pipeline_whose_reply_was_lost_lands_each_write_once(postgres_url: str
     through_proxy(postgres_url, scenario)
 
 
+@pytest.mark.rule("C4")
 def test_a_read_after_a_pipeline_that_fails_is_journal_unavailable(postgres_url: str) -> None:
     """C4, fail closed: a pipeline committed; one of its writes lost its compare-and-set and the
     read that names why dies with the connection. That write's caller gets

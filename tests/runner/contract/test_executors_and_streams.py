@@ -47,6 +47,7 @@ def chunks(messages: list[runner_pb2.StreamOutputResponse]) -> list[tuple[int, b
     return [(m.chunk.offset, m.chunk.data) for m in messages if m.WhichOneof("item") == "chunk"]
 
 
+@pytest.mark.rule("R14")
 def test_runner_info_lists_its_executors_and_an_unserved_one_is_refused_definitely(
     tmp_path: Path,
 ) -> None:
@@ -87,6 +88,7 @@ def test_runner_info_lists_its_executors_and_an_unserved_one_is_refused_definite
     asyncio.run(main())
 
 
+@pytest.mark.rule("R14")
 def test_a_runner_with_named_executors_only_refuses_a_turn_naming_none(tmp_path: Path) -> None:
     """R14: no bare --executor, no default: a turn naming none is refused, never run."""
 
@@ -102,6 +104,7 @@ def test_a_runner_with_named_executors_only_refuses_a_turn_naming_none(tmp_path:
     asyncio.run(main())
 
 
+@pytest.mark.rule("R13")
 def test_stream_output_from_zero_and_from_the_middle_then_the_end(tmp_path: Path) -> None:
     """R13: every chunk after the offset, in order, then one end with the final
     offset and the settled row, which records output_chunks."""
@@ -125,6 +128,7 @@ def test_stream_output_from_zero_and_from_the_middle_then_the_end(tmp_path: Path
     asyncio.run(main())
 
 
+@pytest.mark.rule("R13")
 def test_a_reader_behind_the_buffer_is_told_the_gap_never_a_silent_hole(tmp_path: Path) -> None:
     """R13: past the per-operation buffer the oldest chunks are dropped; a reader from
     offset 0 first gets a gap naming the first chunk still held; once the stream is
@@ -156,6 +160,7 @@ def test_a_reader_behind_the_buffer_is_told_the_gap_never_a_silent_hole(tmp_path
     asyncio.run(main())
 
 
+@pytest.mark.rule("R13")
 def test_a_slow_reader_blocks_neither_the_executor_nor_another_reader(tmp_path: Path) -> None:
     """R13: a reader that stops reading (its HTTP/2 window fills) holds up nothing:
     the turn settles and a second reader gets every chunk live, in order; the slow
@@ -187,6 +192,7 @@ def test_a_slow_reader_blocks_neither_the_executor_nor_another_reader(tmp_path: 
     asyncio.run(main())
 
 
+@pytest.mark.rule("R12")
 def test_an_executor_that_stops_heartbeating_ends_timed_out_started(tmp_path: Path) -> None:
     """R12: silence past the turn's heartbeat timeout: the runner stops it; TIMED_OUT,
     HEARTBEAT_TIMEOUT, stop reason HEARTBEAT, execution STARTED."""
@@ -203,6 +209,7 @@ def test_an_executor_that_stops_heartbeating_ends_timed_out_started(tmp_path: Pa
     asyncio.run(main())
 
 
+@pytest.mark.rule("R7")
 @pytest.mark.parametrize(
     ("how", "effect", "retry_after_ms"),
     [
@@ -233,6 +240,7 @@ def test_the_declared_effect_is_on_the_settled_row(
     asyncio.run(main())
 
 
+@pytest.mark.rule("R6")
 @pytest.mark.parametrize("executor", ["sleeper", "waiter"])
 def test_a_cancel_stops_an_async_and_a_plain_function(tmp_path: Path, executor: str) -> None:
     """R6: a Cancel reaches the function (an async one's task is cancelled; a plain

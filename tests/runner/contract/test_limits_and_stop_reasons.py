@@ -38,6 +38,7 @@ def test_runner_info_reports_its_receive_limit(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.rule("R6", "R8")
 def test_turn_that_finished_during_a_drain_reports_no_shutdown(tmp_path: Path) -> None:
     """R6/R8: the drain records SHUTDOWN; the turn finishes on its own: SUCCEEDED, and
     its settled row has no stop reason (SHUTDOWN stopped nothing)."""
@@ -68,6 +69,7 @@ def test_turn_that_finished_during_a_drain_reports_no_shutdown(tmp_path: Path) -
     asyncio.run(main())
 
 
+@pytest.mark.rule("R6", "C11")
 def test_cancel_that_lost_the_race_leaves_no_stop_reason(tmp_path: Path) -> None:
     """R6/C11: cancel asked, the executor finished successfully anyway: no stop reason."""
     gated = GatedExecutor(finish_at_once=False, finish_on_cancel=False)

@@ -49,6 +49,7 @@ def run(tmp_path: Path, scenario: Callable[[Live], Awaitable[None]], **config: o
     asyncio.run(main())
 
 
+@pytest.mark.rule("R1")
 def test_status_of_unknown_id_carries_incarnation_and_store(tmp_path: Path) -> None:
     """R1: even "not found" names the incarnation; durable store id and flag come along."""
 
@@ -61,6 +62,7 @@ def test_status_of_unknown_id_carries_incarnation_and_store(tmp_path: Path) -> N
     run(tmp_path, scenario)
 
 
+@pytest.mark.rule("R2", "R3")
 def test_dispatch_runs_once_and_reports_success(tmp_path: Path) -> None:
     """R2/R3: accepted reply, then SUCCEEDED with the executor's output, execution STARTED."""
 
@@ -76,6 +78,7 @@ def test_dispatch_runs_once_and_reports_success(tmp_path: Path) -> None:
     run(tmp_path, scenario)
 
 
+@pytest.mark.rule("R7")
 def test_failing_executor_settles_failed(tmp_path: Path) -> None:
     """R7: an executor failure settles FAILED with its reason, execution STARTED."""
 
@@ -89,6 +92,7 @@ def test_failing_executor_settles_failed(tmp_path: Path) -> None:
     run(tmp_path, scenario)
 
 
+@pytest.mark.rule("R7")
 def test_invalid_outcome_settles_result_invalid(tmp_path: Path) -> None:
     """R7: an outcome that fails validation settles FAILED with RESULT_INVALID."""
 
@@ -102,6 +106,7 @@ def test_invalid_outcome_settles_result_invalid(tmp_path: Path) -> None:
     run(tmp_path, scenario, executor_override=bad)
 
 
+@pytest.mark.rule("C5", "R2")
 @pytest.mark.parametrize(
     ("mutate", "reason"),
     [
@@ -152,6 +157,7 @@ def test_unparseable_envelope_is_invalid(tmp_path: Path) -> None:
     run(tmp_path, scenario)
 
 
+@pytest.mark.rule("R2")
 def test_known_id_with_other_digest_is_envelope_mismatch(tmp_path: Path) -> None:
     """R2: a known id with a different envelope digest is ENVELOPE_MISMATCH (ALREADY_EXISTS)."""
 
@@ -182,6 +188,7 @@ def test_stale_fencing_token_is_refused(tmp_path: Path) -> None:
     run(tmp_path, scenario)
 
 
+@pytest.mark.rule("R5")
 def test_tombstone_refuses_a_later_dispatch(tmp_path: Path) -> None:
     """R5: Cancel of an unknown id tombstones it; a later Dispatch is CANCELLED_BEFORE_DISPATCH."""
 
@@ -198,6 +205,7 @@ def test_tombstone_refuses_a_later_dispatch(tmp_path: Path) -> None:
     assert gated.starts == []
 
 
+@pytest.mark.rule("C8a")
 def test_cancel_with_wrong_incarnation_is_refused(tmp_path: Path) -> None:
     """C8a: Cancel bound to another incarnation is refused and leaves no tombstone."""
 
@@ -211,6 +219,7 @@ def test_cancel_with_wrong_incarnation_is_refused(tmp_path: Path) -> None:
     run(tmp_path, scenario)
 
 
+@pytest.mark.rule("R4")
 def test_no_free_slot_is_resource_exhausted(tmp_path: Path) -> None:
     """R4: with every slot of the kind in use, Dispatch is NO_FREE_SLOT and nothing is written."""
 
@@ -224,6 +233,7 @@ def test_no_free_slot_is_resource_exhausted(tmp_path: Path) -> None:
     run(tmp_path, scenario, writable_slots=1, read_only_slots=0, executor="sleep")
 
 
+@pytest.mark.rule("R9")
 def test_release_drops_result_keeps_dedupe(tmp_path: Path) -> None:
     """R9: Release drops the result; a later Dispatch of the id still dedupes."""
 
@@ -246,6 +256,7 @@ def test_release_drops_result_keeps_dedupe(tmp_path: Path) -> None:
     run(tmp_path, scenario)
 
 
+@pytest.mark.rule("C2")
 def test_batch_status_in_request_order(tmp_path: Path) -> None:
     """C2: one preflight call answers many ids, in request order, with the incarnation."""
 
@@ -290,6 +301,7 @@ def test_runner_info_reports_pools_and_identity(tmp_path: Path) -> None:
     run(tmp_path, scenario, writable_slots=2, read_only_slots=3, executor="sleep")
 
 
+@pytest.mark.rule("R6")
 def test_deadline_and_budget_stop_a_turn_as_timed_out(tmp_path: Path) -> None:
     """R6: the deadline and the run-time budget are stop reasons that end TIMED_OUT."""
 
@@ -312,6 +324,7 @@ def test_deadline_and_budget_stop_a_turn_as_timed_out(tmp_path: Path) -> None:
     run(tmp_path, scenario)
 
 
+@pytest.mark.rule("C9")
 def test_watch_streams_history_then_live_changes_then_heartbeats(tmp_path: Path) -> None:
     """C9: WatchOperations replays changes after the cursor, then live ones, then heartbeats."""
 
@@ -344,6 +357,7 @@ def test_watch_streams_history_then_live_changes_then_heartbeats(tmp_path: Path)
     run(tmp_path, scenario, settings=ServiceSettings(heartbeat_seconds=0.2))
 
 
+@pytest.mark.rule("R8")
 def test_watch_ends_cleanly_on_shutdown(tmp_path: Path) -> None:
     """R8: an open WatchOperations stream ends with OK when the runner stops."""
 
@@ -377,6 +391,7 @@ async def _next_heartbeat(
     raise AssertionError("no heartbeat in 100 messages")
 
 
+@pytest.mark.rule("R4")
 def test_a_watch_stream_opens_at_once_with_the_slot_pools(tmp_path: Path) -> None:
     """R4, issue 9: a stream's first message goes out at once, a heartbeat when there is
     nothing to replay, and carries the pools (size, in use) as GetRunnerInfo has them."""
@@ -406,6 +421,7 @@ def test_a_watch_stream_opens_at_once_with_the_slot_pools(tmp_path: Path) -> Non
     run(tmp_path, scenario, settings=settings, executor_override=gated)
 
 
+@pytest.mark.rule("R4")
 def test_watch_heartbeats_carry_the_slot_pools_in_use_now(tmp_path: Path) -> None:
     """R4, issue 9: every heartbeat reports each pool's size and slots in use at that
     moment: the slot a running turn holds, then none once it has settled."""
@@ -463,6 +479,7 @@ class _Reader:
             await self._task
 
 
+@pytest.mark.rule("C9", "C10")
 def test_a_held_dispatch_reply_carries_the_settled_row_and_the_watch_leaves_it_out(
     tmp_path: Path,
 ) -> None:
@@ -496,6 +513,7 @@ def test_a_held_dispatch_reply_carries_the_settled_row_and_the_watch_leaves_it_o
     run(tmp_path, scenario, settings=ServiceSettings(heartbeat_seconds=5))
 
 
+@pytest.mark.rule("C9")
 def test_a_turn_longer_than_the_hold_is_answered_unsettled_and_settles_on_the_watch(
     tmp_path: Path,
 ) -> None:
@@ -519,6 +537,7 @@ def test_a_turn_longer_than_the_hold_is_answered_unsettled_and_settles_on_the_wa
     run(tmp_path, scenario, settings=ServiceSettings(heartbeat_seconds=5))
 
 
+@pytest.mark.rule("C10")
 def test_releases_carried_on_a_dispatch_are_applied_and_bad_ones_change_nothing(
     tmp_path: Path,
 ) -> None:
@@ -552,6 +571,7 @@ def test_releases_carried_on_a_dispatch_are_applied_and_bad_ones_change_nothing(
     run(tmp_path, scenario)
 
 
+@pytest.mark.rule("C10")
 def test_a_carried_release_with_a_token_past_2_63_refuses_the_whole_dispatch(
     tmp_path: Path,
 ) -> None:

@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import grpc
+import pytest
 
 from tests.runner.contract.test_runner_contract import refused, run
 from tests.runner.live import Live, dispatch_request, envelope, live_runner
@@ -15,6 +16,7 @@ from turnwire.runner.v1 import runner_pb2
 R = runner_pb2
 
 
+@pytest.mark.rule("W1")
 def test_a_dispatch_without_a_stamp_is_invalid_and_admits_nothing(tmp_path: Path) -> None:
     """§6.1 W1: a Dispatch without its stamp is ARGUMENT_INVALID and admits nothing."""
 
@@ -28,6 +30,7 @@ def test_a_dispatch_without_a_stamp_is_invalid_and_admits_nothing(tmp_path: Path
     run(tmp_path, scenario)
 
 
+@pytest.mark.rule("W2")
 def test_a_dispatch_older_than_the_window_is_refused_stale(tmp_path: Path) -> None:
     """W2: the floor trails the clock by the window; an old stamp is a definite refusal."""
 
@@ -51,6 +54,7 @@ def test_a_dispatch_older_than_the_window_is_refused_stale(tmp_path: Path) -> No
     run(tmp_path, scenario)
 
 
+@pytest.mark.rule("W2", "W3")
 def test_a_clean_stop_seals_and_the_next_incarnation_vouches(tmp_path: Path) -> None:
     """W2/W3: SIGTERM-style stop seals the floor; the chain shows it to the next owner."""
     store = tmp_path / "runner.db"

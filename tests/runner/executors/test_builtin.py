@@ -18,6 +18,7 @@ def run(spec: str, **kwargs: object):
     return asyncio.run(scenario())
 
 
+@pytest.mark.rule("R10")
 def test_echo_returns_concatenated_input_contents() -> None:
     """R10: echo succeeds with the input items' contents joined in order."""
     outcome = run("echo")
@@ -27,6 +28,7 @@ def test_echo_returns_concatenated_input_contents() -> None:
     assert outcome.error_reason == ""
 
 
+@pytest.mark.rule("R10")
 def test_echo_returns_the_output_parameter_when_given() -> None:
     """R10: the "output" parameter replaces the echoed input."""
     outcome = run("echo", parameters={"output": "canned answer"})
@@ -35,6 +37,7 @@ def test_echo_returns_the_output_parameter_when_given() -> None:
     assert outcome.content_type.startswith("text/plain")
 
 
+@pytest.mark.rule("R10")
 def test_echo_fails_when_the_fail_parameter_is_set() -> None:
     """R10: "fail": "1" makes any built-in fail with EXECUTOR_FAILED."""
     outcome = run("echo", parameters={"fail": "1"})
@@ -43,6 +46,7 @@ def test_echo_fails_when_the_fail_parameter_is_set() -> None:
     assert outcome.output == b""
 
 
+@pytest.mark.rule("R10")
 def test_fail_executor_always_fails() -> None:
     """R10: the fail executor fails with EXECUTOR_FAILED without any parameter."""
     outcome = run("fail")
@@ -51,6 +55,7 @@ def test_fail_executor_always_fails() -> None:
     assert "fail" in outcome.error_message
 
 
+@pytest.mark.rule("R10")
 def test_sleep_executor_sleeps_then_echoes() -> None:
     """R10: sleep honours "sleep_ms" and then succeeds like echo."""
     outcome = run("sleep", parameters={"sleep_ms": "20", "output": "rested"})
@@ -58,6 +63,7 @@ def test_sleep_executor_sleeps_then_echoes() -> None:
     assert outcome.output == b"rested"
 
 
+@pytest.mark.rule("R6")
 def test_cancel_stops_a_sleeping_execution_which_then_settles_cancelled() -> None:
     """R6: cancel stops a long sleep; wait() then settles with CANCELLED."""
 
@@ -71,6 +77,7 @@ def test_cancel_stops_a_sleeping_execution_which_then_settles_cancelled() -> Non
     assert outcome.error_reason == "CANCELLED"
 
 
+@pytest.mark.rule("R10")
 def test_wait_returns_the_same_outcome_every_time() -> None:
     """R10: wait() may be awaited repeatedly and keeps returning the settled outcome."""
 
@@ -85,6 +92,7 @@ def test_wait_returns_the_same_outcome_every_time() -> None:
     assert first.succeeded
 
 
+@pytest.mark.rule("R3")
 @pytest.mark.parametrize(
     ("parameters", "named"),
     [

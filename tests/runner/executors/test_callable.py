@@ -21,6 +21,7 @@ def run(function: str, **kwargs: object):
     return asyncio.run(scenario())
 
 
+@pytest.mark.rule("R10")
 def test_sync_function_returning_str_succeeds_as_text() -> None:
     """R10: a plain function's str result is the UTF-8 output, text/plain."""
     outcome = run("sync_upper")
@@ -29,6 +30,7 @@ def test_sync_function_returning_str_succeeds_as_text() -> None:
     assert outcome.content_type.startswith("text/plain")
 
 
+@pytest.mark.rule("R10")
 def test_sync_function_runs_off_the_event_loop_thread() -> None:
     """R10: a plain function runs in its own thread, returning bytes as they are."""
     outcome = run("sync_bytes", operation_id="op-thread")
@@ -39,6 +41,7 @@ def test_sync_function_runs_off_the_event_loop_thread() -> None:
     assert outcome.content_type == "application/octet-stream"
 
 
+@pytest.mark.rule("R10")
 def test_async_function_is_awaited() -> None:
     """R10: an async function is awaited on the loop and its bytes are the output."""
     request = make_request()
@@ -52,6 +55,7 @@ def test_async_function_is_awaited() -> None:
     assert outcome.output == request.envelope_bytes
 
 
+@pytest.mark.rule("R10")
 def test_a_raising_sync_function_fails_with_the_exception_text() -> None:
     """R10: an exception is EXECUTOR_FAILED carrying its type and message."""
     outcome = run("sync_raises", operation_id="op-boom")
@@ -60,6 +64,7 @@ def test_a_raising_sync_function_fails_with_the_exception_text() -> None:
     assert outcome.error_message == "RuntimeError: model exploded for op-boom"
 
 
+@pytest.mark.rule("R10")
 def test_a_raising_async_function_fails_with_the_exception_text() -> None:
     """R10: an async function's exception is EXECUTOR_FAILED too."""
     outcome = run("async_raises")
@@ -67,6 +72,7 @@ def test_a_raising_async_function_fails_with_the_exception_text() -> None:
     assert outcome.error_message == "ValueError: bad async turn"
 
 
+@pytest.mark.rule("R10")
 def test_a_result_that_is_not_bytes_or_str_is_result_invalid() -> None:
     """R10: a return value of another type fails the turn with RESULT_INVALID."""
     outcome = run("sync_returns_number")
@@ -74,6 +80,7 @@ def test_a_result_that_is_not_bytes_or_str_is_result_invalid() -> None:
     assert "int" in outcome.error_message
 
 
+@pytest.mark.rule("R6")
 def test_cancel_stops_an_async_function() -> None:
     """R6: cancel cancels an async function's task; wait() settles CANCELLED."""
 
@@ -87,6 +94,7 @@ def test_cancel_stops_an_async_function() -> None:
     assert outcome.error_reason == "CANCELLED"
 
 
+@pytest.mark.rule("R6")
 def test_cancel_cannot_interrupt_a_sync_function_so_wait_settles_on_return() -> None:
     """R6: a sync function runs on after cancel; wait() settles only once it has returned."""
     turn_functions.release_slow_sync.clear()

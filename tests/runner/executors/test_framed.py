@@ -13,6 +13,8 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from runner_svc.executors import ExecutionOutcome, load_executor
 from runner_svc.executors.process import ProcessExecution
 from tests.runner.executors.test_subprocess import end_processes
@@ -155,6 +157,7 @@ def test_a_frame_after_the_final_frame_is_a_protocol_error() -> None:
     assert "after the final frame" in outcome.error_message
 
 
+@pytest.mark.rule("R13")
 def test_a_refused_chunk_is_told_on_stdin_and_the_turn_goes_on() -> None:
     """R13: a chunk over the limit is dropped, the command reads a refused notice
     on stdin, and its result still counts."""

@@ -14,6 +14,7 @@ VALID_FORMS = (
 )
 
 
+@pytest.mark.rule("R10")
 @pytest.mark.parametrize(
     ("spec", "name"),
     [
@@ -31,6 +32,7 @@ def test_each_valid_spec_builds_its_executor(spec: str, name: str, tmp_path: Pat
     assert executor.name == name
 
 
+@pytest.mark.rule("R10")
 @pytest.mark.parametrize(
     ("spec", "why"),
     [

@@ -36,6 +36,7 @@ def entry(operation_id: str, attempt: int = 1) -> LedgerEntry:
     )
 
 
+@pytest.mark.rule("R10")
 def test_metered_records_the_start_then_behaves_like_echo(tmp_path: Path) -> None:
     """R10: metered appends one ledger line per start and returns the echo result."""
     ledger = tmp_path / "ledger.jsonl"
@@ -57,6 +58,7 @@ def test_metered_records_the_start_then_behaves_like_echo(tmp_path: Path) -> Non
     assert recorded.started_at.endswith("+00:00")
 
 
+@pytest.mark.rule("R10")
 def test_metered_failure_and_sleep_parameters_still_count_the_start(tmp_path: Path) -> None:
     """R10: a failing or cancelled metered execution is still one recorded start."""
     ledger = tmp_path / "ledger.jsonl"
@@ -74,6 +76,7 @@ def test_metered_failure_and_sleep_parameters_still_count_the_start(tmp_path: Pa
     assert count_starts(ledger) == {"op-fail": 1, "op-sleep": 1}
 
 
+@pytest.mark.rule("R3")
 def test_metered_refuses_bad_parameters_before_recording(tmp_path: Path) -> None:
     """R3: a start refused for bad parameters leaves no ledger line (nothing ran)."""
     ledger = tmp_path / "ledger.jsonl"

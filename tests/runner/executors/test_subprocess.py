@@ -9,6 +9,7 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
 from google.protobuf import json_format
 
 from runner_svc.executors import load_executor
@@ -36,6 +37,7 @@ async def start(command: str, **kwargs: object) -> ProcessExecution:
     return handle
 
 
+@pytest.mark.rule("R10")
 def test_stdin_carries_the_envelope_json_with_the_attempt_identity() -> None:
     """R10: stdin holds {operation_id, incarnation_id, attempt, envelope} as documented."""
     request = make_request("op-json", attempt=3, parameters={"temperature": "0.2"})
@@ -56,6 +58,7 @@ def test_stdin_carries_the_envelope_json_with_the_attempt_identity() -> None:
     assert parsed == request.envelope
 
 
+@pytest.mark.rule("R10")
 def test_exit_zero_succeeds_with_stdout_as_the_output() -> None:
     """R10: exit status 0 is success and stdout is the result."""
 
@@ -69,6 +72,7 @@ def test_exit_zero_succeeds_with_stdout_as_the_output() -> None:
     assert outcome.metadata["exit_code"] == "0"
 
 
+@pytest.mark.rule("R10")
 def test_non_zero_exit_fails_with_the_stderr_tail() -> None:
     """R10: a non-zero exit is EXECUTOR_FAILED with the status and stderr in the message."""
 
@@ -83,6 +87,7 @@ def test_non_zero_exit_fails_with_the_stderr_tail() -> None:
     assert outcome.output == b""
 
 
+@pytest.mark.rule("R10")
 def test_stdout_over_the_limit_is_result_invalid() -> None:
     """R10: more than 1 MiB on stdout fails the turn with RESULT_INVALID."""
 
@@ -94,6 +99,7 @@ def test_stdout_over_the_limit_is_result_invalid() -> None:
     assert outcome.error_reason == "RESULT_INVALID"
 
 
+@pytest.mark.rule("R10")
 def test_a_command_that_ignores_a_large_stdin_still_settles() -> None:
     """R10: an envelope bigger than a pipe buffer never blocks a command that does not read it."""
     big = (b"z" * 1024 * 1024,)
@@ -106,6 +112,7 @@ def test_a_command_that_ignores_a_large_stdin_still_settles() -> None:
     assert outcome.output == b"done"
 
 
+@pytest.mark.rule("R10", "R6")
 def test_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
     """R10/R6: cancel ends the shell AND its grandchild; wait() settles CANCELLED."""
     grandchild_file = tmp_path / "grandchild.pid"
@@ -127,6 +134,7 @@ def test_cancel_kills_the_whole_process_group(tmp_path: Path) -> None:
         end_processes(*pids)
 
 
+@pytest.mark.rule("R10", "R6")
 def test_a_process_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
     """R10/R6: cancel sends SIGTERM first, then SIGKILL to the group after the grace."""
     term_seen = tmp_path / "term-seen"
@@ -155,6 +163,7 @@ def test_a_process_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path) ->
         end_processes(*pids)
 
 
+@pytest.mark.rule("R6")
 def test_processes_left_behind_are_killed_when_the_command_exits(tmp_path: Path) -> None:
     """R6: when the shell exits, a background process it left in its group is ended."""
     grandchild_file = tmp_path / "grandchild.pid"
@@ -176,6 +185,7 @@ def test_processes_left_behind_are_killed_when_the_command_exits(tmp_path: Path)
         end_processes(*pids)
 
 
+@pytest.mark.rule("R6")
 def test_cancel_after_settlement_is_a_no_op() -> None:
     """R6: cancelling a settled execution changes nothing and signals nobody."""
 
@@ -190,6 +200,7 @@ def test_cancel_after_settlement_is_a_no_op() -> None:
     assert first == second
 
 
+@pytest.mark.rule("R10")
 def test_a_missing_command_fails_with_the_shell_status() -> None:
     """R10: a command the shell cannot find is EXECUTOR_FAILED with status 127."""
 
@@ -201,6 +212,7 @@ def test_a_missing_command_fails_with_the_shell_status() -> None:
     assert "exit status 127" in outcome.error_message
 
 
+@pytest.mark.rule("R6")
 def test_stopping_the_event_loop_kills_an_unsettled_process_group(tmp_path: Path) -> None:
     """R6: a loop that ends with a turn still running leaves no process of it behind."""
     grandchild_file = tmp_path / "grandchild.pid"

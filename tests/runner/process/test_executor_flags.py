@@ -7,6 +7,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+import pytest
+
 from tests.runner.live import dispatch_request, envelope
 from tests.runner.process.test_runner_process import stub_for
 from tests.support import runner_access
@@ -22,6 +24,7 @@ FRAMED = (
 )
 
 
+@pytest.mark.rule("R14", "R12", "R13")
 def test_named_executors_are_served_reported_and_stream(tmp_path: Path) -> None:
     """R14: every --executor is served under its name and GetRunnerInfo lists them;
     R12/R13: a framed command whose frames come well within its heartbeat timeout

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests.runner.live import dispatch_request, envelope
 from tests.support import runner_access
 from tests.support.runner_process import RunnerProcess
@@ -145,6 +147,7 @@ def ended_at_exit(pids: list[int]) -> Iterator[list[int]]:
         sigkill(*pids)
 
 
+@pytest.mark.rule("R10")
 def test_sigkilled_runner_takes_its_executor_group_with_it(tmp_path: Path) -> None:
     """R10 (a): SIGKILL the runner; the whole group (sh and the turn it forked) dies at once."""
     work = tmp_path
@@ -161,6 +164,7 @@ def test_sigkilled_runner_takes_its_executor_group_with_it(tmp_path: Path) -> No
         assert "killed its process group" in runner.output()
 
 
+@pytest.mark.rule("R10")
 def test_death_signal_alone_ends_the_leader(tmp_path: Path) -> None:
     """R10 (a): with the watchdog SIGKILLed first, PR_SET_PDEATHSIG still kills the leader."""
     work = tmp_path
@@ -179,6 +183,7 @@ def test_death_signal_alone_ends_the_leader(tmp_path: Path) -> None:
         assert not (work / "op_b.effect").exists()
 
 
+@pytest.mark.rule("R10")
 def test_restart_ends_a_surviving_executor_before_admitting_anything(tmp_path: Path) -> None:
     """R10 (b): a group that outlived runner and watchdog is ended before the next serves.
 

@@ -24,6 +24,7 @@ def stub_for(address: str) -> tuple[grpc.Channel, runner_pb2_grpc.RunnerServiceS
     return channel, runner_pb2_grpc.RunnerServiceStub(channel)
 
 
+@pytest.mark.rule("R1", "R8")
 def test_serve_answers_status_and_sigterm_drains_to_exit_zero(tmp_path: Path) -> None:
     """R1/R8: a served runner names a 32-hex incarnation; SIGTERM drains and exits 0."""
     with RunnerProcess.start(tmp_path / "r.db", tmp_path, executor="sleep") as runner:
@@ -150,6 +151,7 @@ def test_metered_without_a_ledger_is_refused_naming_the_flag(tmp_path: Path, by_
     assert not store.exists() and not (tmp_path / "m").exists()
 
 
+@pytest.mark.rule("R3")
 @pytest.mark.parametrize(
     ("crash_at", "sleep_ms", "state", "execution", "starts"),
     [
@@ -220,6 +222,7 @@ def test_crash_between_durable_steps_is_reported_truthfully(
     assert count_starts(ledger)["op_crash"] == starts
 
 
+@pytest.mark.rule("R3")
 def test_crash_after_dedupe_commit_leaves_a_row_no_later_incarnation_launches(
     tmp_path: Path,
 ) -> None:

@@ -23,6 +23,7 @@ from turnwire.runner.v1 import runner_pb2
 R = runner_pb2
 
 
+@pytest.mark.rule("R3", "R4")
 def test_dispatch_abandoned_during_its_admission_write_still_runs_once(tmp_path: Path) -> None:
     """R3/R4: an admission that committed runs exactly once and frees its slot, even if
     the caller's deadline cancelled the handler while the write was in flight."""

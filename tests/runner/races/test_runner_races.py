@@ -35,6 +35,7 @@ async def reason_of(call: object) -> str:
     return typed.reason
 
 
+@pytest.mark.rule("R2")
 def test_concurrent_duplicate_dispatches_start_the_executor_once(tmp_path: Path) -> None:
     """R2: many concurrent Dispatches of one id start one execution (metered ledger)."""
     ledger = tmp_path / "ledger.jsonl"
@@ -52,6 +53,7 @@ def test_concurrent_duplicate_dispatches_start_the_executor_once(tmp_path: Path)
     assert count_starts(ledger)["op_dup"] == 1
 
 
+@pytest.mark.rule("R2")
 def test_sequential_duplicate_while_first_still_runs_starts_nothing(tmp_path: Path) -> None:
     """R2: a Dispatch repeated while the first runs replies duplicate with the live status."""
     ledger = tmp_path / "ledger.jsonl"
@@ -71,6 +73,7 @@ def test_sequential_duplicate_while_first_still_runs_starts_nothing(tmp_path: Pa
     assert count_starts(ledger)["op_seq"] == 1
 
 
+@pytest.mark.rule("R5")
 def test_cancel_before_dispatch_arrives_means_it_never_runs(tmp_path: Path) -> None:
     """R5: a Cancel that overtakes its Dispatch leaves a tombstone; the Dispatch never runs."""
     ledger = tmp_path / "ledger.jsonl"
@@ -86,6 +89,7 @@ def test_cancel_before_dispatch_arrives_means_it_never_runs(tmp_path: Path) -> N
     assert count_starts(ledger)["op_early"] == 0
 
 
+@pytest.mark.rule("R3", "R6")
 def test_cancel_during_launch_stops_the_started_executor(tmp_path: Path) -> None:
     """R3/R6: a Cancel arriving while the executor starts waits for the start, then stops it."""
     gate = asyncio.Event()
@@ -113,6 +117,7 @@ def test_cancel_during_launch_stops_the_started_executor(tmp_path: Path) -> None
     assert gated.starts == ["op_launch"]
 
 
+@pytest.mark.rule("R6")
 def test_abort_then_late_settlement_frees_the_slot_only_when_settled(tmp_path: Path) -> None:
     """R6: cancel never frees the slot; a turn that finishes after the cancel stays SUCCEEDED."""
     gated = GatedExecutor(finish_at_once=False, finish_on_cancel=False)
@@ -147,6 +152,7 @@ def test_abort_then_late_settlement_frees_the_slot_only_when_settled(tmp_path: P
     asyncio.run(main())
 
 
+@pytest.mark.rule("R8")
 def test_shutdown_refuses_new_dispatch_and_drains_running_turns(tmp_path: Path) -> None:
     """R8: draining refuses admission (SHUTTING_DOWN), says NOT_SERVING, lets jobs finish."""
     store_path = tmp_path / "r.db"
@@ -178,6 +184,7 @@ def test_shutdown_refuses_new_dispatch_and_drains_running_turns(tmp_path: Path) 
         store.close()
 
 
+@pytest.mark.rule("R8")
 def test_drain_deadline_cancels_what_is_still_running(tmp_path: Path) -> None:
     """R8: past the drain deadline, running turns are cancelled and settle CANCELLED (SHUTDOWN)."""
     store_path = tmp_path / "r.db"
@@ -219,6 +226,7 @@ def drop_failing_trigger(store_path: Path) -> None:
     connection.close()
 
 
+@pytest.mark.rule("R7")
 @pytest.mark.parametrize(
     ("sleep_ms", "left"),
     [
@@ -255,6 +263,7 @@ def test_failed_terminal_write_holds_the_slot_and_reports_result_not_saved(
     assert row_state_on_disk(store_path, "op_unsaved") == left
 
 
+@pytest.mark.rule("R4")
 def test_failed_admission_write_releases_the_reservation(tmp_path: Path) -> None:
     """R4: a dedupe row that cannot be written is STORE_WRITE_FAILED and gives the slot back."""
     store_path = tmp_path / "r.db"
@@ -275,6 +284,7 @@ def test_failed_admission_write_releases_the_reservation(tmp_path: Path) -> None
     asyncio.run(main())
 
 
+@pytest.mark.rule("R4")
 def test_full_writable_pool_does_not_block_read_only_turns(tmp_path: Path) -> None:
     """R4: slot exhaustion of one kind leaves the other pool admitting."""
 
@@ -293,6 +303,7 @@ def test_full_writable_pool_does_not_block_read_only_turns(tmp_path: Path) -> No
     asyncio.run(main())
 
 
+@pytest.mark.rule("R3")
 def test_launch_intent_is_durable_before_the_executor_starts(tmp_path: Path) -> None:
     """R3: the dedupe row is on disk when Dispatch replies; the intent when start is called."""
     store_path = tmp_path / "r.db"
@@ -318,6 +329,7 @@ def test_launch_intent_is_durable_before_the_executor_starts(tmp_path: Path) -> 
     assert seen == ["LAUNCHING"]
 
 
+@pytest.mark.rule("R3", "C14")
 def test_executor_refusing_to_start_settles_failed_not_started(tmp_path: Path) -> None:
     """R3/C14: an executor that could not start leaves FAILED, execution NOT_STARTED."""
     gated = GatedExecutor(refuse_start=True)
@@ -393,6 +405,7 @@ def test_old_accepted_row_is_taken_over_before_it_runs(tmp_path: Path) -> None:
     assert count_starts(ledger)["op_old"] == 1
 
 
+@pytest.mark.rule("C11", "C14")
 def test_cancel_of_old_accepted_row_settles_it_not_started(tmp_path: Path) -> None:
     """C11/C14: a never-launched row is settled CANCELLED NOT_STARTED and then never runs."""
     store_path, ledger = tmp_path / "r.db", tmp_path / "ledger.jsonl"
@@ -413,6 +426,7 @@ def test_cancel_of_old_accepted_row_settles_it_not_started(tmp_path: Path) -> No
     assert count_starts(ledger)["op_stop"] == 0
 
 
+@pytest.mark.rule("R2")
 def test_interrupted_rows_are_never_run_again(tmp_path: Path) -> None:
     """R2/§6: a row an earlier incarnation left RUNNING reads INTERRUPTED and a Dispatch dedupes."""
     from runner_svc.core.transitions import ConfirmStart, LaunchIntent
@@ -439,6 +453,7 @@ def test_interrupted_rows_are_never_run_again(tmp_path: Path) -> None:
     assert count_starts(ledger)["op_int"] == 0
 
 
+@pytest.mark.rule("R7")
 def test_succeeded_outcome_metadata_survives(tmp_path: Path) -> None:
     """R7: a valid outcome's output, content type and metadata are stored and reported."""
     gated = GatedExecutor(
@@ -457,6 +472,7 @@ def test_succeeded_outcome_metadata_survives(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.rule("R6")
 def test_cancel_then_deadline_keeps_cancel_as_the_stop_reason(tmp_path: Path) -> None:
     """R6: a deadline passing after a Cancel does not replace it; the turn ends CANCELLED."""
     gated = GatedExecutor(finish_at_once=False, finish_on_cancel=False)
@@ -481,6 +497,7 @@ def test_cancel_then_deadline_keeps_cancel_as_the_stop_reason(tmp_path: Path) ->
     asyncio.run(main())
 
 
+@pytest.mark.rule("R3", "C14")
 def test_cancel_between_accept_and_launch_settles_not_started(tmp_path: Path) -> None:
     """R3/C14: a Cancel queued behind the admission wins the lock before the launch: never runs."""
     from runner_svc.service import DispatchCall

@@ -177,6 +177,7 @@ def test_a_watch_gets_pushed_changes_without_reading_the_store(tmp_path: Path) -
     asyncio.run(main())
 
 
+@pytest.mark.rule("C9", "C10")
 def test_rows_a_watch_skips_neither_fill_nor_wake_its_feed(tmp_path: Path) -> None:
     """C9/C10 (issue 10): a held Dispatch's rows and released rows are never sent by a
     watch, so they are not kept in its feed and do not wake it; the next row it sends
@@ -201,6 +202,7 @@ def test_rows_a_watch_skips_neither_fill_nor_wake_its_feed(tmp_path: Path) -> No
     asyncio.run(main())
 
 
+@pytest.mark.rule("C9")
 def test_a_watch_that_fell_behind_catches_up_with_exactly_what_sql_has(tmp_path: Path) -> None:
     """Issue 10, C9: a slow consumer's feed is bounded; once it overflows the watch reads
     the store from its cursor (SQL, when the cursor is older than memory's window) and
@@ -262,6 +264,7 @@ def test_a_write_whose_waiter_was_cancelled_before_it_ran_leaves_memory_reads_on
     asyncio.run(main())
 
 
+@pytest.mark.rule("C9", "C10")
 def test_a_replay_past_a_whole_batch_of_rows_it_does_not_send_moves_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -34,6 +34,7 @@ def commits(statements: list[str]) -> int:
     return sum(1 for sql in statements if sql.strip().upper() == "COMMIT")
 
 
+@pytest.mark.rule("R4")
 def test_writes_queued_in_one_loop_turn_land_in_one_transaction(tmp_path: Path) -> None:
     """R4 (group commit): three admissions queued before the loop turns: one BEGIN ...
     COMMIT (one fsync),
@@ -61,6 +62,7 @@ def test_writes_queued_in_one_loop_turn_land_in_one_transaction(tmp_path: Path) 
     asyncio.run(main())
 
 
+@pytest.mark.rule("R3")
 def test_an_illegal_write_in_a_batch_fails_alone_and_leaves_no_gap(tmp_path: Path) -> None:
     """R3: a change the row does not allow raises for its own caller only; the writes
     around it land, at consecutive sequences, as if it had never been queued."""
@@ -87,6 +89,7 @@ def test_an_illegal_write_in_a_batch_fails_alone_and_leaves_no_gap(tmp_path: Pat
     asyncio.run(main())
 
 
+@pytest.mark.rule("R7")
 def test_a_failed_commit_fails_every_write_of_the_batch(tmp_path: Path) -> None:
     """R7, fail closed: when the one COMMIT fails, no write of the batch is reported
     written, none is in the file, and reads come from SQL until a write finds it again."""
@@ -134,6 +137,7 @@ def test_a_fenced_batch_writes_nothing(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.rule("R2", "R4")
 def test_a_read_after_queued_writes_waits_for_them(tmp_path: Path) -> None:
     """R2, R4: a call that reaches SQL sends the writes queued before it first: the read that
     memory cannot answer (a write of the row is pending) sees them."""
@@ -162,6 +166,7 @@ def transactions(statements: list[str]) -> list[list[str]]:
     return groups
 
 
+@pytest.mark.rule("C10")
 def test_a_release_carried_on_a_dispatch_lands_with_its_admission(tmp_path: Path) -> None:
     """C10, issue 10: the Release a Dispatch carries and that Dispatch's admission are
     written in one transaction (one fsync for the two)."""

@@ -119,6 +119,7 @@ def mixed_store(path: Path) -> SqliteRunnerStore:
     return store
 
 
+@pytest.mark.rule("K2")
 def test_only_released_rows_and_tombstones_past_the_horizon_go(tmp_path: Path) -> None:
     """§9 K2: kept: accepted, launching, settled but unreleased (however old), released or
     tombstoned within the horizon; gone: released or tombstoned past it, each leaving its
@@ -144,6 +145,7 @@ def test_only_released_rows_and_tombstones_past_the_horizon_go(tmp_path: Path) -
         store.close()
 
 
+@pytest.mark.rule("K2")
 def test_the_store_times_each_release_itself(tmp_path: Path) -> None:
     """§9 K2: the horizon runs from the release, which the database stamps the moment
     ``released`` turns true (a trigger), so no write path can leave it untimed."""
@@ -180,6 +182,7 @@ def test_pruning_keeps_the_row_digest_so_the_store_keeps_its_identity(tmp_path: 
         reopened.close()
 
 
+@pytest.mark.rule("K3")
 def test_a_pruned_id_is_never_absent_and_never_admitted_or_tombstoned_again(
     tmp_path: Path,
 ) -> None:
@@ -207,6 +210,7 @@ def test_a_pruned_id_is_never_absent_and_never_admitted_or_tombstoned_again(
         store.close()
 
 
+@pytest.mark.rule("K4", "K5")
 def test_a_key_goes_only_past_its_horizon_and_below_the_floor_then_no_owner_admits_it(
     tmp_path: Path,
 ) -> None:
@@ -244,6 +248,7 @@ def test_a_key_goes_only_past_its_horizon_and_below_the_floor_then_no_owner_admi
         successor.close()
 
 
+@pytest.mark.rule("K2", "K3", "K4")
 @pytest.mark.parametrize(
     ("setup", "statement", "why"),
     [

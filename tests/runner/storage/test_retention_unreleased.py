@@ -68,6 +68,7 @@ def _earlier_incarnation_left(path: Path) -> None:
         store.close()
 
 
+@pytest.mark.rule("K6", "K2")
 def test_rows_nobody_will_release_go_after_the_horizon_and_their_keys_stay_for_ever(
     tmp_path: Path,
 ) -> None:
@@ -114,6 +115,7 @@ def test_rows_nobody_will_release_go_after_the_horizon_and_their_keys_stay_for_e
         reopened.close()
 
 
+@pytest.mark.rule("K6", "K4")
 def test_the_database_lets_an_unreleased_row_go_only_with_its_key_kept_for_ever(
     tmp_path: Path,
 ) -> None:
@@ -134,6 +136,8 @@ def test_the_database_lets_an_unreleased_row_go_only_with_its_key_kept_for_ever(
     assert "op_given_up" not in ids(path)
 
 
+@pytest.mark.rule("K7")
+@pytest.mark.rule("R10")
 def test_executor_records_go_once_their_group_is_known_over(tmp_path: Path) -> None:
     """R10's records are pruned too: one the sweep ended, and one whose turn settled (its
     group was killed and reaped before it settled) go past the horizon; one whose turn

@@ -132,6 +132,7 @@ def test_one_row_per_operation_across_incarnations(tmp_path: Path) -> None:
         store.close()
 
 
+@pytest.mark.rule("R3")
 def test_illegal_change_writes_nothing(tmp_path: Path) -> None:
     """R3: an illegal change raises, and neither the row nor the sequence moves."""
     store = SqliteRunnerStore.open(tmp_path / "runner.db", A)
@@ -176,6 +177,7 @@ def test_store_id_is_stable_and_a_copy_gets_a_new_one(tmp_path: Path) -> None:
         copied.close()
 
 
+@pytest.mark.rule("R3")
 def test_restart_reports_what_the_earlier_incarnation_left(tmp_path: Path) -> None:
     """R3/§6: RUNNING -> INTERRUPTED STARTED, LAUNCHING -> INTERRUPTED UNKNOWN, ACCEPTED kept."""
     path = tmp_path / "runner.db"
@@ -228,6 +230,7 @@ def test_sequence_orders_changes_for_watch(tmp_path: Path) -> None:
         store.close()
 
 
+@pytest.mark.rule("R3")
 def test_pragmas_make_the_store_durable(tmp_path: Path) -> None:
     """R3: WAL journal and synchronous=FULL are in force on the store's connections."""
     store = SqliteRunnerStore.open(tmp_path / "runner.db", A)

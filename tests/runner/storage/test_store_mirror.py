@@ -166,6 +166,7 @@ def test_results_count_against_the_memory_budget(tmp_path: Path) -> None:
         store.close()
 
 
+@pytest.mark.rule("R3")
 def test_a_refused_write_leaves_memory_unchanged(tmp_path: Path) -> None:
     """R3, issue 10: an illegal change, a floor refusal or an SQLite error inside the
     transaction rolls back, raises, and memory still says what the file says."""

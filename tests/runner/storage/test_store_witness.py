@@ -22,6 +22,7 @@ def admit(store: SqliteRunnerStore, op: str, stamp: int) -> None:
     store.write(op, Admit(op, store.incarnation_id, SlotKind.WRITABLE, "d" * 64, 1, 1, 1.0, stamp))
 
 
+@pytest.mark.rule("W2", "C6")
 def test_a_dispatch_below_the_floor_is_refused_typed_and_writes_nothing(tmp_path: Path) -> None:
     """§6.1 W2, C6: below the floor: DISPATCH_STALE (definite), nothing written."""
     store = SqliteRunnerStore.open(tmp_path / "r.db", A)
@@ -36,6 +37,7 @@ def test_a_dispatch_below_the_floor_is_refused_typed_and_writes_nothing(tmp_path
         store.close()
 
 
+@pytest.mark.rule("W2")
 def test_the_floor_never_passes_a_row_that_may_still_launch(tmp_path: Path) -> None:
     """§6.1 W2: the floor is held at an accepted row's stamp until it launches; never down."""
     store = SqliteRunnerStore.open(tmp_path / "r.db", A)
@@ -49,6 +51,7 @@ def test_the_floor_never_passes_a_row_that_may_still_launch(tmp_path: Path) -> N
         store.close()
 
 
+@pytest.mark.rule("W2", "W3", "R8")
 def test_a_row_stopped_before_launch_does_not_hold_the_floor_and_seal_works(
     tmp_path: Path,
 ) -> None:
@@ -69,6 +72,7 @@ def test_a_row_stopped_before_launch_does_not_hold_the_floor_and_seal_works(
         again.close()
 
 
+@pytest.mark.rule("W2", "R3")
 def test_a_launch_below_the_floor_is_refused(tmp_path: Path) -> None:
     """§6.1 W2, R3 (defence in depth): even if the floor got past an unlaunched row, no launch."""
     path = tmp_path / "r.db"
@@ -113,6 +117,7 @@ def test_a_restored_copy_in_place_keeps_its_id_but_cannot_vouch(tmp_path: Path) 
         restored.close()
 
 
+@pytest.mark.rule("W3")
 def test_the_chain_keeps_every_opening_newest_first(tmp_path: Path) -> None:
     """§6.1 W3: every opening is recorded with its predecessor, newest first."""
     path = tmp_path / "r.db"
@@ -150,6 +155,7 @@ def test_a_row_removed_by_hand_voids_the_store_id(tmp_path: Path) -> None:
         untouched.close()
 
 
+@pytest.mark.rule("W2", "W3", "R9")
 @pytest.mark.parametrize(
     "statement",
     [

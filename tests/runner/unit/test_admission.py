@@ -199,6 +199,7 @@ CASES = [
 ]
 
 
+@pytest.mark.rule("R2", "R4", "R5", "C5")
 @pytest.mark.parametrize(
     ("facts", "row", "accepting", "slot_pools", "expected"),
     [case[1:] for case in CASES],
@@ -249,6 +250,7 @@ def test_higher_token_on_a_duplicate_is_remembered() -> None:
     assert decision.action is AdmissionAction.DUPLICATE and decision.raise_fencing_token
 
 
+@pytest.mark.rule("R4")
 def test_slot_pools_are_separate_and_bounded() -> None:
     """R4: each kind has its own pool; reserving past the size is refused."""
     slots = pools(writable=1, read_only=2)
@@ -262,6 +264,7 @@ def test_slot_pools_are_separate_and_bounded() -> None:
     assert slots.has_free(SlotKind.WRITABLE)
 
 
+@pytest.mark.rule("R6")
 def test_freeing_an_unreserved_slot_is_a_bug() -> None:
     """R6: a slot is freed once per reservation; a second free is refused."""
     slots = pools()

@@ -54,6 +54,7 @@ def starting(stop_reason: StopReason | None = None) -> JobState:
     return replace(state, stop_reason=stop_reason)
 
 
+@pytest.mark.rule("R3", "R7")
 def test_an_outcome_in_hand_at_the_start_is_settled_with_no_confirmation() -> None:
     """R3/R7: no confirmation of its own; one settlement, STARTED, with the start time."""
     state, commands = feed(
@@ -72,6 +73,7 @@ def test_an_outcome_in_hand_at_the_start_is_settled_with_no_confirmation() -> No
     assert commands == [FreeSlot()] and settled.phase is Phase.SETTLED
 
 
+@pytest.mark.rule("R7")
 def test_a_failed_settlement_of_a_turn_that_finished_at_its_start_holds_the_slot() -> None:
     """R7: nothing reported, the slot held; the row keeps its intent (UNKNOWN, true)."""
     state, commands = feed(
@@ -83,6 +85,7 @@ def test_a_failed_settlement_of_a_turn_that_finished_at_its_start_holds_the_slot
     assert state.phase is Phase.HELD and state.result_not_saved
 
 
+@pytest.mark.rule("R6")
 @pytest.mark.parametrize(
     ("outcome", "expected"),
     [(SUCCESS, (S.SUCCEEDED, "")), (FAILURE, (S.CANCELLED, "CANCELLED"))],
@@ -99,6 +102,7 @@ def test_a_stop_recorded_before_the_start_decides_as_ever(
     assert StopExecutor() not in commands  # it has finished: nothing to stop
 
 
+@pytest.mark.rule("R3")
 def test_a_running_turn_queues_its_confirmation_and_an_outcome_withdraws_it() -> None:
     """R3: confirmation queued at the start; the outcome withdraws it before settling."""
     state = running()
@@ -111,6 +115,7 @@ def test_a_running_turn_queues_its_confirmation_and_an_outcome_withdraws_it() ->
     assert not settling.confirmation_queued
 
 
+@pytest.mark.rule("R6")
 def test_a_stop_while_the_confirmation_is_queued_is_kept_and_wins() -> None:
     """R6: the cancel is recorded (behind the confirmation, in write order) and settles it."""
     state, commands = feed(running(), CancelRequested(row(S.LAUNCHING)))
@@ -123,6 +128,7 @@ def test_a_stop_while_the_confirmation_is_queued_is_kept_and_wins() -> None:
 # --- the row change ---------------------------------------------------------------------
 
 
+@pytest.mark.rule("R3")
 def test_a_settlement_straight_from_the_intent_records_the_start() -> None:
     """R3: the settled row implies the start: STARTED, with its time."""
     done = apply(

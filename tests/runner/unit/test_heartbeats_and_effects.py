@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from runner_svc.core.job_lifecycle import (
     ArmLimitTimer,
     ExecutorFinished,
@@ -41,12 +43,14 @@ def beating(*, heartbeat: float, deadline: float | None = None) -> tuple[JobStat
     return state, list(commands)
 
 
+@pytest.mark.rule("R12")
 def test_a_heartbeat_timeout_is_armed_from_the_start() -> None:
     """R12: the first heartbeat is due one timeout after the executor started."""
     state, commands = beating(heartbeat=1.5)
     assert commands[-1] == ArmLimitTimer(101.5) and state.limit_alarm == 101.5
 
 
+@pytest.mark.rule("R12", "R6")
 def test_each_heartbeat_moves_the_next_check_and_silence_stops_the_turn_timed_out() -> None:
     """R12: a heartbeat seen re-arms the check a timeout after it; past one with no
     heartbeat the runner records HEARTBEAT (R6) and stops the executor; the turn
@@ -61,6 +65,7 @@ def test_each_heartbeat_moves_the_next_check_and_silence_stops_the_turn_timed_ou
     assert settlements(commands) == [(S.TIMED_OUT, "HEARTBEAT_TIMEOUT", Execution.STARTED)]
 
 
+@pytest.mark.rule("R6")
 def test_an_executor_that_finishes_after_a_heartbeat_stop_keeps_its_success() -> None:
     """R6: a success finished on its own; the heartbeat stop stopped nothing."""
     state, _ = beating(heartbeat=1.0)
@@ -69,6 +74,7 @@ def test_an_executor_that_finishes_after_a_heartbeat_stop_keeps_its_success() ->
     assert settlements(commands) == [(S.SUCCEEDED, "", Execution.STARTED)]
 
 
+@pytest.mark.rule("R6")
 def test_the_deadline_wins_over_a_heartbeat_due_at_the_same_moment() -> None:
     """R6: when both have run out, the deadline (wall-clock truth) is the stop reason."""
     state, _ = beating(heartbeat=1.0, deadline=101.0)
@@ -76,6 +82,7 @@ def test_the_deadline_wins_over_a_heartbeat_due_at_the_same_moment() -> None:
     assert commands == [WriteStopReason(StopReason.DEADLINE), StopExecutor()]
 
 
+@pytest.mark.rule("R6")
 def test_an_earlier_stop_reason_wins_over_a_later_heartbeat_lapse() -> None:
     """R6: a cancel recorded first stays the reason; the lapse asks the executor again."""
     state, _ = beating(heartbeat=1.0)
@@ -93,6 +100,7 @@ NO_EFFECT = ReportedOutcome(
 )
 
 
+@pytest.mark.rule("R7")
 def test_a_declared_effect_and_its_retry_hint_are_kept_on_the_failure() -> None:
     """R7: the executor's declared effect (and a NONE's retry_after) is settled with
     the failure, so a retry policy can read it from the row."""
@@ -106,6 +114,7 @@ def test_a_declared_effect_and_its_retry_hint_are_kept_on_the_failure() -> None:
     assert undeclared is not None and undeclared.effect is None
 
 
+@pytest.mark.rule("R6", "R7")
 def test_a_declared_effect_survives_a_stop() -> None:
     """R6, R7: a failure after a stop is the stop's outcome, with what the executor declared."""
     decision = decide_settlement(StopReason.CANCEL, NO_EFFECT, KNOWN)
@@ -113,6 +122,7 @@ def test_a_declared_effect_survives_a_stop() -> None:
     assert decision.error.effect is DeclaredEffect.NONE
 
 
+@pytest.mark.rule("R7")
 def test_malformed_effects_are_result_invalid() -> None:
     """R7: an unknown effect, an effect on a success, or a retry hint without NONE is refused."""
     bad = [
@@ -128,6 +138,7 @@ def test_malformed_effects_are_result_invalid() -> None:
         assert decision.error is not None and decision.error.reason == "RESULT_INVALID"
 
 
+@pytest.mark.rule("R7")
 def test_settlement_commands_carry_the_effect_to_the_row_write() -> None:
     """R7: the WriteSettlement the machine asks for holds the declared effect."""
     state, _ = beating(heartbeat=5.0)

@@ -90,12 +90,14 @@ def settlements(commands: list[Command]) -> list[tuple[RowState, str, Execution]
 # --- launch (R3) ---------------------------------------------------------------------
 
 
+@pytest.mark.rule("R3")
 def test_the_launch_check_asks_for_a_durable_intent_and_nothing_else() -> None:
     """R3: an ACCEPTED row of ours with no stop reason gets a launch intent, no start yet."""
     state, commands = feed(job(), LaunchChecked(row(S.ACCEPTED), now=1.0))
     assert commands == [WriteLaunchIntent()] and state.phase is Phase.LAUNCHING
 
 
+@pytest.mark.rule("R3")
 def test_the_executor_starts_only_once_the_intent_is_durable() -> None:
     """R3: StartExecutor answers LaunchIntentWritten; a failed intent starts nothing."""
     launching, _ = feed(job(), LaunchChecked(row(S.ACCEPTED), now=1.0))
@@ -106,6 +108,7 @@ def test_the_executor_starts_only_once_the_intent_is_durable() -> None:
     assert step(job(), LaunchIntentWritten())[1] == ()  # no open request: nothing
 
 
+@pytest.mark.rule("R10", "R3")
 def test_a_started_executor_is_recorded_confirmed_and_timed() -> None:
     """R10 then R3: the process group, the start confirmation, the first limit's alarm."""
     state, commands = feed(
@@ -129,6 +132,7 @@ def test_a_stop_that_came_while_starting_is_sent_once_the_executor_started() -> 
     assert commands == (RecordProcessGroup(5.0), WriteConfirmStart(5.0), StopExecutor())
 
 
+@pytest.mark.rule("C14")
 @pytest.mark.parametrize(
     ("may_have_started", "execution"),
     [(False, Execution.NOT_STARTED), (True, Execution.UNKNOWN)],
@@ -155,6 +159,7 @@ def test_a_cancel_before_the_launch_settles_not_started_and_never_launches() -> 
     assert all(isinstance(c, NoteNotLaunched) for c in commands)
 
 
+@pytest.mark.rule("R7")
 def test_a_cancel_settlement_that_failed_is_written_again_by_the_launch_check() -> None:
     """R7: the slot stays held; the launch check settles it once the store works again."""
     state, commands = feed(job(), CancelRequested(row(S.ACCEPTED)), SettlementWriteFailed())
@@ -170,6 +175,7 @@ def test_a_deadline_passed_before_the_launch_settles_timed_out_not_started() -> 
     assert not any(isinstance(c, WriteLaunchIntent | WriteStopReason) for c in commands)
 
 
+@pytest.mark.rule("R8")
 def test_a_job_admitted_while_draining_never_launches() -> None:
     """R8: shutdown began while its row was written: it settles CANCELLED, SHUTDOWN."""
     state = admitted(OURS, deadline=None, budget_seconds=None, draining=True)
@@ -221,6 +227,7 @@ def test_a_deadline_that_passes_stops_the_turn_timed_out() -> None:
     assert settlements(commands) == [(S.TIMED_OUT, "DEADLINE_EXCEEDED", Execution.STARTED)]
 
 
+@pytest.mark.rule("R6")
 def test_an_early_wakeup_rearms_for_the_limit_still_to_come_and_a_stop_disarms() -> None:
     """R6: a wake-up before any limit re-arms for the earliest one still to come
     (the budget here, not skipped for the deadline); once a limit stopped the
@@ -233,6 +240,7 @@ def test_an_early_wakeup_rearms_for_the_limit_still_to_come_and_a_stop_disarms()
     assert state.limit_alarm is None
 
 
+@pytest.mark.rule("R6")
 def test_the_first_stop_reason_wins_and_every_stop_asks_the_executor() -> None:
     """R6: cancel first, then the deadline: one reason written, two asks, CANCELLED."""
     state = running(deadline=101.0)
@@ -243,6 +251,7 @@ def test_the_first_stop_reason_wins_and_every_stop_asks_the_executor() -> None:
     assert settlements(commands) == [(S.CANCELLED, "CANCELLED", Execution.STARTED)]
 
 
+@pytest.mark.rule("C11", "R6")
 def test_a_turn_that_succeeds_after_a_stop_settles_succeeded() -> None:
     """C11/R6: the cancel lost the race; the turn finished on its own."""
     state, _ = feed(running(), CancelRequested(row(S.RUNNING)))
@@ -255,6 +264,7 @@ def test_an_invalid_outcome_settles_failed_result_invalid() -> None:
     assert settlements(commands) == [(S.FAILED, "RESULT_INVALID", Execution.STARTED)]
 
 
+@pytest.mark.rule("R8")
 def test_a_drain_lets_the_executor_run_until_its_deadline() -> None:
     """R8: SHUTDOWN is recorded at once; the executor is asked to stop only later."""
     state, commands = feed(running(), DrainStarted())

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -266,6 +267,7 @@ class World:
                     self.feed(answer)
 
 
+@pytest.mark.rule("R3", "R6", "R7", "R5", "R8", "R12")
 @settings(max_examples=300, deadline=None)
 @given(
     data=st.data(),

@@ -29,6 +29,7 @@ def emit_all(streams: OutputStreams, key: str, *pieces: bytes) -> list[int]:
     return offsets
 
 
+@pytest.mark.rule("R13")
 def test_chunks_are_numbered_from_one_in_emit_order_and_read_from_any_cursor() -> None:
     """R13: offsets 1, 2, 3 ...; a reader after offset N gets N+1 onwards, no gap."""
     streams = OutputStreams(StreamLimits())
@@ -44,6 +45,7 @@ def test_chunks_are_numbered_from_one_in_emit_order_and_read_from_any_cursor() -
     assert limited is not None and [c.offset for c in limited.chunks] == [1, 2]
 
 
+@pytest.mark.rule("R13")
 def test_a_closed_stream_ends_once_the_reader_has_its_last_chunk() -> None:
     """R13: the end comes with the final offset, only after every chunk was given."""
     stream = OutputStream()
@@ -56,6 +58,7 @@ def test_a_closed_stream_ends_once_the_reader_has_its_last_chunk() -> None:
     assert OutputStream().close() == 0  # an execution that emitted nothing
 
 
+@pytest.mark.rule("R13")
 def test_a_full_stream_drops_its_oldest_and_a_reader_behind_is_told_the_gap() -> None:
     """R13: past the per-operation buffer the oldest chunks go; a reader whose next
     chunk is gone gets a gap naming where the stream goes on, never a silent hole."""
@@ -70,6 +73,7 @@ def test_a_full_stream_drops_its_oldest_and_a_reader_behind_is_told_the_gap() ->
     assert [c.offset for c in caught_up.chunks] == [2, 3]
 
 
+@pytest.mark.rule("R13")
 def test_a_gap_is_reported_only_when_an_unseen_chunk_is_gone() -> None:
     """R13: cursor + 1 still held means no gap, whatever was dropped before it."""
     stream = OutputStream()
@@ -88,6 +92,7 @@ def test_a_gap_is_reported_only_when_an_unseen_chunk_is_gone() -> None:
     assert everything_lost.final_offset == 1 and everything_lost.cursor == 1
 
 
+@pytest.mark.rule("R13")
 def test_oversized_and_over_budget_chunks_are_refused_and_change_nothing() -> None:
     """R13: a chunk over the limit, or past the turn's budget, is refused to the
     executor; the stream is as it was and later small chunks still go."""
@@ -104,6 +109,7 @@ def test_oversized_and_over_budget_chunks_are_refused_and_change_nothing() -> No
     assert isinstance(closed, Refusal) and closed.reason == STREAM_CLOSED
 
 
+@pytest.mark.rule("R13")
 def test_the_runner_bound_drops_settled_streams_first_then_the_biggest_live_one() -> None:
     """R13: past the per-runner bound, chunks of closed streams go first (oldest
     closed first), then the oldest chunk of the open stream holding the most."""

@@ -29,6 +29,7 @@ def _cancel(row: object, *, token: int = 5, has_job: bool = False):  # type: ign
     )
 
 
+@pytest.mark.rule("R5", "C8b")
 def test_cancel_of_an_unknown_id_tombstones_it() -> None:
     """R5: the tombstone proves no Dispatch for it ever runs here (C8b)."""
     plan = _cancel(None, token=3)
@@ -43,6 +44,7 @@ def test_cancel_with_a_lower_token_is_refused_and_writes_nothing() -> None:
     assert refused.value.refusal is Refusal.STALE_FENCING_TOKEN
 
 
+@pytest.mark.rule("R6")
 def test_a_higher_token_is_recorded_before_the_job_is_told() -> None:
     """§5, R6: the job of ours stops itself; the token is written first."""
     plan = _cancel(stored(RowState.RUNNING), token=9, has_job=True)
@@ -50,6 +52,7 @@ def test_a_higher_token_is_recorded_before_the_job_is_told() -> None:
     assert (plan.tell_job, plan.outcome) == (True, "asked_to_stop")
 
 
+@pytest.mark.rule("R6")
 def test_an_earlier_incarnations_unlaunched_row_settles_not_started() -> None:
     """R6, §6: accepted by an earlier incarnation and never taken over: it cannot have
     started here, so it settles CANCELLED, NOT_STARTED, with the first stop reason."""
@@ -59,12 +62,14 @@ def test_an_earlier_incarnations_unlaunched_row_settles_not_started() -> None:
     assert (plan.tell_job, plan.outcome) == (False, "settled_unlaunched")
 
 
+@pytest.mark.rule("R6")
 def test_an_earlier_incarnations_launch_and_a_settled_row_are_left_alone() -> None:
     """R6: nothing here can stop an earlier incarnation's launch; a settled row stays."""
     assert _cancel(stored(RowState.RUNNING, OLD)).writes == ()
     assert _cancel(stored(RowState.SUCCEEDED)).outcome == "settled"
 
 
+@pytest.mark.rule("R9")
 def test_release_answers_and_writes_only_for_a_settled_row() -> None:
     """R9: a settled row drops its result once; unknown, live or tombstoned: False."""
     assert plan_release(stored(RowState.SUCCEEDED), 5) == (True, Release())
@@ -74,6 +79,7 @@ def test_release_answers_and_writes_only_for_a_settled_row() -> None:
     assert plan_release(None, 5) == (False, None)
 
 
+@pytest.mark.rule("R2")
 def test_admission_writes_a_new_row_or_takes_the_old_one_over() -> None:
     """R2, §6: a new id is admitted; an earlier incarnation's row is taken over."""
     fresh = admission_change(FACTS, None, incarnation_id=OURS, attempt=2, dispatch_stamp=9, now=1.0)

@@ -17,6 +17,7 @@ from runner_svc.core.witness import SEALED_FLOOR
 WINDOW_US = 7_000_000
 
 
+@pytest.mark.rule("K2")
 @pytest.mark.parametrize(
     ("state", "released", "settled_at", "released_at", "since"),
     [
@@ -50,6 +51,7 @@ def test_a_row_goes_only_past_its_horizon() -> None:
     assert row_prunable(100.0, now=200.0, retain=100.0)
 
 
+@pytest.mark.rule("K4")
 def test_a_key_goes_only_past_its_horizon_below_the_floor_and_the_clock() -> None:
     """K4: the stamp bound is the release plus the window; a key goes once its horizon has
     passed and the owner's floor, and the clock minus the window, are at or above it (a

@@ -91,6 +91,7 @@ STORED_STATES = [None, *[s for s in RowState if s is not S.INTERRUPTED]]
 CASES = [(source, name) for source in STORED_STATES for name in EVENTS]
 
 
+@pytest.mark.rule("R3", "R5", "R7")
 @pytest.mark.parametrize(("source", "name"), CASES)
 def test_every_event_from_every_state_follows_the_table(source: RowState | None, name: str) -> None:
     """R3/R5/R7: each (state, event) is legal exactly as the table says; illegal changes nothing."""
@@ -110,6 +111,7 @@ def test_table_covers_every_event_kind() -> None:
     assert {type(e) for e in EVENTS.values()} == set(SOURCES)
 
 
+@pytest.mark.rule("R6")
 def test_first_stop_reason_is_never_overwritten() -> None:
     """R6: a second RecordStopReason is refused; the first reason stays."""
     first = apply(row(S.RUNNING), RecordStopReason(StopReason.DEADLINE))
@@ -131,6 +133,7 @@ def test_take_over_only_from_an_earlier_incarnation() -> None:
         )
 
 
+@pytest.mark.rule("R3")
 def test_launch_needs_this_incarnation_and_no_stop_reason() -> None:
     """R3/§6: an old incarnation's row or a stopped row is never launched."""
     with pytest.raises(IllegalRowEvent):
@@ -140,6 +143,7 @@ def test_launch_needs_this_incarnation_and_no_stop_reason() -> None:
     assert apply(row(S.ACCEPTED), LaunchIntent(OURS)).execution is Execution.UNKNOWN
 
 
+@pytest.mark.rule("R7", "C14")
 @pytest.mark.parametrize(
     ("source", "settle"),
     [
@@ -163,12 +167,14 @@ def test_settling_an_interrupted_launch_of_an_earlier_incarnation_is_refused() -
         apply(row(S.RUNNING, incarnation=OLD), SUCCEED)
 
 
+@pytest.mark.rule("C14")
 def test_never_launched_row_settles_not_started() -> None:
     """C14: a never-launched row settled as cancelled says NOT_STARTED."""
     done = apply(row(S.ACCEPTED), Settle(OURS, S.CANCELLED, Execution.NOT_STARTED, 4.0))
     assert (done.state, done.execution, done.settled) == (S.CANCELLED, Execution.NOT_STARTED, True)
 
 
+@pytest.mark.rule("R9")
 def test_release_drops_result_and_keeps_the_row() -> None:
     """R9: release drops the stored result; the dedupe row and digest stay."""
     done = apply(row(S.RUNNING), SUCCEED)

@@ -50,6 +50,7 @@ SETTLEMENTS = [
 ]
 
 
+@pytest.mark.rule("R7")
 @pytest.mark.parametrize(("stop", "outcome", "state", "reason"), SETTLEMENTS)
 def test_settlement_table(
     stop: StopReason | None, outcome: ReportedOutcome, state: RowState, reason: str | None
@@ -61,6 +62,7 @@ def test_settlement_table(
     assert (decision.result is not None) == (state is RowState.SUCCEEDED)
 
 
+@pytest.mark.rule("R6")
 @pytest.mark.parametrize(
     ("current", "new", "kept"),
     [
@@ -77,6 +79,7 @@ def test_first_stop_reason_wins(
     assert first_stop_reason(current, new) is kept
 
 
+@pytest.mark.rule("R8", "C14")
 def test_unlaunched_settlements_match_their_reason() -> None:
     """R8/C14: a row stopped before launch ends CANCELLED or TIMED_OUT by its reason."""
     assert unlaunched_settlement(StopReason.CANCEL).state is RowState.CANCELLED
@@ -84,6 +87,7 @@ def test_unlaunched_settlements_match_their_reason() -> None:
     assert unlaunched_settlement(StopReason.SHUTDOWN).error.reason == "SHUTDOWN"  # type: ignore[union-attr]
 
 
+@pytest.mark.rule("R6")
 @pytest.mark.parametrize(
     ("now", "deadline", "started", "budget", "due"),
     [
@@ -114,6 +118,7 @@ def row(state: RowState, incarnation: str = OURS, **changes: object) -> Operatio
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
+@pytest.mark.rule("R3")
 @pytest.mark.parametrize(
     ("found", "stop", "blocked"),
     [
@@ -130,6 +135,7 @@ def test_launch_check(found: OperationRow | None, stop: StopReason | None, block
     assert bool(launch_block(found, OURS, stop)) is blocked
 
 
+@pytest.mark.rule("R3")
 @pytest.mark.parametrize(
     ("stored", "state", "execution"),
     [
