@@ -32,8 +32,6 @@ from turnwire.harness import Verdict, check_run
 from turnwire.harness.outcomes import explain, render_explanation
 from turnwire.observability.metrics_check import MetricsReport, scrape_deployment
 
-TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "TIMED_OUT", "PROTOCOL_ERROR", "REJECTED"}
-
 
 @dataclass(frozen=True)
 class DemoPlan:
@@ -60,7 +58,7 @@ class DemoReport:
 
     @property
     def not_terminal(self) -> list[str]:
-        return [op_id for op_id, op in self.operations.items() if op.state not in TERMINAL]
+        return [op_id for op_id, op in self.operations.items() if not op.state.is_terminal]
 
 
 def progress(message: str) -> None:
@@ -112,7 +110,7 @@ async def _settle(client: AsyncTurnwireClient, report: DemoReport, within: float
     last_line = 0.0
     while time.monotonic() < deadline:
         for op_id in list(report.operations):
-            if report.operations[op_id].state not in TERMINAL:
+            if not report.operations[op_id].state.is_terminal:
                 report.operations[op_id] = await client.get(op_id)
         open_ops = len(report.not_terminal)
         if time.monotonic() - last_line >= 2 or not open_ops:

@@ -36,6 +36,46 @@ def split_executor_flag(flag: str) -> tuple[str, str]:
     return DEFAULT_EXECUTOR, flag
 
 
+class OperationState(enum.StrEnum):
+    """coordinator.proto OperationState: where an operation is (PROTOCOL.md §2).
+
+    Declared here once, with the terminal set below; the coordinator's core
+    (``OpState``), the SDK (which adds ``UNSPECIFIED`` to read a newer server's
+    values), the oracle and the demo take theirs from here.
+    """
+
+    QUEUED = "QUEUED"
+    DISPATCHING = "DISPATCHING"
+    DISPATCH_UNKNOWN = "DISPATCH_UNKNOWN"
+    RUNNING = "RUNNING"
+    CANCELLING = "CANCELLING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMED_OUT = "TIMED_OUT"
+    PROTOCOL_ERROR = "PROTOCOL_ERROR"
+    REJECTED = "REJECTED"
+
+    @property
+    def terminal(self) -> bool:
+        """No outgoing edge: the state is final and written once (C10)."""
+        return self in TERMINAL_STATES
+
+
+# The states with no outgoing edge (C10). Members hash as their strings, so a
+# state read back from storage as a plain str is found here too.
+TERMINAL_STATES: frozenset[OperationState] = frozenset(
+    {
+        OperationState.SUCCEEDED,
+        OperationState.FAILED,
+        OperationState.CANCELLED,
+        OperationState.TIMED_OUT,
+        OperationState.PROTOCOL_ERROR,
+        OperationState.REJECTED,
+    }
+)
+
+
 class ErrorReason(enum.StrEnum):
     """The typed reasons of errors.proto: refusals, call errors, terminal reasons."""
 

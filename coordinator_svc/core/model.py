@@ -12,39 +12,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 # Shared with the runner, defined once (the names other modules import from here).
+from turnwire.vocabulary import TERMINAL_STATES as TERMINAL_STATES
 from turnwire.vocabulary import Execution as Execution
+from turnwire.vocabulary import OperationState as OperationState
 from turnwire.vocabulary import StopReason as StopReason
 from turnwire.vocabulary import TurnKind as TurnKind
 
-
-class OpState(enum.StrEnum):
-    QUEUED = "QUEUED"
-    DISPATCHING = "DISPATCHING"
-    DISPATCH_UNKNOWN = "DISPATCH_UNKNOWN"
-    RUNNING = "RUNNING"
-    CANCELLING = "CANCELLING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    TIMED_OUT = "TIMED_OUT"
-    PROTOCOL_ERROR = "PROTOCOL_ERROR"
-    REJECTED = "REJECTED"
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL_STATES
-
-
-TERMINAL_STATES = frozenset(
-    {
-        OpState.SUCCEEDED,
-        OpState.FAILED,
-        OpState.CANCELLED,
-        OpState.TIMED_OUT,
-        OpState.PROTOCOL_ERROR,
-        OpState.REJECTED,
-    }
-)
+# The operation states and the terminal set are the vocabulary's (declared once).
+OpState = OperationState
 
 
 class ReplayPolicy(enum.StrEnum):

@@ -60,7 +60,7 @@ MIRRORS: list[tuple[type[enum.StrEnum], descriptor.EnumDescriptor]] = [
     (vocabulary.DeclaredEffect, _EFFECT),
     (vocabulary.TurnKind, _KIND),
     (vocabulary.RunnerOperationState, _RUNNER_STATE),
-    (coordinator_model.OpState, _OP_STATE),
+    (vocabulary.OperationState, _OP_STATE),
     (coordinator_model.ReplayPolicy, _POLICY),
     (runner_model.Execution, _EXECUTION),
     (runner_model.StopReason, _STOP),
@@ -115,6 +115,20 @@ def test_the_coordinator_uses_the_shared_enums_not_copies() -> None:
     assert coordinator_model.StopReason is vocabulary.StopReason
     assert coordinator_model.TurnKind is vocabulary.TurnKind
     assert runner_view.RunnerOpState is vocabulary.RunnerOperationState
+    assert coordinator_model.OpState is vocabulary.OperationState
+    assert coordinator_model.TERMINAL_STATES is vocabulary.TERMINAL_STATES
+
+
+def test_the_terminal_set_is_declared_once_and_read_the_same_everywhere() -> None:
+    """The SDK and the oracle hold the vocabulary's terminal set, and it is
+    exactly the states with no outgoing edge in the coordinator's edge table."""
+    from coordinator_svc.core import edges
+    from turnwire.harness import oracle_schema
+
+    terminal = {state.value for state in vocabulary.TERMINAL_STATES}
+    assert {state.value for state in sdk.OperationState if state.is_terminal} == terminal
+    assert terminal == oracle_schema.TERMINAL_STATES
+    assert {state.value for state, onward in edges.LEGAL_EDGES.items() if not onward} == terminal
 
 
 def test_members_equal_their_stored_strings() -> None:

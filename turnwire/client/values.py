@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from google.protobuf import descriptor, timestamp_pb2
 
+from turnwire import vocabulary
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2
 from turnwire.wire_values import utc_datetime
@@ -56,16 +57,8 @@ class OperationState(enum.StrEnum):
         return self in _TERMINAL
 
 
-_TERMINAL = frozenset(
-    {
-        OperationState.SUCCEEDED,
-        OperationState.FAILED,
-        OperationState.CANCELLED,
-        OperationState.TIMED_OUT,
-        OperationState.PROTOCOL_ERROR,
-        OperationState.REJECTED,
-    }
-)
+# The terminal set is the vocabulary's (declared once, PROTOCOL.md §2).
+_TERMINAL = frozenset(OperationState(state.value) for state in vocabulary.TERMINAL_STATES)
 
 
 class Execution(enum.StrEnum):

@@ -19,6 +19,8 @@ as any of this drifts from them.
 
 from __future__ import annotations
 
+from turnwire import vocabulary
+
 # --- the coordinator journal --------------------------------------------------
 
 JOURNAL_OPERATIONS = "operations"
@@ -84,19 +86,21 @@ RUNNER_ROW_COLUMNS = (
 
 # --- names of values (stored as strings in both databases) --------------------
 
-QUEUED = "QUEUED"
-DISPATCHING = "DISPATCHING"
-DISPATCH_UNKNOWN = "DISPATCH_UNKNOWN"
-RUNNING = "RUNNING"
-CANCELLING = "CANCELLING"
-SUCCEEDED = "SUCCEEDED"
-FAILED = "FAILED"
-CANCELLED = "CANCELLED"
-TIMED_OUT = "TIMED_OUT"
-PROTOCOL_ERROR = "PROTOCOL_ERROR"
-REJECTED = "REJECTED"
+_STATE = vocabulary.OperationState
+QUEUED = _STATE.QUEUED.value
+DISPATCHING = _STATE.DISPATCHING.value
+DISPATCH_UNKNOWN = _STATE.DISPATCH_UNKNOWN.value
+RUNNING = _STATE.RUNNING.value
+CANCELLING = _STATE.CANCELLING.value
+SUCCEEDED = _STATE.SUCCEEDED.value
+FAILED = _STATE.FAILED.value
+CANCELLED = _STATE.CANCELLED.value
+TIMED_OUT = _STATE.TIMED_OUT.value
+PROTOCOL_ERROR = _STATE.PROTOCOL_ERROR.value
+REJECTED = _STATE.REJECTED.value
 
-TERMINAL_STATES = frozenset({SUCCEEDED, FAILED, CANCELLED, TIMED_OUT, PROTOCOL_ERROR, REJECTED})
+# The terminal set is the vocabulary's (declared once), as plain strings.
+TERMINAL_STATES = frozenset(state.value for state in vocabulary.TERMINAL_STATES)
 ALL_STATES = frozenset({QUEUED, DISPATCHING, DISPATCH_UNKNOWN, RUNNING, CANCELLING}) | (
     TERMINAL_STATES
 )
