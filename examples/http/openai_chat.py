@@ -165,7 +165,7 @@ async def _call(
                     return
         if not stream.done and not stream.finish_reason:
             # The body ended before [DONE] and before a finish_reason: the server went away.
-            raise httpx.RemoteProtocolError("the event stream ended before [DONE]")
+            raise _BadEvent("the event stream ended before [DONE]")
     except httpx.ConnectError as error:
         # The connection was never made (refused, no route, DNS, TLS handshake):
         # not one byte of the request reached the provider.
@@ -315,4 +315,6 @@ def _message(error: object) -> str:
 
 def _describe(error: BaseException) -> str:
     text = str(error)
+    if isinstance(error, _BadEvent):
+        return text  # its text says it all
     return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -58,8 +58,17 @@ class RecordedRequest:
 class StubServer:
     """The server on a thread of its own: ``with StubServer() as stub: stub.base_url``."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, api_key: str | None = None):
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        api_key: str | None = None,
+        *,
+        verbose: bool = False,
+    ) -> None:
+        """``verbose``: print a line per request (the command line's mode)."""
         self.api_key = api_key
+        self.verbose = verbose
         self._host = host
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
@@ -104,6 +113,10 @@ class StubServer:
     def _record(self, request: RecordedRequest) -> None:
         with self._lock:
             self._requests.append(request)
+        if self.verbose:
+            model, key = request.body.get("model", ""), request.idempotency_key
+            line = f"{request.method} {request.path} model={model} Idempotency-Key={key}"
+            print(line, flush=True)
 
     def _count(self, behaviour: str, key: str | None) -> int:
         """How many requests for this behaviour and key came before this one."""
@@ -249,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="0: any free port")
     parser.add_argument("--api-key", help="require Authorization: Bearer KEY")
     args = parser.parse_args(argv)
-    stub = StubServer(args.host, args.port, api_key=args.api_key).start()
+    stub = StubServer(args.host, args.port, api_key=args.api_key, verbose=True).start()
     print(f"OPENAI_BASE_URL={stub.base_url}", flush=True)
     try:
         threading.Event().wait()
