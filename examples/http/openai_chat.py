@@ -104,6 +104,13 @@ async def chat(ctx: TurnContext) -> Result:
     try:
         async with httpx.AsyncClient(timeout=timeout) as client:
             await _call(ctx, client, f"{base_url}/chat/completions", request, headers, stream)
+    except asyncio.CancelledError:
+        if stream.tokens:
+            # Stopped (a cancel, the deadline, a heartbeat timeout) after tokens were
+            # generated: say so. The row still records the stop's state (CANCELLED,
+            # TIMED_OUT), with this declared effect (PROTOCOL.md R7).
+            raise FailedAfterEffect(f"stopped after {stream.tokens} tokens") from None
+        raise  # before any token: whether the provider acted is unknown
     finally:
         # A cancel (the task is cancelled) lands at an await above: leaving the
         # ``async with`` blocks closes the response and its connection, so the

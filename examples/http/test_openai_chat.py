@@ -121,10 +121,17 @@ def test_a_bad_api_key_is_undeclared_not_retryable(
     assert outcome.effect is None and "401" in outcome.message
 
 
-def test_a_cancel_closes_the_stream(stub: StubServer) -> None:
+def test_a_cancel_after_tokens_closes_the_stream_and_declares_them(stub: StubServer) -> None:
     report = run(chat, items=["a b c d e f g h i j"], model="stub-slow200", cancel_after=0.5)
-    assert report.stopped_by == "CANCEL" and report.outcome.reason == "CANCELLED"
+    assert report.stopped_by == "CANCEL"
     assert 0 < len(report.chunks) < 10
+    assert report.outcome.effect == "APPLIED" and "stopped after" in report.outcome.message
+
+
+def test_a_cancel_before_any_token_declares_nothing(stub: StubServer) -> None:
+    report = run(chat, items=["hi"], model="stub-hang", cancel_after=0.3)
+    assert report.stopped_by == "CANCEL" and report.outcome.reason == "CANCELLED"
+    assert report.outcome.effect is None and report.chunks == []
 
 
 def test_a_parameter_that_is_not_a_number_fails_before_anything_is_sent(

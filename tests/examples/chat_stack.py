@@ -23,7 +23,8 @@ import hashlib
 import importlib.util
 import shutil
 import sys
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -41,6 +42,7 @@ from turnwire.client import Operation, TurnwireClient
 from turnwire.client.sync import new_idempotency_key
 from turnwire.client.turns import Turn
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
+from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
 
 EXAMPLES = REPO_ROOT / "examples"
 TOKEN = "tok-chat-examples"
@@ -83,6 +85,23 @@ class ChatRun:
     def text(self) -> str:
         assert self.operation.result is not None, self.operation
         return self.operation.result.output.decode()
+
+
+_NOT_YET = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION)
+
+
+def _read_output(
+    stream: Iterator[runner_pb2.StreamOutputResponse], first_only: bool
+) -> tuple[list[bytes], runner_pb2.RunnerOperation | None]:
+    chunks: list[bytes] = []
+    for message in stream:
+        if message.WhichOneof("item") == "chunk":
+            chunks.append(message.chunk.data)
+            if first_only:
+                return chunks, None
+        elif message.WhichOneof("item") == "end":
+            return chunks, message.end.operation
+    return chunks, None
 
 
 class _Coordinator(BackgroundLoop):
@@ -129,6 +148,7 @@ class ChatStack:
         self.client = TurnwireClient(self.address, TOKEN)
         self._channel = grpc.insecure_channel(self.address)
         self._turns = coordinator_pb2_grpc.TurnServiceStub(self._channel)
+        self._metadata = (("authorization", f"Bearer {TOKEN}"),)
 
     @classmethod
     def start(cls, directory: Path, *, env: Mapping[str, str] | None = None) -> ChatStack:
@@ -154,6 +174,38 @@ class ChatStack:
             stub.stop()
             raise
 
+    def submit(
+        self,
+        executor: str,
+        *,
+        model: str,
+        text: str,
+        parameters: Mapping[str, str] | None = None,
+        configure: Callable[[coordinator_pb2.Turn], None] | None = None,
+        idempotency_key: str | None = None,
+    ) -> str:
+        """Submit one turn for ``executor`` (a fresh idempotency key unless one is
+        given); its operation id. ``configure`` may set any other field of the Turn."""
+        turn = Turn.build(items=[text], model=model, parameters=parameters or {}).to_proto()
+        turn.executor = executor
+        if configure is not None:
+            configure(turn)
+        request = coordinator_pb2.SubmitTurnRequest(
+            idempotency_key=idempotency_key or new_idempotency_key(), turn=turn
+        )
+        reply = self._turns.SubmitTurn(request, timeout=10, metadata=self._metadata)
+        return str(reply.operation.operation_id)
+
+    def wait(self, operation_id: str, timeout: float = 30.0) -> ChatRun:
+        """Wait (bounded) until the operation is terminal."""
+        operation = self.client.wait(operation_id, timeout=timeout)
+        proto = self._turns.GetOperation(
+            coordinator_pb2.GetOperationRequest(operation_id=operation_id),
+            timeout=10,
+            metadata=self._metadata,
+        ).operation
+        return ChatRun(operation, proto)
+
     def submit_and_wait(
         self,
         executor: str,
@@ -165,25 +217,39 @@ class ChatStack:
         idempotency_key: str | None = None,
         timeout: float = 30.0,
     ) -> ChatRun:
-        """Submit one turn for ``executor`` and wait (bounded) until it is terminal
-        (a fresh idempotency key unless one is given)."""
-        turn = Turn.build(items=[text], model=model, parameters=parameters or {}).to_proto()
-        turn.executor = executor
-        if configure is not None:
-            configure(turn)
-        request = coordinator_pb2.SubmitTurnRequest(
-            idempotency_key=idempotency_key or new_idempotency_key(),
-            turn=turn,
+        """``submit`` then ``wait``."""
+        operation_id = self.submit(
+            executor,
+            model=model,
+            text=text,
+            parameters=parameters,
+            configure=configure,
+            idempotency_key=idempotency_key,
         )
-        metadata = (("authorization", f"Bearer {TOKEN}"),)
-        reply = self._turns.SubmitTurn(request, timeout=10, metadata=metadata)
-        operation = self.client.wait(reply.operation.operation_id, timeout=timeout)
-        proto = self._turns.GetOperation(
-            coordinator_pb2.GetOperationRequest(operation_id=operation.operation_id),
-            timeout=10,
-            metadata=metadata,
-        ).operation
-        return ChatRun(operation, proto)
+        return self.wait(operation_id, timeout)
+
+    def runner_output(
+        self, operation_id: str, *, first_only: bool = False, timeout: float = 10.0
+    ) -> tuple[list[bytes], runner_pb2.RunnerOperation | None]:
+        """What the runner streamed for the turn (its chunks, R13) and, once settled,
+        its row (None with ``first_only``: returns at the first chunk). A turn not
+        dispatched yet (NOT_FOUND), or accepted but not started (FAILED_PRECONDITION),
+        has no stream there yet: asked again, bounded."""
+        channel = runner_access.sync_channel(self.runner.address)
+        deadline = time.monotonic() + timeout
+        try:
+            runner = runner_pb2_grpc.RunnerServiceStub(channel)
+            request = runner_pb2.StreamOutputRequest(operation_id=operation_id)
+            while True:
+                try:
+                    return _read_output(runner.StreamOutput(request, timeout=timeout), first_only)
+                except grpc.RpcError as error:
+                    not_yet = error.code() in _NOT_YET
+                    if not not_yet or time.monotonic() > deadline:
+                        raise
+                time.sleep(0.02)
+        finally:
+            channel.close()
 
     def close(self) -> None:
         try:

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 import pytest
 
 from tests.examples.chat_stack import API_KEY, EXAMPLES, ChatRun, ChatStack
-from tests.runner.process.test_runner_process import stub_for
 from tests.support.runner_process import REPO_ROOT
 from turnwire.client import Execution, OperationState
 from turnwire.common.v1 import turn_pb2
@@ -35,7 +34,7 @@ def test_the_http_examples_own_tests_pass() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "13 passed" in done.stdout
+    assert "14 passed" in done.stdout
 
 
 @pytest.fixture(scope="module")
@@ -46,14 +45,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChatStack]:
 
 def _runner_view(stack: ChatStack, run: ChatRun) -> tuple[list[bytes], runner_pb2.RunnerOperation]:
     """What the runner streamed for the turn (its chunks, R13) and its settled row."""
-    channel, runner = stub_for(stack.runner.address)
-    try:
-        request = runner_pb2.StreamOutputRequest(operation_id=run.operation_id)
-        messages = list(runner.StreamOutput(request, timeout=10))
-    finally:
-        channel.close()
-    chunks = [m.chunk.data for m in messages if m.WhichOneof("item") == "chunk"]
-    return chunks, messages[-1].end.operation
+    chunks, row = stack.runner_output(run.operation_id)
+    assert row is not None, "the runner's stream ended without its end"
+    return chunks, row
 
 
 def _requests_for(stack: ChatStack, run: ChatRun) -> list[object]:
@@ -120,6 +114,28 @@ def test_a_429_without_a_retry_policy_ends_failed_with_effect_none(
     assert row.error.effect == turn_pb2.DECLARED_EFFECT_NONE
     assert row.error.retry_after.seconds == 1
     assert len(_requests_for(stack, run)) == 1
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_cancel_mid_stream_ends_cancelled_with_the_tokens_declared(
+    stack: ChatStack, executor: str
+) -> None:
+    """A cancel once tokens flow: the async task is cancelled (Python) or the process
+    gets SIGTERM (JavaScript); either closes the stream and declares APPLIED, and the
+    turn ends CANCELLED (R6, R7)."""
+    words = " ".join(f"w{n}" for n in range(50))
+    operation_id = stack.submit(executor, model="stub-slow200", text=words)
+    first, _ = stack.runner_output(operation_id, first_only=True)
+    assert first == [b"w0"]
+    stack.client.cancel(operation_id)
+    run = stack.wait(operation_id)
+    assert (run.operation.state, run.operation.execution) == (
+        OperationState.CANCELLED,
+        Execution.STARTED,
+    ), run.operation
+    chunks, row = _runner_view(stack, run)
+    assert 0 < len(chunks) < 50
+    assert row.error.effect == turn_pb2.DECLARED_EFFECT_APPLIED
 
 
 @pytest.mark.xfail(
