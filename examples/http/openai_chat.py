@@ -40,6 +40,7 @@ import json
 import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -298,9 +299,12 @@ def _retry_after(response: httpx.Response) -> float | None:
             when = parsedate_to_datetime(value)
         except (TypeError, ValueError):
             return None
-        date = response.headers.get("Date")
-        now = parsedate_to_datetime(date) if date else None
-        seconds = (when - now).total_seconds() if now else 0.0
+        date = response.headers.get("Date")  # the server's clock, when it sent one
+        now = parsedate_to_datetime(date) if date else datetime.now(UTC)
+        try:
+            seconds = (when - now).total_seconds()
+        except TypeError:  # one of them without a time zone
+            return None
     return min(max(seconds, 0.0), 86400.0)
 
 
