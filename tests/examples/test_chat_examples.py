@@ -5,13 +5,16 @@ executor"; issue 25 item 5."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
 
-from tests.examples.chat_stack import API_KEY, EXAMPLES, ChatRun, ChatStack
+from tests.examples.chat_stack import API_KEY, EXAMPLES, ChatRun, ChatStack, need_node
 from tests.support.runner_process import REPO_ROOT
 from turnwire.client import Execution, OperationState
 from turnwire.common.v1 import turn_pb2
@@ -19,6 +22,7 @@ from turnwire.runner.v1 import runner_pb2
 
 pytestmark = pytest.mark.timeout(120)
 EXECUTORS = ["chat", "chat-js"]  # Python (turnwire.executor) and JavaScript (framed)
+SILENCE_SECONDS = 1.5
 
 
 def test_the_http_examples_own_tests_pass() -> None:
@@ -39,7 +43,9 @@ def test_the_http_examples_own_tests_pass() -> None:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChatStack]:
-    with ChatStack.start(tmp_path_factory.mktemp("chat-examples")) as chat:
+    # A short read timeout for stub-hang; stub-slow200's 200 ms between tokens is well in it.
+    env = {"OPENAI_TIMEOUT": str(SILENCE_SECONDS)}
+    with ChatStack.start(tmp_path_factory.mktemp("chat-examples"), env=env) as chat:
         yield chat
 
 
@@ -114,6 +120,46 @@ def test_a_429_without_a_retry_policy_ends_failed_with_effect_none(
     assert row.error.effect == turn_pb2.DECLARED_EFFECT_NONE
     assert row.error.retry_after.seconds == 1
     assert len(_requests_for(stack, run)) == 1
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_server_gone_silent_after_the_request_ends_failed_with_the_effect_unknown(
+    stack: ChatStack, executor: str
+) -> None:
+    """stub-hang reads the request and never answers: after OPENAI_TIMEOUT the call is
+    abandoned. The provider had the request, so nothing is declared (UNSPECIFIED)."""
+    run = stack.submit_and_wait(executor, model="stub-hang", text="hello")
+    assert (run.operation.state, run.operation.execution) == (
+        OperationState.FAILED,
+        Execution.STARTED,
+    ), run.operation
+    assert run.operation.error is not None and "outcome unknown" in run.operation.error.message
+    _, row = _runner_view(stack, run)
+    assert row.error.effect == turn_pb2.DECLARED_EFFECT_UNSPECIFIED
+    assert len(_requests_for(stack, run)) == 1
+
+
+def test_the_javascript_executor_says_no_effect_when_it_cannot_connect() -> None:
+    """Nothing listens on the port: the request never left, so effect none, exit 75."""
+    need_node()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    request = {"operation_id": "op_x", "items": [{"role": "user", "text": "hi"}],
+               "envelope": {"model": {"name": "stub-echo"}}}  # fmt: skip
+    done = subprocess.run(
+        [str(shutil.which("node")), str(EXAMPLES / "framed" / "chat_stream.mjs")],
+        input=json.dumps(request) + "\n",
+        env={"OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    final = json.loads(done.stdout.splitlines()[-1])
+    assert final["type"] == "error" and final["effect"] == "none", done.stdout + done.stderr
+    assert "ECONNREFUSED" in final["message"]
+    assert done.returncode == 75
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
