@@ -48,9 +48,9 @@ from coordinator_svc.api.convert import (
     turn_kind_from_proto,
 )
 from coordinator_svc.api.errors import ApiError
+from coordinator_svc.core.birth import Birth, born
 from coordinator_svc.core.model import (
     EventRecord,
-    Execution,
     OperationRecord,
     OpState,
     ReplayPolicy,
@@ -261,34 +261,18 @@ def new_operation(
 ) -> tuple[OperationRecord, EventRecord]:
     """The QUEUED record and its first event (sequence 1), ready for journal.submit."""
     envelope = build_envelope(valid, operation_id, principal, trace_context)
-    record = OperationRecord(
+    birth = Birth(
         operation_id=operation_id,
         principal=principal,
         idempotency_key_digest=idempotency_key_digest(principal, request.idempotency_key),
         request_digest=request_digest(request.turn),
         envelope=envelope,
-        envelope_digest=sha256_hex(envelope),
         pool=valid.pool,
         kind=valid.kind,
         replay_policy=valid.replay_policy,
         max_attempts=valid.max_attempts,
-        state=OpState.QUEUED,
-        execution=Execution.NOT_STARTED,
-        created_at=now,
-        updated_at=now,
-        next_action_at=now,
-        last_event_sequence=1,
     )
-    event = EventRecord(
-        operation_id=operation_id,
-        sequence=1,
-        from_state=None,
-        to_state=OpState.QUEUED,
-        execution=Execution.NOT_STARTED,
-        at=now,
-        detail="accepted",
-    )
-    return record, event
+    return born(birth, now)
 
 
 async def accept(

@@ -16,7 +16,6 @@ scheduled, leased (§5) and sent like a submitted turn.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -32,9 +31,9 @@ from coordinator_svc.api.call_limits import CallLimits
 from coordinator_svc.api.convert import operation_to_proto
 from coordinator_svc.api.errors import abort_with, edge_refusal
 from coordinator_svc.api.paging import decode_page_token, encode_page_token
+from coordinator_svc.core.birth import Birth, born
 from coordinator_svc.core.model import (
     EventRecord,
-    Execution,
     OperationRecord,
     OpState,
 )
@@ -54,7 +53,7 @@ from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import AdminJournal, InvalidWrite, Journal, PageCursor
 from turnwire.coordinator.v1 import admin_pb2, admin_pb2_grpc
 from turnwire.guard import add_guarded_service
-from turnwire.ids import new_operation_id, sha256_hex
+from turnwire.ids import new_operation_id
 from turnwire.observability.logs import turn_extra
 from turnwire.runner.v1 import runner_pb2
 
@@ -321,45 +320,19 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         envelope = runner_pb2.TurnEnvelope.FromString(original.envelope)
         envelope.operation_id = new_id
         body = envelope.SerializeToString(deterministic=True)
-        record = dataclasses.replace(
-            original,
+        birth = Birth(
             operation_id=new_id,
+            principal=original.principal,
             idempotency_key_digest=requeue_key_digest(original.operation_id),
+            request_digest=original.request_digest,
             envelope=body,
-            envelope_digest=sha256_hex(body),
-            state=OpState.QUEUED,
-            execution=Execution.NOT_STARTED,
-            created_at=now,
-            updated_at=now,
-            attempt_count=0,
-            last_attempt_at=None,
-            runner=None,
-            incarnation_id=None,
-            store_id=None,
-            acknowledged=False,
-            fencing_token=1,
-            version=1,
-            lease_owner=None,
-            lease_expires_at=None,
-            cancel_requested=False,
-            stop_reason=None,
-            result=None,
-            error_reason=None,
-            error_message=None,
-            next_action_at=now,
-            unknown_since=None,
-            released=False,
-            finished_at=None,
-            last_event_sequence=1,
+            pool=original.pool,
+            kind=original.kind,
+            replay_policy=original.replay_policy,
+            max_attempts=original.max_attempts,
         )
-        event = EventRecord(
-            operation_id=new_id,
-            sequence=1,
-            from_state=None,
-            to_state=OpState.QUEUED,
-            execution=Execution.NOT_STARTED,
-            at=now,
-            detail=f"requeued from {original.operation_id} by {principal}: {why}",
+        record, event = born(
+            birth, now, detail=f"requeued from {original.operation_id} by {principal}: {why}"
         )
         link = RequeueRecord(original.operation_id, new_id, principal, why, now)
         return record, event, link

@@ -21,12 +21,12 @@ import sqlalchemy as sa
 
 from coordinator_svc.core.adopt import adopt
 from coordinator_svc.core.attempting import end, write_ahead
+from coordinator_svc.core.birth import Birth, born
 from coordinator_svc.core.decide_dispatch import on_refused, unknown
 from coordinator_svc.core.decide_preflight import on_answer
 from coordinator_svc.core.decision import Context, Decision
 from coordinator_svc.core.events import DispatchRefused, PreflightAnswer
 from coordinator_svc.core.model import (
-    EventRecord,
     Execution,
     OperationRecord,
     OpState,
@@ -127,27 +127,18 @@ class RunBuilder:
     ) -> None:
         envelope = f"envelope of {op_id}".encode()
         now = self.tick()
-        record = OperationRecord(
+        birth = Birth(
             operation_id=op_id,
             principal="alice",
             idempotency_key_digest=hashlib.sha256(op_id.encode()).hexdigest(),
             request_digest=hashlib.sha256(envelope).hexdigest(),
             envelope=envelope,
-            envelope_digest=hashlib.sha256(envelope).hexdigest(),
             pool="default",
             kind=TurnKind.WRITABLE,
             replay_policy=policy,
             max_attempts=max_attempts,
-            state=OpState.QUEUED,
-            execution=Execution.NOT_STARTED,
-            created_at=now,
-            updated_at=now,
-            next_action_at=now,
-            last_event_sequence=1,
         )
-        event = EventRecord(
-            op_id, 1, None, OpState.QUEUED, Execution.NOT_STARTED, now, "", "accepted"
-        )
+        record, event = born(birth, now)
 
         async def work(journal: SqlJournal) -> None:
             stored, _ = await journal.submit(record, event)

@@ -19,10 +19,10 @@ from typing import Any
 import grpc
 
 from coordinator_svc.config import DispatchTimings, RunnerEndpoint
+from coordinator_svc.core.birth import Birth, born
 from coordinator_svc.core.events import RunnerIdentity
 from coordinator_svc.core.model import (
     EventRecord,
-    Execution,
     OperationRecord,
     OpState,
     ReplayPolicy,
@@ -90,27 +90,18 @@ def new_operation(
     now = now or utc_now()
     op_id = new_operation_id()
     envelope = envelope_for(op_id, parameters or {}, policy, principal)
-    record = OperationRecord(
+    birth = Birth(
         operation_id=op_id,
         principal=principal,
         idempotency_key_digest=sha256_hex(op_id.encode()),
         request_digest=sha256_hex(envelope),
         envelope=envelope,
-        envelope_digest=sha256_hex(envelope),
         pool="default",
         kind=TurnKind.WRITABLE,
         replay_policy=policy,
         max_attempts=max_attempts,
-        state=OpState.QUEUED,
-        execution=Execution.NOT_STARTED,
-        created_at=now,
-        updated_at=now,
-        next_action_at=now,
-        last_event_sequence=1,
     )
-    event = EventRecord(
-        op_id, 1, None, OpState.QUEUED, Execution.NOT_STARTED, now, detail="accepted"
-    )
+    record, event = born(birth, now)
     return record, event
 
 
