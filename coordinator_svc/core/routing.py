@@ -24,7 +24,7 @@ from coordinator_svc.core.model import OperationRecord, OpState, TurnKind
 
 # The executor of a turn whose Turn.executor is empty, and of a runner's bare
 # --executor spec (R14).
-DEFAULT_EXECUTOR = "default"
+from turnwire.vocabulary import DEFAULT_EXECUTOR as DEFAULT_EXECUTOR
 
 # What each runner said it serves; None (or absent): not said yet.
 Executors = Mapping[str, Collection[str] | None]
@@ -98,13 +98,15 @@ class NoRunnerForExecutor:
 
     executor: str
     served: tuple[str, ...]
+    pool: str = "default"
+    kind: TurnKind = TurnKind.WRITABLE
 
     @property
     def message(self) -> str:
         names = ", ".join(self.served) or "none"
         return (
-            f"no configured runner serves executor {self.executor!r} for this pool and kind "
-            f"(the runners that do serve them serve: {names})"
+            f"no runner of pool {self.pool} ({self.kind.value} turns) serves executor "
+            f"{self.executor!r}; they serve: {names}"
         )
 
 
@@ -128,4 +130,4 @@ def executor_refusal(
     names = sorted({name for s in said if s is not None for name in s})
     if executor in names:
         return None
-    return NoRunnerForExecutor(executor, tuple(names))
+    return NoRunnerForExecutor(executor, tuple(names), pool, kind)
