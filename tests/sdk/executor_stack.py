@@ -66,7 +66,7 @@ class ExecutorStack(BackgroundLoop):
             if executors is None:
                 holder = _reserve_port()
                 self._holders[name] = holder
-                self.runner_addresses[name] = "127.0.0.1:%d" % holder.getsockname()[1]
+                self.runner_addresses[name] = f"127.0.0.1:{holder.getsockname()[1]}"
             else:
                 runner = await self._runner(name, executors, "127.0.0.1:0")
                 self._runners[name] = runner

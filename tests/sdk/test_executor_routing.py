@@ -33,6 +33,12 @@ def _every_operation(client: TurnwireClient) -> list[str]:
     return [op.operation_id for page in client.list(page_size=100) for op in page.operations]
 
 
+def _ran(client: TurnwireClient, executor: str) -> None:
+    """One turn for ``executor``, waited to SUCCEEDED (its runner has answered)."""
+    made = client.submit(items=["warm"], executor=executor)
+    assert client.wait(made.operation.operation_id, timeout=30).state is OperationState.SUCCEEDED
+
+
 def test_each_turn_is_bound_only_to_a_runner_serving_its_executor(
     client: TurnwireClient,
 ) -> None:
@@ -54,6 +60,16 @@ def test_each_turn_is_bound_only_to_a_runner_serving_its_executor(
         assert done.result is not None and done.result.output.startswith(executor.encode())
 
 
+def test_submit_and_wait_takes_the_executor_too(client: TurnwireClient) -> None:
+    """C6b through SubmitAndWatch: ``executor=`` on submit_and_wait routes the same way."""
+    done = client.submit_and_wait(items=["one call"], executor="beta", timeout=30)
+    assert done.state is OperationState.SUCCEEDED and done.runner == "r2"
+    with pytest.raises(NoRunnerAvailable) as refused:
+        _ran(client, "alpha")
+        client.submit_and_wait(items=["x"], executor="gamma", timeout=30)
+    assert refused.value.reason == "NO_RUNNER_FOR_EXECUTOR"
+
+
 def test_an_executor_no_runner_serves_is_refused_at_submit_and_nothing_is_stored(
     client: TurnwireClient,
 ) -> None:
@@ -62,8 +78,7 @@ def test_an_executor_no_runner_serves_is_refused_at_submit_and_nothing_is_stored
     served; no operation and no idempotency key are stored, so the same key with
     a served executor is accepted as new."""
     for executor in ("alpha", "beta"):  # both runners have answered GetRunnerInfo
-        made = client.submit(items=["warm"], executor=executor)
-        assert client.wait(made.operation.operation_id, timeout=30).state is OperationState.SUCCEEDED
+        _ran(client, executor)
     before = _every_operation(client)
     with pytest.raises(NoRunnerAvailable) as refused:
         client.submit(items=["x"], executor="gamma", idempotency_key="c6b-key")
@@ -79,8 +94,8 @@ def test_a_turn_for_the_default_executor_is_refused_when_no_runner_serves_it(
     client: TurnwireClient,
 ) -> None:
     """C6b: an empty Turn.executor names ``default``; neither runner serves one."""
-    made = client.submit(items=["warm"], executor="beta")
-    assert client.wait(made.operation.operation_id, timeout=30).state is OperationState.SUCCEEDED
+    _ran(client, "alpha")
+    _ran(client, "beta")
     with pytest.raises(NoRunnerAvailable) as refused:
         client.submit(items=["x"])
     assert refused.value.metadata["executor"] == "default"
@@ -107,19 +122,21 @@ def test_a_turn_waits_while_its_only_runner_has_not_said_then_runs_when_it_appea
     """C6b: with its runner absent (never answered GetRunnerInfo) nothing is proven,
     so the turn is accepted; it waits, nothing sent, its waiting_for saying which
     executor it waits for and why; once a runner serving it answers, it runs there."""
-    with ExecutorStack(tmp_path_factory.mktemp("absent"), {"r1": None}) as stack:
-        with TurnwireClient(stack.address, TOKEN) as client:
-            made = client.submit(items=["late"], executor="words")
-            assert made.operation.state is OperationState.QUEUED
-            seen = client.get(made.operation.operation_id)
-            assert seen.state is OperationState.QUEUED and seen.attempt_count == 0
-            assert seen.waiting_for.startswith(
-                "waiting for a runner that serves executor 'words' in pool default: "
-                "r1 has not said which executors it serves"
-            ), seen.waiting_for
-            stack.start_runner("r1", ("words=echo",))
-            done = client.wait(made.operation.operation_id, timeout=60)
-            assert done.state is OperationState.SUCCEEDED and done.runner == "r1"
+    with (
+        ExecutorStack(tmp_path_factory.mktemp("absent"), {"r1": None}) as stack,
+        TurnwireClient(stack.address, TOKEN) as client,
+    ):
+        made = client.submit(items=["late"], executor="words")
+        assert made.operation.state is OperationState.QUEUED
+        seen = client.get(made.operation.operation_id)
+        assert seen.state is OperationState.QUEUED and seen.attempt_count == 0
+        assert seen.waiting_for.startswith(
+            "waiting for a runner that serves executor 'words' in pool default: "
+            "r1 has not said which executors it serves"
+        ), seen.waiting_for
+        stack.start_runner("r1", ("words=echo",))
+        done = client.wait(made.operation.operation_id, timeout=60)
+        assert done.state is OperationState.SUCCEEDED and done.runner == "r1"
 
 
 def test_a_turn_no_answering_runner_serves_ends_at_its_queue_timeout(
@@ -127,12 +144,13 @@ def test_a_turn_no_answering_runner_serves_ends_at_its_queue_timeout(
 ) -> None:
     """C6b with C6a's time limit: still QUEUED at its queue timeout, it ends
     TIMED_OUT / QUEUE_TIMEOUT, NOT_STARTED (no attempt was ever made)."""
-    plan = {"r1": None}
-    with ExecutorStack(tmp_path_factory.mktemp("timeout"), plan, queue_timeout=1.0) as stack:
-        with TurnwireClient(stack.address, TOKEN) as client:
-            made = client.submit(items=["never"], executor="words")
-            done = client.wait(made.operation.operation_id, timeout=30)
-            assert done.state is OperationState.TIMED_OUT
-            assert done.error is not None and done.error.reason == "QUEUE_TIMEOUT"
-            assert done.execution.value == "NOT_STARTED" and done.attempt_count == 0
-
+    directory = tmp_path_factory.mktemp("timeout")
+    with (
+        ExecutorStack(directory, {"r1": None}, queue_timeout=1.0) as stack,
+        TurnwireClient(stack.address, TOKEN) as client,
+    ):
+        made = client.submit(items=["never"], executor="words")
+        done = client.wait(made.operation.operation_id, timeout=30)
+        assert done.state is OperationState.TIMED_OUT
+        assert done.error is not None and done.error.reason == "QUEUE_TIMEOUT"
+        assert done.execution.value == "NOT_STARTED" and done.attempt_count == 0
