@@ -366,6 +366,9 @@ class RunnerInfo:
     slot_sizes: dict[TurnKind, int]
     # The runner's Turnwire version (GetRunnerInfo.version); None: not asked (a fake).
     version: str | None = None
+    # The executors it serves, by name (GetRunnerInfo.executors, C6b); None: not
+    # said (a fake, or a runner from before R14).
+    executors: tuple[str, ...] | None = None
 
 
 class WatchCall(Protocol):

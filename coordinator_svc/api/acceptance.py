@@ -11,6 +11,13 @@ Decisions recorded here:
 - ``turn.max_attempts`` 0 means the configured default; above 100 is refused.
 - ``turn.pool`` empty means ``"default"``.
 - ``turn.limits.queue_timeout``: a valid Duration, 0 .. 10 years (0: none).
+- ``turn.executor`` names the executor (empty: ``default``). When every
+  runner of the turn's pool and kind has said which executors it serves
+  (GetRunnerInfo) and none serves it, the turn is refused FAILED_PRECONDITION
+  / NO_RUNNER_FOR_EXECUTOR (metadata ``executor``, ``served``), nothing
+  stored, before quotas are charged; a retry of a turn already accepted under
+  the same key is answered as a replay (C1). While one of them has not said
+  yet, nothing is proven and the turn is accepted (C6b).
 - Quotas (``core.quotas``) are checked after validation, before anything is
   stored: over a limit is RESOURCE_EXHAUSTED / QUOTA_EXCEEDED with a
   google.rpc.RetryInfo, except for a retry of a turn already accepted under
@@ -57,6 +64,7 @@ from coordinator_svc.core.model import (
     TurnKind,
 )
 from coordinator_svc.core.quotas import QuotaRefusal
+from coordinator_svc.core.routing import NoRunnerForExecutor, executor_name
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import IdempotencyKeyReused, Journal
 from turnwire.common.v1 import errors_pb2
@@ -314,6 +322,11 @@ async def accept(
             f"{limits.max_envelope_bytes} fit a runner's {limits.runner_max_receive_bytes}-byte "
             "Dispatch",
         )
+    no_executor = dispatch.executor_refusal(
+        valid.pool, valid.kind, executor_name(valid.turn.executor)
+    )
+    if no_executor is not None:
+        return await _no_runner_for_executor(journal, record, no_executor)
     refusal = dispatch.quota_check(principal)
     if refusal is not None:
         return await _over_quota(journal, record, refusal)
@@ -329,15 +342,44 @@ async def accept(
     return Accepted(stored, False, event)
 
 
+async def _replay_or_none(journal: Journal, record: OperationRecord) -> Accepted | None:
+    """C1 before a refusal: the turn already accepted under this key and request
+    (a replay, nothing stored), IdempotencyKeyReused for another request, None
+    when the key is new."""
+    existing = await journal.by_idempotency_key(record.principal, record.idempotency_key_digest)
+    if existing is None:
+        return None
+    if existing.request_digest != record.request_digest:
+        raise IdempotencyKeyReused(existing.operation_id)
+    return Accepted(existing, True)
+
+
+async def _no_runner_for_executor(
+    journal: Journal, record: OperationRecord, refusal: NoRunnerForExecutor
+) -> Accepted:
+    """C6b: no runner serves the turn's executor (all have said): refused with
+    FAILED_PRECONDITION / NO_RUNNER_FOR_EXECUTOR, nothing stored; a retry of a
+    turn accepted earlier under the key (its runner served it then) is still
+    answered as the replay it is (C1)."""
+    replay = await _replay_or_none(journal, record)
+    if replay is not None:
+        return replay
+    raise ApiError(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        _R.ERROR_REASON_NO_RUNNER_FOR_EXECUTOR,
+        refusal.message,
+        executor=refusal.executor,
+        served=",".join(refusal.served),
+    )
+
+
 async def _over_quota(journal: Journal, record: OperationRecord, refusal: QuotaRefusal) -> Accepted:
     """The principal is at a limit: a retry of a turn it already submitted is
     still answered (C1: same key, same request), anything else is refused with
     RESOURCE_EXHAUSTED and a RetryInfo; nothing is stored either way."""
-    existing = await journal.by_idempotency_key(record.principal, record.idempotency_key_digest)
-    if existing is not None:
-        if existing.request_digest != record.request_digest:
-            raise IdempotencyKeyReused(existing.operation_id)
-        return Accepted(existing, True)
+    replay = await _replay_or_none(journal, record)
+    if replay is not None:
+        return replay
     raise ApiError(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         _R.ERROR_REASON_QUOTA_EXCEEDED,

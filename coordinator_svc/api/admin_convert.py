@@ -122,6 +122,7 @@ def runner_to_proto(
         health=state.health,
         drained=drain is not None,
         bound_turns=bound_turns,
+        executors=state.executors,
     )
     if drain is not None:
         runner.drained_by = drain.drained_by

@@ -11,6 +11,7 @@ from typing import Protocol
 
 from coordinator_svc.core.model import EventRecord, OperationRecord, TurnKind
 from coordinator_svc.core.quotas import QuotaRefusal
+from coordinator_svc.core.routing import NoRunnerForExecutor
 from coordinator_svc.ports import Submit
 
 
@@ -47,4 +48,11 @@ class DispatchControl(Protocol):
 
     def has_runner_for(self, pool: str, kind: TurnKind) -> bool:
         """Is any configured runner able to serve this pool and kind?"""
+        ...
+
+    def executor_refusal(
+        self, pool: str, kind: TurnKind, executor: str
+    ) -> NoRunnerForExecutor | None:
+        """C6b: is it proven that no runner of this pool and kind serves
+        ``executor`` (every one has said what it serves)? None if not."""
         ...

@@ -30,11 +30,20 @@ replica's fresh grants while another replica's turns also hold slots) can
 still over-grant between two reports, and the runner's NO_FREE_SLOT refusal
 (C6a) covers that rarer case.
 
-Order. Turns wait per slot class (pool, kind): one runner serves one pool,
-and its slots are per kind, so classes never compete for a slot. Within a
-class, principals share fairly (``core.fair_queue``). A turn bound to a
-runner (an earlier attempt unresolved, C6) never waits here: it waits for
-*that* runner, in DISPATCH_UNKNOWN.
+Order. Turns wait per slot class (pool, kind, executor): one runner serves
+one pool, and its slots are per kind, so classes of different pools or kinds
+never compete for a slot. Within a class, principals share fairly
+(``core.fair_queue``). Classes that differ only in executor may compete for
+the slots of a runner serving both (C6b): ``grants`` lets them take the free
+slots in turn, one grant each per round, so a backlog for one executor never
+starves another. A turn bound to a runner (an earlier attempt unresolved, C6)
+never waits here: it waits for *that* runner, in DISPATCH_UNKNOWN.
+
+Executors (C6b). Each runner says in GetRunnerInfo which executors it serves
+(``learned_executors``); a turn is granted only a runner that serves its
+executor (``core.routing.offers``: one that has not said is taken to serve
+``default`` only). A turn whose executor no member serves waits here, and
+``wait_reason`` says which runner serves what.
 """
 
 from __future__ import annotations
@@ -46,12 +55,13 @@ from dataclasses import dataclass
 from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core.fair_queue import FairQueue
 from coordinator_svc.core.model import OperationRecord, OpState, TurnKind
-from coordinator_svc.core.routing import route, serves
+from coordinator_svc.core.routing import DEFAULT_EXECUTOR, offers, route, serves
 
 # Turns per kind sent to a runner before its pool sizes are known.
 UNKNOWN_SIZE_ALLOWANCE = 4
 
-SlotClass = tuple[str, TurnKind]
+# (pool, kind, executor): turns that any one runner could take alike.
+SlotClass = tuple[str, TurnKind, str]
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,8 @@ class Scheduler:
         self._runners = tuple(runners)
         self._weight_of = weight_of
         self._sizes: dict[str, dict[TurnKind, int]] = {}
+        # What each runner said it serves (C6b); absent: not said yet.
+        self._executors: dict[str, frozenset[str]] = {}
         self._bound: dict[str, tuple[str, TurnKind]] = {}
         self._in_use: collections.Counter[tuple[str, TurnKind]] = collections.Counter()
         self._reported: dict[str, dict[TurnKind, int]] = {}
@@ -92,6 +104,7 @@ class Scheduler:
         to it keep their slots counted until they end (M6)."""
         self._sizes.pop(runner, None)
         self._reported.pop(runner, None)
+        self._executors.pop(runner, None)
 
     @property
     def runners(self) -> tuple[RunnerEndpoint, ...]:
@@ -102,6 +115,19 @@ class Scheduler:
     def learned(self, runner: str, sizes: Mapping[TurnKind, int]) -> None:
         """The runner's pool sizes (GetRunnerInfo)."""
         self._sizes[runner] = dict(sizes)
+
+    def learned_executors(self, runner: str, executors: Collection[str]) -> None:
+        """The executors the runner serves, by name (GetRunnerInfo, C6b)."""
+        self._executors[runner] = frozenset(executors)
+
+    def executors_of(self, runner: str) -> frozenset[str] | None:
+        """What the runner said it serves; None if it has not said yet."""
+        return self._executors.get(runner)
+
+    @property
+    def executors(self) -> dict[str, frozenset[str]]:
+        """Every runner's executors as it said them (absent: not said yet)."""
+        return dict(self._executors)
 
     def size(self, runner: str, kind: TurnKind) -> int:
         sizes = self._sizes.get(runner)
@@ -182,13 +208,21 @@ class Scheduler:
 
     # --- the waiting turns ---
 
-    def hold(self, operation_id: str, principal: str, pool: str, kind: TurnKind) -> None:
+    def hold(
+        self,
+        operation_id: str,
+        principal: str,
+        pool: str,
+        kind: TurnKind,
+        executor: str = DEFAULT_EXECUTOR,
+    ) -> None:
         """A QUEUED turn is ready to be routed: it waits for a grant (keeps its place
         if it already waits). A turn holding a slot (granted, being routed) is not
-        queued again: one grant at a time per turn."""
+        queued again: one grant at a time per turn. ``executor``: the one it names
+        (C6b; empty Turn.executor is ``default``)."""
         if operation_id in self._class_of or operation_id in self._bound:
             return
-        slot_class = (pool, kind)
+        slot_class = (pool, kind, executor)
         queue = self._queues.setdefault(slot_class, FairQueue())
         queue.push(operation_id, principal, self._weight_of(principal))
         self._class_of[operation_id] = slot_class
@@ -209,59 +243,75 @@ class Scheduler:
     def waiting_of(self, principal: str) -> int:
         return sum(q.waiting_of(principal) for q in self._queues.values())
 
-    def waiting_principals(self, pool: str, kind: TurnKind) -> set[str]:
-        queue = self._queues.get((pool, kind))
+    def waiting_principals(
+        self, pool: str, kind: TurnKind, executor: str = DEFAULT_EXECUTOR
+    ) -> set[str]:
+        queue = self._queues.get((pool, kind, executor))
         return queue.principals() if queue is not None else set()
 
     def grants(self) -> list[Grant]:
-        """Every (waiting turn, runner) pair that fits now, fairest first; each
-        grant's slot is reserved (``bind``) before it is returned."""
+        """Every (waiting turn, runner) pair that fits now, fairest first within a
+        class, the classes taking one grant each in turn (C6b: executors sharing a
+        runner share its slots); each grant's slot is reserved (``bind``) before
+        it is returned."""
         granted: list[Grant] = []
-        for (pool, kind), queue in self._queues.items():
-            while len(queue):
-                runner = self._route(pool, kind)
+        active = [slot_class for slot_class, queue in self._queues.items() if len(queue)]
+        while active:
+            still: list[SlotClass] = []
+            for slot_class in active:
+                queue = self._queues[slot_class]
+                runner = self._route(*slot_class)
                 if runner is None:
-                    break
+                    continue
                 operation_id = queue.pop()
-                if operation_id is None:  # pragma: no cover - len() said one waits
-                    break
+                if operation_id is None:  # pragma: no cover - active: one waits
+                    continue
                 del self._class_of[operation_id]
-                self.bind(operation_id, runner, kind)
+                self.bind(operation_id, runner, slot_class[1])
                 granted.append(Grant(operation_id, runner))
+                if len(queue):
+                    still.append(slot_class)
+            active = still
         return granted
 
     def grant_at_once(
-        self, operation_id: str, principal: str, pool: str, kind: TurnKind
+        self,
+        operation_id: str,
+        principal: str,
+        pool: str,
+        kind: TurnKind,
+        executor: str = DEFAULT_EXECUTOR,
     ) -> str | None:
         """A turn not yet stored (issue 10: its acceptance may carry its first
         attempt): the runner it gets if held now it would be granted at once,
         its slot reserved as by ``grants``; None, with nothing changed, if it
         would wait (a turn of its class waits already, or no runner is free).
         It goes through the fair queue like any grant, so its principal's
-        share is counted exactly as if it had been held and granted."""
-        slot_class = (pool, kind)
+        share is counted exactly as if it had been held and granted. Only to a
+        runner serving ``executor`` (C6b)."""
+        slot_class = (pool, kind, executor)
         queue = self._queues.get(slot_class)
         if queue is not None and len(queue):
             return None  # the ones waiting go first
         if operation_id in self._class_of or operation_id in self._bound:
             return None
-        runner = self._route(pool, kind)
+        runner = self._route(pool, kind, executor)
         if runner is None:
             return None
-        self.hold(operation_id, principal, pool, kind)
+        self.hold(operation_id, principal, pool, kind, executor)
         popped = self._queues[slot_class].pop()
         assert popped == operation_id, "the class queue was empty before this turn"
         del self._class_of[operation_id]
         self.bind(operation_id, runner, kind)
         return runner
 
-    def _route(self, pool: str, kind: TurnKind) -> str | None:
+    def _route(self, pool: str, kind: TurnKind, executor: str) -> str | None:
         load = self.load()
         free: dict[str, int | None] = {
             r.name: 0 if r.name in self._unreachable else self.free(r.name, kind)
             for r in self._runners
         }
-        chosen = route(pool, kind, self._runners, load, free)
+        chosen = route(pool, kind, self._runners, load, free, executor, self._executors)
         return chosen.name if chosen is not None else None
 
     # --- why a turn waits (shown to the caller, §8.2) ---
@@ -271,9 +321,12 @@ class Scheduler:
         slot_class = self._class_of.get(operation_id)
         if slot_class is None:
             return None
-        pool, kind = slot_class
+        pool, kind, executor = slot_class
         queue = self._queues[slot_class]
-        serving = [r.name for r in self._runners if serves(r, pool, kind)]
+        of_pool = [r.name for r in self._runners if serves(r, pool, kind)]
+        serving = [r for r in of_pool if offers(self._executors.get(r), executor)]
+        if of_pool and not serving:
+            return self._executor_wait(pool, executor, of_pool)
         used = sum(self.in_use(r, kind) for r in serving)
         total = sum(self.size(r, kind) for r in serving)
         ahead = queue.ahead_of(operation_id) or 0
@@ -282,3 +335,18 @@ class Scheduler:
             f"waiting for a free {kind.value} slot in pool {pool}: {used} of {total} in use "
             f"on {len(serving)} runner(s); {ahead} waiting turn(s) go first"
         ) + (f"; drained by an operator: {', '.join(drained)}" if drained else "")
+
+    def _executor_wait(self, pool: str, executor: str, of_pool: list[str]) -> str:
+        """C6b: no runner of the pool serves the turn's executor (as far as they
+        have said): say what each one serves, or that it has not said yet."""
+        said = []
+        for runner in of_pool:
+            names = self._executors.get(runner)
+            if names is None:
+                said.append(f"{runner} has not said which executors it serves (no GetRunnerInfo)")
+            else:
+                said.append(f"{runner} serves {', '.join(sorted(names)) or 'none'}")
+        return (
+            f"waiting for a runner that serves executor {executor!r} in pool {pool}: "
+            + "; ".join(said)
+        )

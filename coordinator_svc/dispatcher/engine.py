@@ -67,7 +67,7 @@ from coordinator_svc.core.model import (
     TurnKind,
 )
 from coordinator_svc.core.quotas import QuotaRefusal, Quotas
-from coordinator_svc.core.routing import serves
+from coordinator_svc.core.routing import NoRunnerForExecutor, executor_refusal, serves
 from coordinator_svc.core.runner_view import RunnerOp
 from coordinator_svc.core.scheduler import Grant
 from coordinator_svc.dispatcher.calls import RunnerCalls
@@ -88,6 +88,7 @@ from coordinator_svc.dispatcher.recovery import bound_to, recover
 from coordinator_svc.dispatcher.replica import CANCEL_MARKED_STATES, ReplicaDuties
 from coordinator_svc.dispatcher.runner_states import RunnerState, runner_states
 from coordinator_svc.dispatcher.spans import commit_span
+from coordinator_svc.dispatcher.translate import envelope_executor
 from coordinator_svc.dispatcher.visibility import describe_wait, log_transition, note_record
 from coordinator_svc.dispatcher.waiting_room import WaitingRoom
 from coordinator_svc.dispatcher.watching import RunnerWatch
@@ -264,7 +265,13 @@ class Dispatcher:
         if self._running and self._attempt_with_acceptance:
             self._avoid_unreachable()
             context = self._context((), record)  # reads the turn's limits (kept per turn)
-            first = first_attempt_now(record, self.room.scheduler, self._identity_of, context)
+            first = first_attempt_now(
+                record,
+                self.room.scheduler,
+                self._identity_of,
+                context,
+                executor=envelope_executor(record.envelope),
+            )
         try:
             if first is None or first.change is None:
                 stored = await submit(record, event)
@@ -353,6 +360,12 @@ class Dispatcher:
 
     def has_runner_for(self, pool: str, kind: TurnKind) -> bool:
         return any(serves(r, pool, kind) for r in self.runners)
+
+    def executor_refusal(
+        self, pool: str, kind: TurnKind, executor: str
+    ) -> NoRunnerForExecutor | None:
+        """C6b at submit, from what the members said in their GetRunnerInfo."""
+        return executor_refusal(pool, kind, executor, self.runners, self.room.scheduler.executors)
 
     def can_add_runners(self) -> bool:
         """A runner added now could be called (credentials it accepts: §11 M2)."""
@@ -709,9 +722,17 @@ class Dispatcher:
     def _failed(self, operation_id: str) -> int:
         return self._agenda.failed(operation_id)
 
-    def runner_slots(self, runner: str, sizes: Mapping[TurnKind, int]) -> None:
-        """A runner's pool sizes (its watch read GetRunnerInfo); waiters may now fit."""
+    def runner_slots(
+        self,
+        runner: str,
+        sizes: Mapping[TurnKind, int],
+        executors: Sequence[str] | None = None,
+    ) -> None:
+        """A runner's pool sizes (its watch read GetRunnerInfo), and the executors
+        it serves when it said (C6b); waiters may now fit."""
         self.room.scheduler.learned(runner, sizes)
+        if executors is not None:
+            self.room.scheduler.learned_executors(runner, executors)
         self._pump()
 
     def dispatching(self, operation_id: str) -> bool:

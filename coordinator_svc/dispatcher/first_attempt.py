@@ -28,6 +28,7 @@ from coordinator_svc.core.decide import decide
 from coordinator_svc.core.decision import Context, Decision
 from coordinator_svc.core.events import Event, RunnerIdentity, Tick
 from coordinator_svc.core.model import Change, EventRecord, OperationRecord, OpState
+from coordinator_svc.core.routing import DEFAULT_EXECUTOR
 from coordinator_svc.core.scheduler import Scheduler
 from coordinator_svc.ports import InvalidWrite, JournalError, Submit
 
@@ -44,16 +45,18 @@ def first_attempt_now(
     identity_of: Callable[[str], RunnerIdentity | None],
     context: Context,
     policy: Callable[[OperationRecord, Event, Context], Decision] = decide,
+    executor: str = DEFAULT_EXECUTOR,
 ) -> Decision | None:
     """The write-ahead decision for a just-built QUEUED turn that can be sent at
     once, its slot reserved on the scheduler; None (nothing reserved) if it
     would wait, if no live watch knows the runner's identity, or if the core
     decides anything but a write-ahead (its deadline already passed, say).
-    ``policy`` is the core's ``decide`` (the simulation passes its own)."""
+    ``policy`` is the core's ``decide`` (the simulation passes its own).
+    ``executor``: the one the turn names (C6b: only a runner serving it)."""
     if record.state is not OpState.QUEUED or record.attempt_count:
         return None
     op_id = record.operation_id
-    runner = scheduler.grant_at_once(op_id, record.principal, record.pool, record.kind)
+    runner = scheduler.grant_at_once(op_id, record.principal, record.pool, record.kind, executor)
     if runner is None:
         return None
     identity = identity_of(runner)

@@ -36,6 +36,7 @@ from coordinator_svc.core.model import OperationRecord
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.translate import (
     RunnerContractViolation,
+    runner_executors,
     runner_op,
     slot_sizes,
     store_opens,
@@ -306,6 +307,7 @@ class RunnerClient:
             str(reply.store_id),
             slot_sizes(reply.pools),
             version=str(reply.version),
+            executors=runner_executors(reply.executors),
         )
 
     def watch(self, after_sequence: int) -> WatchCall:

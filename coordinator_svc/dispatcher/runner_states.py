@@ -2,7 +2,7 @@
 
 Read from what the dispatcher already keeps, nothing asked of the runner: its
 identity from the live watch stream (``watching``: unset while the stream is
-down), its slot sizes from GetRunnerInfo, the slots in use from the
+down), its slot sizes and executors from GetRunnerInfo, the slots in use from the
 scheduler's ledger, and whether it answers from the failed-call streak and
 the watch.
 """
@@ -34,6 +34,8 @@ class RunnerState:
     answering: bool
     health: str
     drained: bool
+    # What its GetRunnerInfo said it serves (C6b), sorted; empty while not said.
+    executors: tuple[str, ...] = ()
 
 
 def runner_states(
@@ -72,6 +74,7 @@ def runner_states(
                 answering=answering,
                 health=health,
                 drained=runner.name in drained,
+                executors=tuple(sorted(scheduler.executors_of(runner.name) or ())),
             )
         )
     return states

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from google.protobuf.message import DecodeError
+
 from coordinator_svc.core.model import Execution, StopReason, TurnKind
+from coordinator_svc.core.routing import executor_name
 from coordinator_svc.core.runner_view import RunnerOp, RunnerOpState
 from coordinator_svc.core.witness import StoreOpen
 from turnwire.common.v1 import turn_pb2
@@ -72,3 +75,20 @@ def slot_sizes(pools: Iterable[runner_pb2.SlotPool]) -> dict[TurnKind, int]:
 def slot_use(pools: Iterable[runner_pb2.SlotPool]) -> dict[TurnKind, int]:
     """The pools' slots in use per kind, as the runner counts them (unknown kinds ignored)."""
     return {_KINDS[p.kind]: int(p.in_use) for p in pools if p.kind in _KINDS}
+
+
+def envelope_executor(envelope: bytes) -> str:
+    """The executor a stored envelope names (R14; empty is ``default``, C6b).
+    An envelope that cannot be read names ``default``: routing only, the
+    runner's own check (R14) still decides what it serves."""
+    try:
+        return executor_name(runner_pb2.TurnEnvelope.FromString(envelope).executor)
+    except DecodeError:
+        return executor_name("")
+
+
+def runner_executors(executors: Iterable[runner_pb2.ExecutorInfo]) -> tuple[str, ...] | None:
+    """GetRunnerInfo's executors by name (C6b); None when it names none (a runner
+    from before R14: what it serves is not said)."""
+    names = tuple(sorted({e.name for e in executors if e.name}))
+    return names or None

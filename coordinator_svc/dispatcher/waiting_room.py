@@ -27,6 +27,7 @@ from coordinator_svc.core.model import OperationRecord, OpState, TurnKind
 from coordinator_svc.core.quotas import Occupancy, QuotaRefusal, Quotas
 from coordinator_svc.core.scheduler import Grant, Scheduler
 from coordinator_svc.dispatcher.deadlines import TurnDeadlines
+from coordinator_svc.dispatcher.translate import envelope_executor
 
 
 class WaitingRoom:
@@ -63,7 +64,12 @@ class WaitingRoom:
     def hold(self, record: OperationRecord) -> None:
         """A QUEUED turn ready to be routed waits for a grant (and its time limits)."""
         self.occupancy.note(record.operation_id, record.principal, record.state)
-        self.scheduler.hold(record.operation_id, record.principal, record.pool, record.kind)
+        scheduler = self.scheduler
+        if not scheduler.holding(record.operation_id):
+            # C6b: it waits with the turns naming the same executor.
+            executor = envelope_executor(record.envelope)
+            op_id, principal = record.operation_id, record.principal
+            scheduler.hold(op_id, principal, record.pool, record.kind, executor)
         first = self._deadlines.first(record)
         if first is not None and record.operation_id not in self._timers:
             delay = max(0.0, (first - self._clock()).total_seconds())

@@ -102,7 +102,9 @@ class RunnerWatch:
                         await asyncio.sleep(self._delay())
                         continue
                     self._up()
-                    self._dispatcher.runner_slots(self._client.name, info.slot_sizes)
+                    self._dispatcher.runner_slots(
+                        self._client.name, info.slot_sizes, info.executors
+                    )
                     await self._check_incarnation(info.incarnation_id)
                     self.identity = RunnerIdentity(info.incarnation_id, info.store_id)
                 await self._follow()

@@ -51,8 +51,10 @@ def succeeded_turn(stack: AdminStack, token: str, text: str) -> str:
     return final.operation_id
 
 
+@pytest.mark.rule("C6b")
 def test_runners_drain_and_undrain(stack: AdminStack, capsys: pytest.CaptureFixture[str]) -> None:
-    """runners --json shows r1 with its live identity and capacity; drain marks it
+    """runners --json shows r1 with its live identity, capacity and the executors its
+    GetRunnerInfo said it serves (C6b: here its one default); drain marks it
     (by ops, with the reason) and a second drain says it is a replay; undrain
     undoes it, and a second undrain changes nothing. Every step exits 0."""
     assert admin(stack, "runners", "--json") == 0
@@ -60,6 +62,7 @@ def test_runners_drain_and_undrain(stack: AdminStack, capsys: pytest.CaptureFixt
     assert runner["name"] == "r1" and runner["address"]
     assert runner["incarnation_id"] and runner["writable_slots"] > 0
     assert runner["answering"] is True and runner["drained"] is False
+    assert runner["executors"] == ["default"]
 
     assert admin(stack, "drain", "r1", "--reason", "kernel upgrade") == 0
     assert capsys.readouterr().out.startswith("drained r1")
@@ -68,6 +71,7 @@ def test_runners_drain_and_undrain(stack: AdminStack, capsys: pytest.CaptureFixt
     assert admin(stack, "runners") == 0
     table = capsys.readouterr().out
     assert "yes by ops: kernel upgrade" in table and "IN USE W/R" in table
+    assert "EXECUTORS" in table.splitlines()[0] and " default " in table.splitlines()[1]
 
     assert admin(stack, "undrain", "r1") == 0
     assert capsys.readouterr().out.startswith("undrained r1")

@@ -150,6 +150,7 @@ try {
       name: r.dataset.runner,
       writable: r.querySelector("[data-testid=writable]").textContent.trim(),
       read_only: r.querySelector("[data-testid=read-only]").textContent.trim(),
+      executors: r.querySelector("[data-testid=executors]").textContent.trim(),
       health: r.querySelector("[data-testid=health]").textContent.trim(),
     })),
   );

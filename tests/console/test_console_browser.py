@@ -145,6 +145,7 @@ def test_an_operator_works_the_console_in_chromium(
     assert runner["name"] == "r1"
     used, _, total = runner["writable"].partition(" / ")
     assert used.isdigit() and total.isdigit() and int(total) > 0, runner
+    assert runner["executors"] == "default", runner  # as its GetRunnerInfo said (C6b)
     # The ambiguous queue held the turn; the verdict was recorded and is shown.
     assert ambiguous_id in facts["ambiguous_ids"] and facts["ambiguous_card_attempts"] == 1
     assert facts["verdict_result"] == "Recorded: NOT_EXECUTED"

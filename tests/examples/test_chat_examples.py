@@ -162,6 +162,7 @@ def test_the_javascript_executor_says_no_effect_when_it_cannot_connect() -> None
     assert done.returncode == 75
 
 
+@pytest.mark.rule("R6", "R7")
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_a_cancel_mid_stream_ends_cancelled_with_the_tokens_declared(
     stack: ChatStack, executor: str

@@ -16,6 +16,7 @@ import itertools
 from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core.fair_queue import FairQueue
 from coordinator_svc.core.model import TurnKind
+from coordinator_svc.core.routing import DEFAULT_EXECUTOR
 from coordinator_svc.core.scheduler import Scheduler
 
 
@@ -36,9 +37,17 @@ class _ArrivalOrder(FairQueue):
 
 
 class _FirstComeFirstServed(Scheduler):
-    def hold(self, operation_id: str, principal: str, pool: str, kind: TurnKind) -> None:
-        self._queues.setdefault((pool, kind), _ArrivalOrder())
-        super().hold(operation_id, principal, pool, kind)
+    def hold(
+        self,
+        operation_id: str,
+        principal: str,
+        pool: str,
+        kind: TurnKind,
+        executor: str = DEFAULT_EXECUTOR,
+    ) -> None:
+        # One queue per slot class (pool, kind, executor: C6b), as the real one.
+        self._queues.setdefault((pool, kind, executor), _ArrivalOrder())
+        super().hold(operation_id, principal, pool, kind, executor)
 
 
 def ignores_slots(runners: list[RunnerEndpoint]) -> Scheduler:

@@ -165,7 +165,7 @@ _ADVICE: dict[ExitCode, str] = {
     ExitCode.CREDENTIALS: "check the token (--token, --token-file, $TURNWIRE_TOKEN)",
     ExitCode.NOT_FOUND: "not found",
     ExitCode.UNAVAILABLE: "coordinator unavailable, try again later",
-    ExitCode.NO_RUNNER: "no runner serves this pool and kind",
+    ExitCode.NO_RUNNER: "no runner serves this turn (nothing was stored)",
     ExitCode.STILL_RUNNING: "not finished yet (it keeps running)",
     ExitCode.NOT_ALLOWED: "not allowed now (nothing changed)",
     ExitCode.CONFIGURATION: "connection misconfigured (nothing was sent)",

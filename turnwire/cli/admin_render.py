@@ -289,6 +289,7 @@ def runners_table(runners: Sequence[Runner]) -> str:
         "ADDRESS",
         "POOLS",
         "KINDS",
+        "EXECUTORS",
         "ADDED BY",
         "INCARNATION",
         "STORE",
@@ -305,6 +306,7 @@ def runners_table(runners: Sequence[Runner]) -> str:
             runner.address,
             ",".join(runner.pools) or UNSET,
             "+".join(kind.value.lower() for kind in runner.kinds) or UNSET,
+            ",".join(runner.executors) or UNSET,
             runner.added_by or UNSET,
             runner.incarnation_id or UNSET,
             runner.store_id or UNSET,
@@ -342,4 +344,5 @@ def runner_json(runner: Runner) -> dict[str, Any]:
         "added_reason": runner.added_reason,
         "added_at": _iso(runner.added_at),
         "bound_turns": runner.bound_turns,
+        "executors": list(runner.executors),
     }

@@ -117,6 +117,13 @@ def configure_submit(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kind", choices=KINDS, default="writable", help="(default: writable)")
     parser.add_argument("--pool", default="", help="runner pool (default: the default pool)")
     parser.add_argument(
+        "--executor",
+        default="",
+        metavar="NAME",
+        help="the runner executor the turn needs, by name (a runner's --executor NAME=SPEC; "
+        "default: the runners' default executor); refused at submit when no runner serves it",
+    )
+    parser.add_argument(
         "--policy",
         choices=POLICIES,
         default="probe-first",
@@ -156,6 +163,7 @@ def turn_from_args(args: argparse.Namespace, stdin: IO[bytes] | None) -> Turn:
         parameters=parse_pairs(args.param, "--param"),
         kind=args.kind,
         pool=args.pool,
+        executor=args.executor,
         item_metadata=parse_pairs(args.metadata, "--metadata"),
         deadline=deadline,
         budget_ms=args.budget_ms,

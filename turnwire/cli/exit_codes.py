@@ -50,7 +50,8 @@ exit status:
   5    credentials missing or unknown (--token, TURNWIRE_TOKEN)
   6    no such operation (for you)
   7    coordinator unavailable after retries: try again later
-  8    no runner serves the turn's pool and kind
+  8    no runner serves the turn's pool and kind, or its --executor
+       (NO_RUNNER_FOR_EXECUTOR); nothing was stored
   9    --timeout passed while waiting: the turn is not finished yet
   10   `turnwire admin`: the operation's state does not allow it (not
        terminal, not ambiguous, another verdict recorded, not provably

@@ -46,7 +46,7 @@ code) and ``reason`` (the contract's ErrorInfo reason, or "" when none came):
     ├── CheckCredentials       CREDENTIALS_MISSING, CREDENTIALS_UNKNOWN
     ├── NotFound               OPERATION_NOT_FOUND (also another principal's id),
     │                          RUNNER_NOT_FOUND
-    ├── NoRunnerAvailable      NO_RUNNER_FOR_TURN
+    ├── NoRunnerAvailable      NO_RUNNER_FOR_TURN, NO_RUNNER_FOR_EXECUTOR
     ├── NotAllowed             AdminService: OPERATION_NOT_TERMINAL,
     │                          OPERATION_NOT_AMBIGUOUS, VERDICT_CONFLICT,
     │                          REQUEUE_NOT_ALLOWED, RUNNER_CONFLICT,

@@ -171,6 +171,9 @@ class Runner:
     added_reason: str = ""
     added_at: datetime | None = None
     bound_turns: int = 0
+    # The executors it serves, as its GetRunnerInfo said (PROTOCOL C6b); empty
+    # while the coordinator does not know.
+    executors: tuple[str, ...] = ()
 
     @property
     def capacity(self) -> int:
@@ -204,6 +207,7 @@ class Runner:
             added_reason=message.added_reason,
             added_at=_timestamp(message.added_at),
             bound_turns=message.bound_turns,
+            executors=tuple(message.executors),
         )
 
 

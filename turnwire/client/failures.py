@@ -100,7 +100,8 @@ class NotAllowed(TurnwireError):
 
 
 class NoRunnerAvailable(TurnwireError):
-    """No configured runner serves the turn's pool and kind."""
+    """No configured runner serves the turn's pool and kind (NO_RUNNER_FOR_TURN), or
+    none serves its executor (NO_RUNNER_FOR_EXECUTOR, PROTOCOL C6b)."""
 
 
 class WaitLonger(TurnwireError):
@@ -135,6 +136,8 @@ _BY_REASON: Mapping[str, type[TurnwireError]] = MappingProxyType(
         "CREDENTIALS_UNKNOWN": CheckCredentials,
         "OPERATION_NOT_FOUND": NotFound,
         "NO_RUNNER_FOR_TURN": NoRunnerAvailable,
+        # No runner serves the turn's executor (PROTOCOL.md C6b).
+        "NO_RUNNER_FOR_EXECUTOR": NoRunnerAvailable,
         # AdminService (PROTOCOL.md §10).
         "RUNNER_NOT_FOUND": NotFound,
         "OPERATION_NOT_TERMINAL": NotAllowed,

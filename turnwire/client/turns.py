@@ -74,11 +74,16 @@ class TurnFields(TypedDict, total=False):
     budget_ms: int
     replay_policy: ReplayPolicy | str
     max_attempts: int
+    executor: str
 
 
 @dataclass(frozen=True)
 class Turn:
-    """A turn to submit. ``max_attempts`` 0 means the coordinator's default."""
+    """A turn to submit. ``max_attempts`` 0 means the coordinator's default.
+    ``executor``: the runner executor it needs, by name (``--executor NAME=SPEC``
+    on the runner); empty means ``default``. The coordinator routes it only to
+    a runner serving that executor (PROTOCOL C6b) and refuses it at submit
+    (NO_RUNNER_FOR_EXECUTOR) when no runner does."""
 
     items: tuple[InputItem, ...] = ()
     model: ModelRef = field(default_factory=ModelRef)
@@ -90,6 +95,7 @@ class Turn:
     budget_ms: int = 0
     replay_policy: ReplayPolicy = ReplayPolicy.PROBE_FIRST
     max_attempts: int = 0
+    executor: str = ""
 
     @classmethod
     def build(
@@ -106,6 +112,7 @@ class Turn:
         budget_ms: int = 0,
         replay_policy: ReplayPolicy | str = ReplayPolicy.PROBE_FIRST,
         max_attempts: int = 0,
+        executor: str = "",
     ) -> Turn:
         """A Turn from plain values; ``parameters`` are the model's parameters."""
         if isinstance(model, ModelRef):
@@ -125,6 +132,7 @@ class Turn:
             budget_ms=budget_ms,
             replay_policy=ReplayPolicy(_enum_name(replay_policy)),
             max_attempts=max_attempts,
+            executor=executor,
         )
 
     def to_proto(self) -> coordinator_pb2.Turn:
@@ -158,6 +166,7 @@ class Turn:
             kind=turn_pb2.TurnKind.Value("TURN_KIND_" + self.kind.value),
             replay_policy=turn_pb2.ReplayPolicy.Value("REPLAY_POLICY_" + self.replay_policy.value),
             max_attempts=self.max_attempts,
+            executor=self.executor,
         )
         if self.budget_ms:
             message.limits.budget_ms = self.budget_ms

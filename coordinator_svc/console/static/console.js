@@ -516,6 +516,8 @@ async function showRunners() {
         el("td", {}, el("b", {}, runner.name)),
         el("td", {}, el("code", {}, runner.address)),
         el("td", {}, (runner.pools || []).join(", ")),
+        // What its GetRunnerInfo said it serves (PROTOCOL C6b); "-" until it answers.
+        el("td", { "data-testid": "executors" }, (runner.executors || []).join(", ") || "-"),
         el("td", {}, el("code", {}, clip(runner.incarnation_id, 12))),
         el("td", {}, el("code", {}, clip(runner.store_id, 12))),
         el("td", { "data-testid": "writable" }, capacity(runner.writable_in_use, runner.writable_slots)),

@@ -32,6 +32,7 @@ from coordinator_svc.core.model import (
     TurnKind,
 )
 from coordinator_svc.core.quotas import Occupancy, QuotaRefusal, Quotas
+from coordinator_svc.core.routing import NoRunnerForExecutor
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import Journal, Submit
 from turnwire.common.v1 import turn_pb2
@@ -117,6 +118,12 @@ class FakeDispatch:
     def has_runner_for(self, pool: str, kind: TurnKind) -> bool:
         del kind
         return pool in self.pools
+
+    def executor_refusal(
+        self, pool: str, kind: TurnKind, executor: str
+    ) -> NoRunnerForExecutor | None:
+        del pool, kind, executor
+        return None  # the fake's runners have said nothing: nothing is proven (C6b)
 
     async def request_cancel(self, record: OperationRecord) -> OperationRecord:
         at = now()

@@ -8,7 +8,12 @@ import pytest
 
 from coordinator_svc.core.model import Execution, StopReason
 from coordinator_svc.core.runner_view import RunnerOpState, observe
-from coordinator_svc.dispatcher.translate import RunnerContractViolation, runner_op
+from coordinator_svc.dispatcher.translate import (
+    RunnerContractViolation,
+    envelope_executor,
+    runner_executors,
+    runner_op,
+)
 from turnwire.common.v1 import turn_pb2
 from turnwire.runner.v1 import runner_pb2
 
@@ -50,3 +55,21 @@ def test_a_stop_reason_the_coordinator_does_not_know_is_none() -> None:
     """C11: only a stop reason the contract names is recorded."""
     assert runner_op(row(stop_reason=UNKNOWN_NUMBER)).stop_reason is None
     assert runner_op(row(stop_reason=turn_pb2.STOP_REASON_CANCEL)).stop_reason is StopReason.CANCEL
+
+
+@pytest.mark.rule("C6b", "R14")
+def test_executor_names_from_the_wire() -> None:
+    """C6b: GetRunnerInfo's executors by name, sorted; none named is "not said" (a
+    runner from before R14), never "serves nothing"; an envelope's empty executor
+    is ``default``."""
+    said = [
+        runner_pb2.ExecutorInfo(name="words", kind="python"),
+        runner_pb2.ExecutorInfo(name="default", kind="echo"),
+    ]
+    assert runner_executors(said) == ("default", "words")
+    assert runner_executors([]) is None
+    named = runner_pb2.TurnEnvelope(operation_id="op", executor="words").SerializeToString()
+    assert envelope_executor(named) == "words"
+    assert envelope_executor(runner_pb2.TurnEnvelope(operation_id="op").SerializeToString()) == (
+        "default"
+    )

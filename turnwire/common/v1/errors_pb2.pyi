@@ -216,6 +216,14 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     incarnation ran it, or it is not launched here); its settled row will
     still say how it ended (R13).
     """
+    ERROR_REASON_NO_RUNNER_FOR_EXECUTOR: _ErrorReason.ValueType  # 90
+    """Coordinator refusal at submit, FAILED_PRECONDITION: every runner that
+    serves the turn's pool and kind has said which executors it serves
+    (GetRunnerInfo) and none serves the one the turn names (metadata
+    "executor", and "served": the names they serve, comma-separated). Nothing
+    was stored (PROTOCOL.md C6b). While some such runner has not said yet, the
+    turn is accepted and waits instead.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Why a call was refused, or why an operation ended the way it did."""
@@ -411,6 +419,14 @@ ERROR_REASON_OUTPUT_UNAVAILABLE: ErrorReason.ValueType  # 84
 output stream for the operation and cannot say where it ends (an earlier
 incarnation ran it, or it is not launched here); its settled row will
 still say how it ended (R13).
+"""
+ERROR_REASON_NO_RUNNER_FOR_EXECUTOR: ErrorReason.ValueType  # 90
+"""Coordinator refusal at submit, FAILED_PRECONDITION: every runner that
+serves the turn's pool and kind has said which executors it serves
+(GetRunnerInfo) and none serves the one the turn names (metadata
+"executor", and "served": the names they serve, comma-separated). Nothing
+was stored (PROTOCOL.md C6b). While some such runner has not said yet, the
+turn is accepted and waits instead.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 

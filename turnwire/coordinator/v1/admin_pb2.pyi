@@ -496,6 +496,7 @@ class Runner(_message.Message):
     ADDED_REASON_FIELD_NUMBER: _builtins.int
     ADDED_AT_FIELD_NUMBER: _builtins.int
     BOUND_TURNS_FIELD_NUMBER: _builtins.int
+    EXECUTORS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Its name (a --runner flag's, or AddRunner's)."""
     address: _builtins.str
@@ -544,6 +545,13 @@ class Runner(_message.Message):
 
     @_builtins.property
     def added_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def executors(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The executors it serves, by name, sorted, as its GetRunnerInfo said
+        (PROTOCOL.md C6b: turns are routed only to a runner serving theirs);
+        empty while not known (it has not answered since this coordinator started).
+        """
+
     def __init__(
         self,
         *,
@@ -568,10 +576,11 @@ class Runner(_message.Message):
         added_reason: _builtins.str = ...,
         added_at: _timestamp_pb2.Timestamp | None = ...,
         bound_turns: _builtins.int = ...,
+        executors: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["added_at", b"added_at", "drained_at", b"drained_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_at", b"added_at", "added_by", b"added_by", "added_reason", b"added_reason", "address", b"address", "answering", b"answering", "bound_turns", b"bound_turns", "drain_reason", b"drain_reason", "drained", b"drained", "drained_at", b"drained_at", "drained_by", b"drained_by", "generation", b"generation", "health", b"health", "incarnation_id", b"incarnation_id", "kinds", b"kinds", "name", b"name", "pools", b"pools", "read_only_in_use", b"read_only_in_use", "read_only_slots", b"read_only_slots", "store_id", b"store_id", "writable_in_use", b"writable_in_use", "writable_slots", b"writable_slots"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_at", b"added_at", "added_by", b"added_by", "added_reason", b"added_reason", "address", b"address", "answering", b"answering", "bound_turns", b"bound_turns", "drain_reason", b"drain_reason", "drained", b"drained", "drained_at", b"drained_at", "drained_by", b"drained_by", "executors", b"executors", "generation", b"generation", "health", b"health", "incarnation_id", b"incarnation_id", "kinds", b"kinds", "name", b"name", "pools", b"pools", "read_only_in_use", b"read_only_in_use", "read_only_slots", b"read_only_slots", "store_id", b"store_id", "writable_in_use", b"writable_in_use", "writable_slots", b"writable_slots"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
