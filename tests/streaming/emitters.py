@@ -2,7 +2,7 @@
 
 ``count``: emits ``chunks`` chunks (``c1 ``, ``c2 ``, ...) ``pause_ms`` apart
 (parameters; defaults 10 and 20), after waiting ``start_ms`` (default 0), and
-returns their concatenation, so a test can compare what it was relayed with
+returns their concatenation (up to RESULT_MAX_CHARS), so a test can compare what it was relayed with
 the durable result. ``size`` pads each chunk to that many bytes (a buffer
 overflow needs big chunks).
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 
 from turnwire.executor import Result, TurnContext
+
+RESULT_MAX_CHARS = 256 * 1024
 
 
 def chunk_text(n: int, size: int = 0) -> str:
@@ -31,4 +33,7 @@ async def count(ctx: TurnContext) -> Result:
         ctx.emit(text)
         sent.append(text)
         await asyncio.sleep(pause)
-    return Result("".join(sent), metadata={"chunks": str(chunks)})
+    text = "".join(sent)
+    if len(text) > RESULT_MAX_CHARS:  # the result is a message too: keep it small
+        text = f"{chunks} chunks, {len(text)} bytes"
+    return Result(text, metadata={"chunks": str(chunks)})
