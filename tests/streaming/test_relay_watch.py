@@ -142,8 +142,7 @@ def test_many_watchers_share_one_upstream(stack: StreamStack) -> None:
         op_id = submitted.operation.operation_id
         request = coordinator_pb2.WatchOperationRequest(operation_id=op_id, stream_output=True)
         calls = [
-            stub.WatchOperation(request, metadata=METADATA, timeout=CALL_TIMEOUT)
-            for _ in range(3)
+            stub.WatchOperation(request, metadata=METADATA, timeout=CALL_TIMEOUT) for _ in range(3)
         ]
         results = [list(call) for call in calls]
     for messages in results:
