@@ -1,4 +1,6 @@
-"""Executors the streaming tests and bench/streaming.py serve (``python:tests.streaming.emitters:NAME``).
+"""Executors the streaming tests and bench/streaming.py serve.
+
+Served as ``python:tests.streaming.emitters:NAME``.
 
 ``count``: emits ``chunks`` chunks (``c1 ``, ``c2 ``, ...) ``pause_ms`` apart
 (parameters; defaults 10 and 20), after waiting ``start_ms`` (default 0), and

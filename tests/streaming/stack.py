@@ -35,7 +35,11 @@ class StreamStack(BackgroundLoop):
 
     async def _start(self) -> None:
         from coordinator_svc.app import start_coordinator
-        from coordinator_svc.config import CoordinatorConfig, RunnerEndpoint
+        from coordinator_svc.config import (
+            DEFAULT_RELAY_BUFFER_BYTES,
+            CoordinatorConfig,
+            RunnerEndpoint,
+        )
         from coordinator_svc.storage.schema import migrate
         from runner_svc.app import RunnerConfig, start_runner
 
@@ -51,9 +55,7 @@ class StreamStack(BackgroundLoop):
         tokens.chmod(0o600)
         journal_url = f"sqlite:///{self._directory / 'journal.db'}"
         migrate(journal_url)
-        extra = {}
-        if self._relay_buffer_bytes is not None:
-            extra["stream_relay_buffer_bytes"] = self._relay_buffer_bytes
+        buffer = self._relay_buffer_bytes or DEFAULT_RELAY_BUFFER_BYTES
         self._coordinator = await start_coordinator(
             CoordinatorConfig(
                 listen="127.0.0.1:0",
@@ -61,7 +63,7 @@ class StreamStack(BackgroundLoop):
                 runners=(RunnerEndpoint(name="r1", address=self._runner.address),),
                 tokens_file=str(tokens),
                 runner_credentials=runner_access.CREDENTIALS,
-                **extra,
+                stream_relay_buffer_bytes=buffer,
             )
         )
         self.address = self._coordinator.address

@@ -4,7 +4,7 @@ against the real stack (tests/streaming/stack.py)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,8 @@ from turnwire.client import (
     OperationState,
     OutputChunk,
     OutputGap,
+    StreamItem,
+    TurnFields,
     TurnwireClient,
 )
 
@@ -29,7 +31,7 @@ def stack(tmp_path: Path) -> Iterator[StreamStack]:
         yield running
 
 
-def _fields(chunks: int, pause_ms: int = 10) -> dict[str, object]:
+def _fields(chunks: int, pause_ms: int = 10) -> TurnFields:
     return {
         "items": ["go"],
         "model": "test/count",
@@ -37,7 +39,7 @@ def _fields(chunks: int, pause_ms: int = 10) -> dict[str, object]:
     }
 
 
-def _check(items: list[object], chunks: int, first: int = 1) -> Operation:
+def _check(items: Sequence[StreamItem], chunks: int, first: int = 1) -> Operation:
     """Chunks first..chunks in order, no gap, and the terminal Operation last."""
     *output, final = items
     assert isinstance(final, Operation)
@@ -57,7 +59,7 @@ def test_sync_submit_and_stream_yields_chunks_then_the_terminal_operation(
 ) -> None:
     """S1-S3 via TurnwireClient.submit_and_stream; the chunks spell the result (S4)."""
     with TurnwireClient(stack.address, TOKEN) as client:
-        items = list(client.submit_and_stream(timeout=WAIT, **_fields(8)))  # type: ignore[arg-type]
+        items = list(client.submit_and_stream(timeout=WAIT, **_fields(8)))
     final = _check(items, 8)
     assert final.result is not None
     assert final.result.output == "".join(chunk_text(n) for n in range(1, 9)).encode()
@@ -66,7 +68,7 @@ def test_sync_submit_and_stream_yields_chunks_then_the_terminal_operation(
 def test_sync_stream_resumes_from_an_offset(stack: StreamStack) -> None:
     """S7: TurnwireClient.stream(op, after_offset=3) yields 4.. with no gap."""
     with TurnwireClient(stack.address, TOKEN) as client:
-        submitted = client.submit(**_fields(6, pause_ms=30))  # type: ignore[arg-type]
+        submitted = client.submit(**_fields(6, pause_ms=30))
         op_id = submitted.operation.operation_id
         items = list(client.stream(op_id, after_offset=3, timeout=WAIT))
     _check(items, 6, first=4)
@@ -75,10 +77,10 @@ def test_sync_stream_resumes_from_an_offset(stack: StreamStack) -> None:
 def test_async_stream_and_submit_and_stream(stack: StreamStack) -> None:
     """S1-S3 via AsyncTurnwireClient: both iterators, one turn each."""
 
-    async def main() -> tuple[list[object], list[object]]:
+    async def main() -> tuple[list[StreamItem], list[StreamItem]]:
         async with AsyncTurnwireClient(stack.address, TOKEN) as client:
-            streamed = [i async for i in client.submit_and_stream(timeout=WAIT, **_fields(5))]  # type: ignore[arg-type]
-            submitted = await client.submit(**_fields(7))  # type: ignore[arg-type]
+            streamed = [i async for i in client.submit_and_stream(timeout=WAIT, **_fields(5))]
+            submitted = await client.submit(**_fields(7))
             watched = [
                 i async for i in client.stream(submitted.operation.operation_id, timeout=WAIT)
             ]
