@@ -31,6 +31,7 @@ class StreamStack(BackgroundLoop):
         self._relay_buffer_bytes = relay_buffer_bytes
         self._runner: Any = None
         self._coordinator: Any = None
+        self._config: Any = None
         self.address = ""
 
     async def _start(self) -> None:
@@ -56,17 +57,29 @@ class StreamStack(BackgroundLoop):
         journal_url = f"sqlite:///{self._directory / 'journal.db'}"
         migrate(journal_url)
         buffer = self._relay_buffer_bytes or DEFAULT_RELAY_BUFFER_BYTES
-        self._coordinator = await start_coordinator(
-            CoordinatorConfig(
-                listen="127.0.0.1:0",
-                journal_url=journal_url,
-                runners=(RunnerEndpoint(name="r1", address=self._runner.address),),
-                tokens_file=str(tokens),
-                runner_credentials=runner_access.CREDENTIALS,
-                stream_relay_buffer_bytes=buffer,
-            )
+        self._config = CoordinatorConfig(
+            listen="127.0.0.1:0",
+            journal_url=journal_url,
+            runners=(RunnerEndpoint(name="r1", address=self._runner.address),),
+            tokens_file=str(tokens),
+            runner_credentials=runner_access.CREDENTIALS,
+            stream_relay_buffer_bytes=buffer,
         )
+        self._coordinator = await start_coordinator(self._config)
         self.address = self._coordinator.address
+
+    def restart_coordinator(self) -> None:
+        """Stop the coordinator (its relay buffers go with it, S4) and start it again on
+        the same address and journal; the runner keeps running."""
+        from dataclasses import replace
+
+        from coordinator_svc.app import start_coordinator
+
+        async def restart() -> None:
+            await self._coordinator.stop()
+            self._coordinator = await start_coordinator(replace(self._config, listen=self.address))
+
+        self._run(restart())
 
     async def _stop(self) -> None:
         if self._coordinator is not None:

@@ -6,10 +6,12 @@ checked is exactly what goes on the wire."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from tests.streaming.emitters import chunk_text
@@ -149,3 +151,59 @@ def test_many_watchers_share_one_upstream(stack: StreamStack) -> None:
         assert [c.offset for c in _chunks(messages)] == list(range(1, 9))
         assert _kinds(messages)[-1] == "OPERATION_STATE_SUCCEEDED"
     assert stack.upstreams() == 1
+
+
+def test_after_a_coordinator_restart_a_watcher_resumes_from_the_runner_by_offset(
+    stack: StreamStack,
+) -> None:
+    """S4, S7: the relay's buffer dies with the coordinator process; a watcher that
+    reconnects with its last offset gets the rest from the runner (which still
+    holds the stream), with no gap, then the terminal event with the whole result."""
+    channel, stub = stack.stub()
+    with channel:
+        op_id = stub.SubmitTurn(
+            submit_request("k-restart", chunks="30", pause_ms="50"), metadata=METADATA
+        ).operation.operation_id
+        first = stub.WatchOperation(
+            coordinator_pb2.WatchOperationRequest(operation_id=op_id, stream_output=True),
+            metadata=METADATA,
+            timeout=CALL_TIMEOUT,
+        )
+        seen = []
+        for message in first:
+            seen.append(message)
+            if message.WhichOneof("output") == "chunk" and message.chunk.offset == 5:
+                break
+        first.cancel()
+    stack.restart_coordinator()
+    channel, stub = stack.stub()
+    with channel:
+        resumed = _resumed_watch(stub, op_id, after_offset=5)
+    assert [c.offset for c in _chunks(seen)] == [1, 2, 3, 4, 5]
+    kinds = _kinds(resumed)
+    assert not [k for k in kinds if k.startswith("gap")]
+    assert [c.offset for c in _chunks(resumed)] == list(range(6, 31))
+    assert kinds[-1] == "OPERATION_STATE_SUCCEEDED"
+    whole = b"".join(c.data for c in _chunks(seen) + _chunks(resumed))
+    assert whole == resumed[-1].operation.result.output
+
+
+def _resumed_watch(stub: Any, op_id: str, *, after_offset: int) -> list[Any]:
+    """A watch with the output from ``after_offset``, retried (bounded) while the
+    restarted coordinator is not answering yet."""
+    deadline = time.monotonic() + CALL_TIMEOUT
+    while True:
+        try:
+            return list(
+                stub.WatchOperation(
+                    coordinator_pb2.WatchOperationRequest(
+                        operation_id=op_id, stream_output=True, after_offset=after_offset
+                    ),
+                    metadata=METADATA,
+                    timeout=CALL_TIMEOUT,
+                )
+            )
+        except grpc.RpcError as error:
+            if error.code() is not grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
