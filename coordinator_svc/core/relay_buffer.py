@@ -21,14 +21,42 @@ each one's offset and size.
 
 from __future__ import annotations
 
+import enum
 import itertools
 from collections import deque
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from coordinator_svc.core.model import Execution, OperationRecord, OpState
+
 _C = TypeVar("_C")
 # OutputGap.next_offset when the relay could not learn how many chunks remain.
 REST_UNKNOWN = 0
+# Once the turn is terminal, this many failed reads in a row and the relay gives up (S4).
+TRIES_AFTER_THE_END = 3
+
+
+class RelayStep(enum.Enum):
+    """What the upstream does next for an operation (S5)."""
+
+    WAIT = "wait"  # not bound to a runner yet: wait for a change
+    READ = "read"  # open (or reopen) the bound runner's StreamOutput
+    NO_OUTPUT = "no output"  # it ended without running: the stream is empty
+    GIVE_UP = "give up"  # nothing more can be learned: readers are told (S4)
+
+
+def relay_step(record: OperationRecord | None, failures: int) -> RelayStep:
+    """S4, S5: the upstream's next step, from the operation's row as the API reads it
+    and how many reads in a row added nothing."""
+    if record is None:
+        return RelayStep.GIVE_UP
+    if record.state.terminal and record.execution is Execution.NOT_STARTED:
+        return RelayStep.NO_OUTPUT
+    if record.runner is None or record.state is OpState.QUEUED:
+        return RelayStep.NO_OUTPUT if record.state.terminal else RelayStep.WAIT
+    if record.state.terminal and failures >= TRIES_AFTER_THE_END:
+        return RelayStep.GIVE_UP
+    return RelayStep.READ
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ from typing import Protocol
 import grpc
 
 from coordinator_svc.config import DEFAULT_RELAY_BUFFER_BYTES
-from coordinator_svc.core.model import OperationRecord, OpState
-from coordinator_svc.core.relay_buffer import RelayBuffer, RelayRead
+from coordinator_svc.core.model import OperationRecord
+from coordinator_svc.core.relay_buffer import RelayBuffer, RelayRead, RelayStep, relay_step
 from coordinator_svc.dispatcher.runner_client import describe
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import OutputCall
@@ -47,12 +47,8 @@ DEFAULT_BUFFER_BYTES = DEFAULT_RELAY_BUFFER_BYTES
 # are not late; at most RETRY_MAX_SECONDS apart.
 RETRY_FIRST_SECONDS = 0.02
 RETRY_MAX_SECONDS = 0.25
-# Once the turn is terminal, this many failed tries in a row and the relay gives up.
-TRIES_AFTER_THE_END = 3
 # How long a row not yet bound is waited on between looks (the feed wakes it sooner).
 BIND_POLL_SECONDS = 0.5
-# The states an operation is in before any runner can hold its stream.
-_UNBOUND = (OpState.QUEUED,)
 
 
 class OutputSource(Protocol):
@@ -166,33 +162,32 @@ class OutputRelay:
 
     async def _follow(self, operation_id: str, entry: _Entry) -> None:
         """The upstream: wait for a bound runner, then read its stream into the buffer
-        until the runner's end, reopening from the buffer's cursor after a cut (S7)."""
+        until the runner's end, reopening from the buffer's cursor after a cut (S7);
+        what to do next is ``core.relay_buffer.relay_step``'s."""
         buffer, failures, pause = entry.buffer, 0, RETRY_FIRST_SECONDS
         try:
             with self._feed.watching(operation_id):
                 while not buffer.ended:
                     mark = self._feed.mark(operation_id)
                     record = await self._locate(operation_id)
-                    if record is None:
+                    step = relay_step(record, failures)
+                    if step is RelayStep.NO_OUTPUT:
+                        buffer.end(0)
+                    if step in (RelayStep.NO_OUTPUT, RelayStep.GIVE_UP):
                         break
-                    if record.runner is None or record.state in _UNBOUND:
-                        if record.state.terminal:  # ended before any runner had it: no output
-                            buffer.end(0)
-                            break
+                    if step is RelayStep.WAIT:
                         await self._feed.wait_past(operation_id, mark, BIND_POLL_SECONDS)
                         continue
+                    assert record is not None and record.runner is not None
                     source = self._source(record.runner)
                     if source is None:
                         log.info("%s: runner %s is not a member here", operation_id, record.runner)
                         break
                     progressed = await self._read(operation_id, record, source, entry)
-                    if buffer.ended:
-                        break
                     failures = 0 if progressed else failures + 1
-                    if record.state.terminal and failures >= TRIES_AFTER_THE_END:
-                        break
                     pause = RETRY_FIRST_SECONDS if progressed else min(pause * 2, RETRY_MAX_SECONDS)
-                    await self._feed.wait_past(operation_id, mark, pause)
+                    if not buffer.ended:
+                        await self._feed.wait_past(operation_id, mark, pause)
         except asyncio.CancelledError:
             raise
         except Exception:  # e.g. the journal is unavailable: the watchers are told a gap

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from coordinator_svc.core.relay_buffer import REST_UNKNOWN, Gap, RelayBuffer
+from dataclasses import replace
+
+from coordinator_svc.core.model import Execution, OpState
+from coordinator_svc.core.relay_buffer import (
+    REST_UNKNOWN,
+    TRIES_AFTER_THE_END,
+    Gap,
+    RelayBuffer,
+    RelayStep,
+    relay_step,
+)
+from tests.coordinator.core.scenario import queued
 
 
 def _fill(buffer: RelayBuffer[str], first: int, last: int, size: int = 10) -> None:
@@ -81,3 +92,17 @@ def test_giving_up_tells_a_reader_at_the_end_of_what_is_held_that_the_rest_is_lo
     assert (first.chunks, first.done, first.lost_rest) == (("c1",), False, None)
     last = buffer.read(1, 10)
     assert (last.chunks, last.done, last.lost_rest) == (("c2",), True, Gap(2, REST_UNKNOWN))
+
+
+def test_the_upstream_waits_for_a_binding_reads_a_bound_turn_and_gives_up_after_the_end() -> None:
+    """S4, S5: relay_step decides from the row alone (core.relay_buffer)."""
+    assert relay_step(None, 0) is RelayStep.GIVE_UP
+    assert relay_step(queued(), 0) is RelayStep.WAIT
+    running = queued(state=OpState.RUNNING, runner="r1", execution=Execution.STARTED)
+    assert relay_step(running, 0) is RelayStep.READ
+    assert relay_step(running, 50) is RelayStep.READ  # never gives up while it runs
+    ended = replace(running, state=OpState.SUCCEEDED)
+    assert relay_step(ended, TRIES_AFTER_THE_END - 1) is RelayStep.READ
+    assert relay_step(ended, TRIES_AFTER_THE_END) is RelayStep.GIVE_UP
+    never_ran = queued(state=OpState.CANCELLED, execution=Execution.NOT_STARTED)
+    assert relay_step(never_ran, 0) is RelayStep.NO_OUTPUT
