@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from coordinator_svc.config import (
+    DEFAULT_RELAY_BUFFER_BYTES,
     CoordinatorConfig,
     DispatchTimings,
     RunnerEndpoint,
@@ -269,6 +270,15 @@ def _serve_behaviour_flags(serve: argparse.ArgumentParser) -> None:
         f"default {DEFAULT_RUNNER_MAX_RECEIVE_BYTES})",
     )
     serve.add_argument(
+        "--stream-relay-buffer-bytes",
+        type=_positive_byte_count,
+        default=_env("TURNWIRE_STREAM_RELAY_BUFFER_BYTES", str(DEFAULT_RELAY_BUFFER_BYTES)),
+        help="streamed output (PROTOCOL.md §12): the chunk bytes held per watched operation "
+        "for the clients watching it; past it the oldest are dropped and a watcher that had "
+        "not read them is told a gap (env TURNWIRE_STREAM_RELAY_BUFFER_BYTES; default "
+        f"{DEFAULT_RELAY_BUFFER_BYTES})",
+    )
+    serve.add_argument(
         "--shutdown-grace",
         type=positive_seconds,
         default=_env("TURNWIRE_SHUTDOWN_GRACE", "5"),
@@ -374,10 +384,18 @@ def config_from_parts(
         replica_id=args.replica_id,
         lease_ttl=float(args.lease_ttl),
         watch_poll_seconds=float(args.watch_poll_seconds),
+        stream_relay_buffer_bytes=args.stream_relay_buffer_bytes,
         console_listen=args.console_listen,
         metrics_listen=args.metrics_listen,
         metrics_address_file=args.metrics_address_file,
     )
+
+
+def _positive_byte_count(text: str) -> int:
+    count = parse_byte_count(text)
+    if count <= 0:
+        raise ValueError(f"must be at least one byte, got {text!r}")
+    return count
 
 
 def _fail(code: int, message: str) -> int:

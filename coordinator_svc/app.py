@@ -42,6 +42,7 @@ from coordinator_svc.config import CoordinatorConfig
 from coordinator_svc.console import RunningConsole, check_console_address, start_console
 from coordinator_svc.core.quotas import Quotas
 from coordinator_svc.dispatcher import Dispatcher
+from coordinator_svc.dispatcher.output_relay import OutputRelay
 from coordinator_svc.dispatcher.ownership import Ownership, ReplicaSettings
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.metrics import CoordinatorMetrics
@@ -127,6 +128,8 @@ class RunningCoordinator:
             await self.server.set_serving(False)
             self.servicer.close()
             await self.server.stop(grace)
+            if self.servicer.relay is not None:  # §12: its upstreams end with the watches
+                self.servicer.relay.close()
             await self.dispatcher.stop()
         finally:
             try:
@@ -300,7 +303,16 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
     async def notes(operations: Sequence[Operation]) -> None:
         await annotate(cast(AdminJournal, api_journal), operations)
 
+    # §12: streamed output relayed to watchers, one upstream per operation here;
+    # read through the API's journal, so a replica relays what it does not own (S8).
+    relay = OutputRelay(
+        source=dispatcher.output_source,
+        locate=api_journal.get,
+        feed=feed,
+        buffer_bytes=config.stream_relay_buffer_bytes,
+    )
     servicer = TurnServicer(
+        relay=relay,
         notes=notes if operator_journal is not None else None,
         journal=journal if ownership is None or listening else shared,
         reread_on_poll=(lambda op_id: journal.forget([op_id])) if listening else None,

@@ -14,6 +14,9 @@ from turnwire.transport_security import RunnerCredentials, TlsMaterial
 ALL_KINDS: frozenset[TurnKind] = frozenset({TurnKind.WRITABLE, TurnKind.READ_ONLY})
 MAX_RUNNER_FIELD_CHARS = 255
 
+# §12 S5: chunk bytes the output relay holds per watched operation by default.
+DEFAULT_RELAY_BUFFER_BYTES = 4 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class RunnerEndpoint:
@@ -195,6 +198,8 @@ class CoordinatorConfig:
     # How often an open watch re-reads the journal when nothing woke it (a
     # commit here, or another replica's, heard through PostgreSQL NOTIFY).
     watch_poll_seconds: float = 1.0
+    # §12 S5: chunk bytes the output relay holds per watched operation.
+    stream_relay_buffer_bytes: int = DEFAULT_RELAY_BUFFER_BYTES
     # Issue 13: where the operator's web console listens (None: off). Plaintext
     # only on loopback; with ``tls`` it serves HTTPS (coordinator_svc/console).
     console_listen: str | None = None

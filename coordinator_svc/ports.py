@@ -379,6 +379,14 @@ class WatchCall(Protocol):
     def cancel(self) -> bool: ...
 
 
+class OutputCall(Protocol):
+    """The part of a grpc.aio StreamOutput call the output relay uses (§12)."""
+
+    def __aiter__(self) -> AsyncIterator[runner_pb2.StreamOutputResponse]: ...
+
+    def cancel(self) -> bool: ...
+
+
 class RunnerGateway(Protocol):
     """One runner as the dispatcher talks to it, replies already read as core
     events (C6-C9 applied to what came back): a definite refusal, an unknown

@@ -39,13 +39,20 @@ from coordinator_svc.api.admin_convert import NOTED_EXECUTIONS
 from coordinator_svc.api.auth import Authenticator, Scope
 from coordinator_svc.api.call_limits import CallLimits
 from coordinator_svc.api.control import DispatchControl
-from coordinator_svc.api.convert import event_to_proto, op_state_from_proto, operation_to_proto
+from coordinator_svc.api.convert import (
+    event_to_proto,
+    op_state_from_proto,
+    op_state_to_proto,
+    operation_to_proto,
+)
 from coordinator_svc.api.errors import ApiError, abort_with, edge_refusal
 from coordinator_svc.api.paging import decode_page_token, encode_page_token
+from coordinator_svc.api.streamed_watch import with_output
 from coordinator_svc.core.model import EventRecord, OperationRecord, OpState
+from coordinator_svc.dispatcher.output_relay import OutputRelay
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import Journal, PageCursor, StaleVersion
-from turnwire.common.v1 import errors_pb2
+from turnwire.common.v1 import errors_pb2, turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from turnwire.guard import add_guarded_service
 from turnwire.limits import MessageLimits
@@ -55,6 +62,10 @@ _log = logging.getLogger(__name__)
 _R = errors_pb2.ErrorReason
 _T = TypeVar("_T")
 _Reply = TypeVar("_Reply", covariant=True)
+_Event = TypeVar(
+    "_Event", coordinator_pb2.WatchOperationResponse, coordinator_pb2.SubmitAndWatchResponse
+)
+_TERMINAL = frozenset(op_state_to_proto(state) for state in OpState if state.terminal)
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
@@ -153,12 +164,15 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
         reread_on_poll: Callable[[str], None] | None = None,
         notes: Callable[[Sequence[coordinator_pb2.Operation]], Awaitable[None]] | None = None,
         on_replay: Callable[[], None] | None = None,
+        relay: OutputRelay | None = None,
     ) -> None:
         """``reread_on_poll``: called with the operation when a watch's poll ran out
         with nothing heard, before it reads again (a replica's cache forgets the
         row, so a change whose notification was lost is read from the journal).
         ``on_replay``: called for every submit answered as a replay (C1), however
-        it was found (metrics: a principal over quota is still answered)."""
+        it was found (metrics: a principal over quota is still answered).
+        ``relay``: the streamed output relay (§12); None: ``stream_output`` is ignored."""
+        self.relay = relay
         self._reread_on_poll = reread_on_poll
         self._on_replay = on_replay
         # Shows operator verdicts and requeue links (AdminService, §10) on the
@@ -338,9 +352,18 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
             record = await self._owned(principal, request.operation_id)
             respond = coordinator_pb2.WatchOperationResponse
             # Any operation may be a requeued one (requeued_from): every message is noted.
-            async for response in self._watch(
+            events = self._watch(
                 record.operation_id, request.after_sequence, respond, noted=lambda r: True
-            ):
+            )
+            if request.stream_output:
+                events = self._with_output(
+                    record.operation_id,
+                    request.after_offset,
+                    events,
+                    chunk=lambda c: respond(chunk=c),
+                    gap=lambda g: respond(gap=g),
+                )
+            async for response in events:
                 yield response
 
         async for response in self._guard_stream(context, body, Scope.READ):
@@ -362,6 +385,9 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
                     event=event, operation=operation, replayed=replayed
                 )
 
+            def output(**item: Any) -> coordinator_pb2.SubmitAndWatchResponse:
+                return coordinator_pb2.SubmitAndWatchResponse(replayed=replayed, **item)
+
             # The operation came from this principal's key: no ownership read.
             record, cursor = accepted.operation, request.after_sequence
             first = accepted.first_event
@@ -372,13 +398,41 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
             keep = _acceptance_or_terminal if request.terminal_only else None
             # A submitted turn is never a requeued one (a requeue's key is no client's):
             # only its end can carry a verdict or a requeue link.
-            async for response in self._watch(
-                record.operation_id, cursor, respond, keep, noted=_may_have_notes
-            ):
+            events = self._watch(record.operation_id, cursor, respond, keep, noted=_may_have_notes)
+            if request.stream_output:
+                events = self._with_output(
+                    record.operation_id,
+                    request.after_offset,
+                    events,
+                    chunk=lambda c: output(chunk=c),
+                    gap=lambda g: output(gap=g),
+                )
+            async for response in events:
                 yield response
 
         async for response in self._guard_stream(context, body, Scope.SUBMIT, Scope.READ):
             yield response
+
+    async def _with_output(
+        self,
+        operation_id: str,
+        after_offset: int,
+        events: AsyncIterator[_Event],
+        *,
+        chunk: Callable[[turn_pb2.OutputChunk], _Event],
+        gap: Callable[[turn_pb2.OutputGap], _Event],
+    ) -> AsyncIterator[_Event]:
+        """S1: ``events`` with the operation's relayed output between them, every chunk
+        before the terminal event (S2, S3); events alone when nothing relays here."""
+        if self.relay is None:
+            async for response in events:
+                yield response
+            return
+        with self.relay.subscribe(operation_id) as output:
+            async for response in with_output(
+                events, output, after_offset, chunk=chunk, gap=gap, terminal=_is_terminal
+            ):
+                yield response
 
     async def _watch(
         self,
@@ -423,6 +477,12 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
             _R.ERROR_REASON_SHUTTING_DOWN,
             "coordinator is shutting down; reconnect with the last sequence you saw",
         )
+
+
+def _is_terminal(
+    response: coordinator_pb2.WatchOperationResponse | coordinator_pb2.SubmitAndWatchResponse,
+) -> bool:
+    return response.HasField("event") and response.event.to_state in _TERMINAL
 
 
 def add_to_server(servicer: TurnServicer, server: grpc.aio.Server) -> None:

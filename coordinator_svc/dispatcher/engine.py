@@ -86,6 +86,7 @@ from coordinator_svc.dispatcher.ownership import Ownership
 from coordinator_svc.dispatcher.performing import CommandPerformer
 from coordinator_svc.dispatcher.recovery import bound_to, recover
 from coordinator_svc.dispatcher.replica import CANCEL_MARKED_STATES, ReplicaDuties
+from coordinator_svc.dispatcher.runner_client import RunnerClient
 from coordinator_svc.dispatcher.runner_states import RunnerState, runner_states
 from coordinator_svc.dispatcher.spans import commit_span
 from coordinator_svc.dispatcher.translate import envelope_executor
@@ -366,6 +367,12 @@ class Dispatcher:
     ) -> NoRunnerForExecutor | None:
         """C6b at submit, from what the members said in their GetRunnerInfo."""
         return executor_refusal(pool, kind, executor, self.runners, self.room.scheduler.executors)
+
+    def output_source(self, runner: str) -> RunnerClient | None:
+        """This process's client of ``runner``, for relaying its StreamOutput (§12 S5,
+        S8); None when it is not a member here or is an in-process test gateway."""
+        client = self._calls.clients.get(runner)
+        return client if isinstance(client, RunnerClient) else None
 
     def can_add_runners(self) -> bool:
         """A runner added now could be called (credentials it accepts: §11 M2)."""

@@ -3,7 +3,8 @@
 Names:
     rpc_calls[method]          coordinator -> runner calls, by RunnerService method
                                ("GetOperationStatus", "BatchGetOperationStatus",
-                               "Dispatch", "Cancel", "Release", "WatchOperations")
+                               "Dispatch", "Cancel", "Release", "WatchOperations",
+                               "StreamOutput": the output relay's, PROTOCOL.md §12)
     commits                    journal commits this dispatcher made
     replays                    attempts sent while an earlier one was unresolved
     reconciled_without_resend  DISPATCH_UNKNOWN resolved by adopting the runner's row

@@ -41,7 +41,7 @@ from coordinator_svc.dispatcher.translate import (
     slot_sizes,
     store_opens,
 )
-from coordinator_svc.ports import RunnerInfo, WatchCall
+from coordinator_svc.ports import OutputCall, RunnerInfo, WatchCall
 from turnwire.errors import error_info
 from turnwire.limits import MessageLimits
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
@@ -58,6 +58,8 @@ DISPATCH_REFUSALS = DEFINITE_REFUSALS | {
 # A watch stream is re-opened (from its cursor) at least this often, so the
 # call has a deadline like every other one.
 WATCH_WINDOW_SECONDS = 60.0
+# The same for a relayed output stream (§12): a long turn's is reopened from its offset.
+OUTPUT_WINDOW_SECONDS = 300.0
 
 
 # gRPC's words when a receiver's max_receive_message_length refuses a message.
@@ -316,6 +318,17 @@ class RunnerClient:
         call: WatchCall = self._stub.WatchOperations(
             runner_pb2.WatchOperationsRequest(after_sequence=after_sequence),
             timeout=WATCH_WINDOW_SECONDS,
+            metadata=self._metadata,
+        )
+        return call
+
+    def stream_output(self, operation_id: str, after_offset: int) -> OutputCall:
+        """One StreamOutput stream of ``operation_id`` after ``after_offset`` (R13), for
+        the output relay (PROTOCOL.md §12); reopened from its cursor when it ends."""
+        self._metrics.rpc_calls["StreamOutput"] += 1
+        call: OutputCall = self._stub.StreamOutput(
+            runner_pb2.StreamOutputRequest(operation_id=operation_id, after_offset=after_offset),
+            timeout=OUTPUT_WINDOW_SECONDS,
             metadata=self._metadata,
         )
         return call

@@ -27,6 +27,7 @@ from turnwire.cli.options import (
     parse_pairs,
     positive_float,
 )
+from turnwire.cli.streaming import StreamResume, print_stream
 from turnwire.client import (
     InputItem,
     Operation,
@@ -88,6 +89,13 @@ def _add_wait_options(parser: argparse.ArgumentParser, *, wait_flag: bool) -> No
             help="stay and show each transition until the turn is terminal; "
             "the exit status then says how it ended",
         )
+    parser.add_argument(
+        "--stream",
+        action="store_true",
+        help="print the turn's streamed output as it arrives (raw text on stdout, lost "
+        "chunks said on stderr) instead of each transition, then the final summary"
+        + (" (with --wait)" if wait_flag else ""),
+    )
     parser.add_argument(
         "--timeout",
         type=positive_float,
@@ -203,6 +211,8 @@ def run_submit(args: argparse.Namespace) -> int:
         else:
             _emit(render.submission_headline(submission))
         operation_id = submission.operation.operation_id
+        if args.stream and args.wait:
+            return for_outcome(_streamed(client, operation_id, 0, args))
         if not args.wait:
             if not args.json:
                 _emit(render.operation_detail(submission.operation))
@@ -223,6 +233,13 @@ def configure_watch(parser: argparse.ArgumentParser) -> None:
         default=0,
         metavar="SEQUENCE",
         help="only events after this sequence (to resume an earlier watch)",
+    )
+    parser.add_argument(
+        "--after-offset",
+        type=non_negative_int,
+        default=0,
+        metavar="OFFSET",
+        help="with --stream: only chunks after this offset (to resume an earlier stream)",
     )
     parser.add_argument(
         "--exit-status", action="store_true", help="exit with the status of the terminal state"
@@ -271,8 +288,25 @@ def follow(
     return latest
 
 
+def _streamed(
+    client: TurnwireClient, operation_id: str, after_offset: int, args: argparse.Namespace
+) -> Operation:
+    """``--stream``: the output as it arrives, then the final summary (§12)."""
+    try:
+        return print_stream(client, operation_id, after_offset, args.timeout, as_json=args.json)
+    except StreamResume as error:
+        raise Hinted(error.error, error.hint) from None
+    except KeyboardInterrupt:
+        raise WatchInterrupted(
+            f"{operation_id} keeps running; resume with: turnwire watch {operation_id} --stream"
+        ) from None
+
+
 def run_watch(args: argparse.Namespace) -> int:
     with open_client(args) as client:
+        if args.stream:
+            final = _streamed(client, args.operation_id, args.after_offset, args)
+            return for_outcome(final) if args.exit_status else ExitCode.OK
         final = follow(client, args.operation_id, args.after, args.timeout, as_json=args.json)
     return for_outcome(final) if args.exit_status else ExitCode.OK
 

@@ -12,6 +12,10 @@
         final = client.get(submitted.operation.operation_id)
         # or both in one call (SubmitAndWatch), returning the terminal operation:
         final = client.submit_and_wait(items=["hello"], model="builtin/echo", timeout=60)
+        # streamed partial output as it comes (PROTOCOL.md §12), then the operation:
+        for item in client.submit_and_stream(items=["hello"], model="builtin/echo"):
+            if isinstance(item, OutputChunk):
+                print(item.text, end="", flush=True)
 
     # or explicitly (TLS trusting the CA that signed the coordinator's certificate;
     # without ca_file or credentials the connection is plaintext):
@@ -93,6 +97,7 @@ from turnwire.client.failures import (
 )
 from turnwire.client.retrying import NO_RETRY, RetryPolicy
 from turnwire.client.settings import ConnectionSettings
+from turnwire.client.streaming import OutputChunk, OutputGap, StreamItem
 from turnwire.client.sync import TurnwireClient, new_idempotency_key
 from turnwire.client.turns import FileRef, InputItem, ModelRef, Turn, TurnFields
 from turnwire.client.values import (
@@ -140,6 +145,8 @@ __all__ = [
     "OperationPage",
     "OperationState",
     "OperatorVerdict",
+    "OutputChunk",
+    "OutputGap",
     "ReplayPolicy",
     "ReportABug",
     "Requeued",
@@ -149,6 +156,7 @@ __all__ = [
     "RunnerChanged",
     "RunnerRemoved",
     "StopReason",
+    "StreamItem",
     "Submission",
     "Turn",
     "TurnError",

@@ -6,7 +6,7 @@ Same retry rules, same idempotency-key handling, same exceptions; see the
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Unpack
 
 import grpc
@@ -15,6 +15,12 @@ import grpc.aio
 from turnwire.client.connection import AsyncConnection
 from turnwire.client.failures import TurnwireError, WaitLonger
 from turnwire.client.retrying import RetryBudget
+from turnwire.client.streaming import (
+    OutputCursor,
+    StreamItem,
+    submit_and_watch_request,
+    watch_request,
+)
 from turnwire.client.sync import OpenStream, state_number, submit_request
 from turnwire.client.turns import Turn, TurnFields
 from turnwire.client.values import (
@@ -151,6 +157,95 @@ class AsyncTurnwireClient(AsyncConnection):
         if latest is None:
             raise no_operation(label)
         return await self._settle(latest.operation_id, latest)
+
+    # --- streamed output (PROTOCOL.md §12) ----------------------------------
+
+    def stream(
+        self,
+        operation_id: str,
+        after_offset: int = 0,
+        *,
+        after_sequence: int = 0,
+        timeout: float | None = None,
+    ) -> AsyncIterator[StreamItem]:
+        """See TurnwireClient.stream."""
+        deadline = None if timeout is None else self._clock() + timeout
+
+        def open_stream(cursor: OutputCursor, stream_deadline: float | None) -> Any:
+            return self._stub.WatchOperation(
+                watch_request(operation_id, cursor),
+                timeout=stream_deadline,
+                metadata=self._metadata,
+            )
+
+        cursor = OutputCursor(after_sequence, after_offset)
+        return self._output(open_stream, operation_id, cursor, deadline)
+
+    def submit_and_stream(
+        self,
+        turn: Turn | None = None,
+        /,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        **fields: Unpack[TurnFields],
+    ) -> AsyncIterator[StreamItem]:
+        """See TurnwireClient.submit_and_stream."""
+        request = submit_request(turn, idempotency_key, fields)
+        deadline = None if timeout is None else self._clock() + timeout
+
+        def open_stream(cursor: OutputCursor, stream_deadline: float | None) -> Any:
+            return self._stub.SubmitAndWatch(
+                submit_and_watch_request(request, cursor),
+                timeout=stream_deadline,
+                metadata=self._metadata,
+            )
+
+        label = submission_label(request.idempotency_key)
+        return self._output(open_stream, label, OutputCursor(), deadline)
+
+    async def _output(
+        self,
+        open_stream: Callable[[OutputCursor, float | None], Any],
+        label: str,
+        cursor: OutputCursor,
+        deadline: float | None,
+    ) -> AsyncIterator[StreamItem]:
+        """See TurnwireClient._output."""
+        budget = RetryBudget(self._policy, self._clock, self._rng)
+        while True:
+            timeout = stream_timeout(deadline, self._clock, label)
+            budget.start_attempt()
+            call = open_stream(cursor, timeout)
+            try:
+                async for reply in call:
+                    item = cursor.take(reply)
+                    label = cursor.operation_id or label
+                    if item is None:
+                        continue
+                    budget.reset()
+                    if not isinstance(item, OperationEvent):
+                        yield item
+                    elif item.is_terminal:
+                        yield await self._settle(cursor.operation_id, cursor.latest)
+                        return
+                break  # ended without the terminal event: read the operation below
+            except grpc.RpcError as error:
+                await self._raise_if_plaintext_to_tls(error)
+                deadline_passed = deadline is not None and self._clock() >= deadline
+                pause = reopen_pause(
+                    error,
+                    budget,
+                    deadline_passed=deadline_passed,
+                    operation_id=label,
+                    cursor=cursor.sequence,
+                )
+            finally:
+                call.cancel()
+            await self._sleep(pause)
+        if not cursor.operation_id:
+            raise no_operation(label)
+        yield await self._settle(cursor.operation_id, cursor.latest)
 
     async def _last_operation(
         self, events: AsyncIterator[OperationEvent], latest: Operation | None

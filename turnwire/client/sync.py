@@ -14,6 +14,12 @@ from turnwire.client.failures import (
     WaitLonger,
 )
 from turnwire.client.retrying import RetryBudget
+from turnwire.client.streaming import (
+    OutputCursor,
+    StreamItem,
+    submit_and_watch_request,
+    watch_request,
+)
 from turnwire.client.turns import Turn, TurnFields
 from turnwire.client.values import (
     Operation,
@@ -217,6 +223,105 @@ class TurnwireClient(SyncConnection):
         if latest is None:
             raise no_operation(label)
         return self._settle(latest.operation_id, latest)
+
+    # --- streamed output (PROTOCOL.md §12) ----------------------------------
+
+    def stream(
+        self,
+        operation_id: str,
+        after_offset: int = 0,
+        *,
+        after_sequence: int = 0,
+        timeout: float | None = None,
+    ) -> Iterator[StreamItem]:
+        """The operation's streamed output, live, then the terminal Operation.
+
+        Yields ``OutputChunk`` values in offset order as the executor emits
+        them (chunks after ``after_offset``), an ``OutputGap`` wherever chunks
+        were lost to this reader (never a silent hole), and last the terminal
+        ``Operation``, whose result is the durable truth: chunks are not
+        journaled (§12 S4). A dropped stream is reopened from the last event
+        and the last chunk seen (S7), within the retry policy, as ``watch``.
+        ``timeout``: WaitLonger once that many seconds have passed.
+        """
+        deadline = None if timeout is None else self._clock() + timeout
+
+        def open_stream(cursor: OutputCursor, stream_deadline: float | None) -> Any:
+            return self._stub.WatchOperation(
+                watch_request(operation_id, cursor),
+                timeout=stream_deadline,
+                metadata=self._metadata,
+            )
+
+        cursor = OutputCursor(after_sequence, after_offset)
+        return self._output(open_stream, operation_id, cursor, deadline)
+
+    def submit_and_stream(
+        self,
+        turn: Turn | None = None,
+        /,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float | None = None,
+        **fields: Unpack[TurnFields],
+    ) -> Iterator[StreamItem]:
+        """Submit a turn and stream its output (SubmitAndWatch with stream_output):
+        ``stream``'s values, ending with the terminal Operation. Submitting and
+        retrying are ``submit_and_wait``'s (the same key on every retry)."""
+        request = submit_request(turn, idempotency_key, fields)
+        deadline = None if timeout is None else self._clock() + timeout
+
+        def open_stream(cursor: OutputCursor, stream_deadline: float | None) -> Any:
+            return self._stub.SubmitAndWatch(
+                submit_and_watch_request(request, cursor),
+                timeout=stream_deadline,
+                metadata=self._metadata,
+            )
+
+        label = submission_label(request.idempotency_key)
+        return self._output(open_stream, label, OutputCursor(), deadline)
+
+    def _output(
+        self,
+        open_stream: Callable[[OutputCursor, float | None], Any],
+        label: str,
+        cursor: OutputCursor,
+        deadline: float | None,
+    ) -> Iterator[StreamItem]:
+        budget = RetryBudget(self._policy, self._clock, self._rng)
+        while True:
+            timeout = stream_timeout(deadline, self._clock, label)
+            budget.start_attempt()
+            call = open_stream(cursor, timeout)
+            try:
+                for reply in call:
+                    item = cursor.take(reply)
+                    label = cursor.operation_id or label
+                    if item is None:
+                        continue
+                    budget.reset()
+                    if not isinstance(item, OperationEvent):
+                        yield item
+                    elif item.is_terminal:
+                        yield self._settle(cursor.operation_id, cursor.latest)
+                        return
+                break  # ended without the terminal event: read the operation below
+            except grpc.RpcError as error:
+                self._raise_if_plaintext_to_tls(error)
+                deadline_passed = deadline is not None and self._clock() >= deadline
+                pause = reopen_pause(
+                    error,
+                    budget,
+                    deadline_passed=deadline_passed,
+                    operation_id=label,
+                    cursor=cursor.sequence,
+                )
+            finally:
+                _end_stream(call)
+            self._sleep(pause)
+        if not cursor.operation_id:
+            raise no_operation(label)
+        yield self._settle(cursor.operation_id, cursor.latest)
 
     def _last_operation(
         self, events: Iterator[OperationEvent], latest: Operation | None

@@ -501,18 +501,32 @@ class WatchOperationRequest(_message.Message):
 
     OPERATION_ID_FIELD_NUMBER: _builtins.int
     AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
+    STREAM_OUTPUT_FIELD_NUMBER: _builtins.int
+    AFTER_OFFSET_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     after_sequence: _builtins.int
     """Events with a sequence greater than this; 0 streams from the start."""
+    stream_output: _builtins.bool
+    """Opt-in (PROTOCOL.md §12, S1): also relay the turn's streamed partial
+    output (R13) as `chunk` / `gap` messages, in offset order, every one
+    before the terminal event. False (the default): events only. A
+    coordinator older than this field ignores it and sends events only.
+    """
+    after_offset: _builtins.int
+    """With stream_output: the chunks after this offset (0: from the first); a
+    reader resuming passes the last chunk offset it saw (S7).
+    """
     def __init__(
         self,
         *,
         operation_id: _builtins.str = ...,
         after_sequence: _builtins.int = ...,
+        stream_output: _builtins.bool = ...,
+        after_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "operation_id", b"operation_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_offset", b"after_offset", "after_sequence", b"after_sequence", "operation_id", b"operation_id", "stream_output", b"stream_output"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -568,23 +582,45 @@ class WatchOperationResponse(_message.Message):
 
     EVENT_FIELD_NUMBER: _builtins.int
     OPERATION_FIELD_NUMBER: _builtins.int
+    CHUNK_FIELD_NUMBER: _builtins.int
+    GAP_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def event(self) -> Global___OperationEvent: ...
+    def event(self) -> Global___OperationEvent:
+        """Unset on a message that carries a chunk or a gap."""
+
     @_builtins.property
     def operation(self) -> Global___Operation:
-        """The operation as of this event."""
+        """The operation as of this event (unset with a chunk or a gap)."""
+
+    @_builtins.property
+    def chunk(self) -> _turn_pb2.OutputChunk:
+        """The next chunk in offset order (S2); every one arrives before the
+        terminal event (S3).
+        """
+
+    @_builtins.property
+    def gap(self) -> _turn_pb2.OutputGap:
+        """Chunks after `after_offset` and before `next_offset` are lost to this
+        reader (dropped by a bounded buffer, S5/S6, or gone with a runner);
+        next_offset 0: the relay could not learn how many more there were.
+        Never a silent hole: a reader that sees no gap saw every chunk.
+        """
 
     def __init__(
         self,
         *,
         event: Global___OperationEvent | None = ...,
         operation: Global___Operation | None = ...,
+        chunk: _turn_pb2.OutputChunk | None = ...,
+        gap: _turn_pb2.OutputGap | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "operation", b"operation"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["chunk", b"chunk", "event", b"event", "gap", b"gap", "operation", b"operation", "output", b"output"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "operation", b"operation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk", b"chunk", "event", b"event", "gap", b"gap", "operation", b"operation", "output", b"output"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType_output: _TypeAlias = _typing.Literal["chunk", "gap"]  # noqa: Y015
+    _WhichOneofArgType_output: _TypeAlias = _typing.Literal["output", b"output"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_output) -> _WhichOneofReturnType_output | None: ...
 
 Global___WatchOperationResponse: _TypeAlias = WatchOperationResponse  # noqa: Y015
 
@@ -595,6 +631,8 @@ class SubmitAndWatchRequest(_message.Message):
     SUBMIT_FIELD_NUMBER: _builtins.int
     AFTER_SEQUENCE_FIELD_NUMBER: _builtins.int
     TERMINAL_ONLY_FIELD_NUMBER: _builtins.int
+    STREAM_OUTPUT_FIELD_NUMBER: _builtins.int
+    AFTER_OFFSET_FIELD_NUMBER: _builtins.int
     after_sequence: _builtins.int
     """Events with a sequence greater than this, as in WatchOperationRequest:
     0 on the first call; the last sequence seen when calling again.
@@ -610,6 +648,11 @@ class SubmitAndWatchRequest(_message.Message):
     False (the default): every event, as above. A coordinator older than
     this field ignores it and sends every event.
     """
+    stream_output: _builtins.bool
+    """As WatchOperationRequest.stream_output / after_offset (PROTOCOL.md §12).
+    With terminal_only the chunks are still sent (only events are filtered).
+    """
+    after_offset: _builtins.int
     @_builtins.property
     def submit(self) -> Global___SubmitTurnRequest:
         """The submission, exactly as SubmitTurn takes it and checked the same way;
@@ -623,10 +666,12 @@ class SubmitAndWatchRequest(_message.Message):
         submit: Global___SubmitTurnRequest | None = ...,
         after_sequence: _builtins.int = ...,
         terminal_only: _builtins.bool = ...,
+        stream_output: _builtins.bool = ...,
+        after_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["submit", b"submit"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_sequence", b"after_sequence", "submit", b"submit", "terminal_only", b"terminal_only"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_offset", b"after_offset", "after_sequence", b"after_sequence", "stream_output", b"stream_output", "submit", b"submit", "terminal_only", b"terminal_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -639,6 +684,8 @@ class SubmitAndWatchResponse(_message.Message):
     EVENT_FIELD_NUMBER: _builtins.int
     OPERATION_FIELD_NUMBER: _builtins.int
     REPLAYED_FIELD_NUMBER: _builtins.int
+    CHUNK_FIELD_NUMBER: _builtins.int
+    GAP_FIELD_NUMBER: _builtins.int
     replayed: _builtins.bool
     """As SubmitTurnResponse.replayed, the same on every message of one call:
     true when the idempotency key was known and this call stored nothing.
@@ -651,17 +698,25 @@ class SubmitAndWatchResponse(_message.Message):
     def operation(self) -> Global___Operation:
         """The operation as of this event, as WatchOperationResponse.operation."""
 
+    @_builtins.property
+    def chunk(self) -> _turn_pb2.OutputChunk: ...
+    @_builtins.property
+    def gap(self) -> _turn_pb2.OutputGap: ...
     def __init__(
         self,
         *,
         event: Global___OperationEvent | None = ...,
         operation: Global___Operation | None = ...,
         replayed: _builtins.bool = ...,
+        chunk: _turn_pb2.OutputChunk | None = ...,
+        gap: _turn_pb2.OutputGap | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "operation", b"operation"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["chunk", b"chunk", "event", b"event", "gap", b"gap", "operation", b"operation", "output", b"output"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "operation", b"operation", "replayed", b"replayed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk", b"chunk", "event", b"event", "gap", b"gap", "operation", b"operation", "output", b"output", "replayed", b"replayed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType_output: _TypeAlias = _typing.Literal["chunk", "gap"]  # noqa: Y015
+    _WhichOneofArgType_output: _TypeAlias = _typing.Literal["output", b"output"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_output) -> _WhichOneofReturnType_output | None: ...
 
 Global___SubmitAndWatchResponse: _TypeAlias = SubmitAndWatchResponse  # noqa: Y015
