@@ -46,8 +46,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-import grpc
-
 from coordinator_svc.api.control import DispatchControl
 from coordinator_svc.api.convert import (
     replay_policy_from_proto,
@@ -105,15 +103,12 @@ class Accepted:
 
 
 def _turn_invalid(field: str, message: str) -> ApiError:
-    return ApiError(
-        grpc.StatusCode.INVALID_ARGUMENT, _R.ERROR_REASON_TURN_INVALID, message, field=field
-    )
+    return ApiError(_R.ERROR_REASON_TURN_INVALID, message, field=field)
 
 
 def check_idempotency_key(key: str) -> None:
     if not key or len(key) > MAX_KEY_CHARS or not key.isprintable():
         raise ApiError(
-            grpc.StatusCode.INVALID_ARGUMENT,
             _R.ERROR_REASON_IDEMPOTENCY_KEY_INVALID,
             f"idempotency_key is required: 1..{MAX_KEY_CHARS} printable characters",
             field="idempotency_key",
@@ -301,7 +296,6 @@ async def accept(
     valid = validate(request, default_max_attempts, limits)
     if not dispatch.has_runner_for(valid.pool, valid.kind):
         raise ApiError(
-            grpc.StatusCode.FAILED_PRECONDITION,
             _R.ERROR_REASON_NO_RUNNER_FOR_TURN,
             f"no configured runner serves pool {valid.pool!r} for {valid.kind.value} turns",
             pool=valid.pool,
@@ -365,7 +359,6 @@ async def _no_runner_for_executor(
     if replay is not None:
         return replay
     raise ApiError(
-        grpc.StatusCode.FAILED_PRECONDITION,
         _R.ERROR_REASON_NO_RUNNER_FOR_EXECUTOR,
         refusal.message,
         executor=refusal.executor,
@@ -381,7 +374,6 @@ async def _over_quota(journal: Journal, record: OperationRecord, refusal: QuotaR
     if replay is not None:
         return replay
     raise ApiError(
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
         _R.ERROR_REASON_QUOTA_EXCEEDED,
         refusal.message,
         retry_after=refusal.retry_after,

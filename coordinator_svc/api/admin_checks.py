@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import grpc
-
 from coordinator_svc.api.admin_convert import executions_from_proto, verdict_from_proto
 from coordinator_svc.api.convert import op_state_from_proto, turn_kind_from_proto
 from coordinator_svc.api.errors import ApiError
@@ -30,9 +28,7 @@ _ALLOWED_CONTROL = frozenset("\n\t")
 
 
 def invalid(field: str, message: str) -> ApiError:
-    return ApiError(
-        grpc.StatusCode.INVALID_ARGUMENT, _R.ERROR_REASON_ARGUMENT_INVALID, message, field=field
-    )
+    return ApiError(_R.ERROR_REASON_ARGUMENT_INVALID, message, field=field)
 
 
 def operation_id(value: str) -> str:
@@ -98,7 +94,6 @@ def runner(value: str, configured: Iterable[str]) -> str:
 
 def runner_not_found(name: str) -> ApiError:
     return ApiError(
-        grpc.StatusCode.NOT_FOUND,
         _R.ERROR_REASON_RUNNER_NOT_FOUND,
         f"no member of the runner set is named {name!r}",
         runner=name,
@@ -133,7 +128,6 @@ def plaintext_address(address: str, message: str) -> ApiError:
 
 def no_runner_credentials() -> ApiError:
     return ApiError(
-        grpc.StatusCode.FAILED_PRECONDITION,
         _R.ERROR_REASON_RUNNER_CREDENTIALS_MISSING,
         "this coordinator has no credentials runners accept (mutual TLS: --tls-cert, "
         "--tls-key, --tls-ca; or --plaintext with --runner-secret-file): it cannot call a "
@@ -146,7 +140,6 @@ def member_refused(refused: MembershipRefused) -> ApiError:
     name, member = refused.runner, refused.member
     if refused.refusal is MemberRefusal.RUNNER_CONFLICT and member is not None:
         return ApiError(
-            grpc.StatusCode.ALREADY_EXISTS,
             _R.ERROR_REASON_RUNNER_CONFLICT,
             f"runner {name} is a member at {member.address} (pool {member.pool}, kinds "
             f"{kinds_text(member.kinds)}, generation {member.sequence}); a member's fields "
@@ -159,14 +152,12 @@ def member_refused(refused: MembershipRefused) -> ApiError:
         )
     if refused.refusal is MemberRefusal.RUNNER_NOT_DRAINED:
         return ApiError(
-            grpc.StatusCode.FAILED_PRECONDITION,
             _R.ERROR_REASON_RUNNER_NOT_DRAINED,
             f"runner {name} is not drained: drain it first, or remove it with force",
             runner=name,
         )
     if refused.refusal is MemberRefusal.RUNNER_HAS_TURNS:
         return ApiError(
-            grpc.StatusCode.FAILED_PRECONDITION,
             _R.ERROR_REASON_RUNNER_HAS_TURNS,
             f"runner {name} still has {refused.turns} turn(s) bound to it: wait for them to "
             "end, or remove it with force (they end TIMED_OUT, RUNNER_REMOVED)",
@@ -178,7 +169,6 @@ def member_refused(refused: MembershipRefused) -> ApiError:
 
 def no_runner_for(pool: str, kind: str) -> ApiError:
     return ApiError(
-        grpc.StatusCode.FAILED_PRECONDITION,
         _R.ERROR_REASON_NO_RUNNER_FOR_TURN,
         f"no configured runner serves pool {pool!r} for {kind} turns",
         pool=pool,
@@ -187,9 +177,7 @@ def no_runner_for(pool: str, kind: str) -> ApiError:
 
 
 def not_found() -> ApiError:
-    return ApiError(
-        grpc.StatusCode.NOT_FOUND, _R.ERROR_REASON_OPERATION_NOT_FOUND, "operation not found"
-    )
+    return ApiError(_R.ERROR_REASON_OPERATION_NOT_FOUND, "operation not found")
 
 
 def refused(refusal: Refusal, record: OperationRecord, kept: VerdictRecord | None) -> ApiError:
@@ -197,14 +185,12 @@ def refused(refusal: Refusal, record: OperationRecord, kept: VerdictRecord | Non
     op_id = record.operation_id
     if refusal is Refusal.OPERATION_NOT_TERMINAL:
         return ApiError(
-            grpc.StatusCode.FAILED_PRECONDITION,
             _R.ERROR_REASON_OPERATION_NOT_TERMINAL,
             f"operation {op_id} is {record.state.value}, not terminal yet: wait for it to end",
             state=record.state.value,
         )
     if refusal is Refusal.OPERATION_NOT_AMBIGUOUS:
         return ApiError(
-            grpc.StatusCode.FAILED_PRECONDITION,
             _R.ERROR_REASON_OPERATION_NOT_AMBIGUOUS,
             f"operation {op_id} has execution {record.execution.value}: "
             "a verdict is only for UNKNOWN",
@@ -212,7 +198,6 @@ def refused(refusal: Refusal, record: OperationRecord, kept: VerdictRecord | Non
         )
     if refusal is Refusal.VERDICT_CONFLICT and kept is not None:
         return ApiError(
-            grpc.StatusCode.FAILED_PRECONDITION,
             _R.ERROR_REASON_VERDICT_CONFLICT,
             f"operation {op_id} already has the verdict {kept.verdict.value} "
             f"(by {kept.recorded_by}); a verdict is final",
@@ -220,7 +205,6 @@ def refused(refusal: Refusal, record: OperationRecord, kept: VerdictRecord | Non
             by=kept.recorded_by,
         )
     return ApiError(
-        grpc.StatusCode.FAILED_PRECONDITION,
         _R.ERROR_REASON_REQUEUE_NOT_ALLOWED,
         f"operation {op_id} has execution {record.execution.value}"
         + (f" and the verdict {kept.verdict.value}" if kept is not None else " and no verdict")

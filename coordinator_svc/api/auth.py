@@ -25,8 +25,6 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-import grpc
-
 from coordinator_svc.api.errors import ApiError
 from coordinator_svc.api.tokens_file import (
     DEFAULT_SCOPES,
@@ -64,7 +62,6 @@ RELOAD_POLL_SECONDS = 2.0
 
 def _missing() -> ApiError:
     return ApiError(
-        grpc.StatusCode.UNAUTHENTICATED,
         _R.ERROR_REASON_CREDENTIALS_MISSING,
         "missing credentials: send 'authorization: Bearer <token>' metadata",
     )
@@ -72,7 +69,6 @@ def _missing() -> ApiError:
 
 def _unknown() -> ApiError:
     return ApiError(
-        grpc.StatusCode.UNAUTHENTICATED,
         _R.ERROR_REASON_CREDENTIALS_UNKNOWN,
         "unknown credentials",
     )
@@ -80,7 +76,6 @@ def _unknown() -> ApiError:
 
 def _expired() -> ApiError:
     return ApiError(
-        grpc.StatusCode.UNAUTHENTICATED,
         _R.ERROR_REASON_CREDENTIALS_EXPIRED,
         "the token has expired: ask for a new one",
     )
@@ -88,7 +83,6 @@ def _expired() -> ApiError:
 
 def _scope_missing(scope: Scope) -> ApiError:
     return ApiError(
-        grpc.StatusCode.PERMISSION_DENIED,
         _R.ERROR_REASON_SCOPE_MISSING,
         f"the token lacks the '{scope}' scope this call needs",
         scope=scope.value,

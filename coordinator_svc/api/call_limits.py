@@ -23,8 +23,6 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import grpc
-
 from coordinator_svc.api.errors import ApiError
 from coordinator_svc.config import CallLimitSettings
 from turnwire.common.v1 import errors_pb2
@@ -43,7 +41,6 @@ class CallLimits:
     def _refuse(self, limit: str, maximum: int, what: str) -> ApiError:
         self.refused[limit] += 1
         return ApiError(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
             errors_pb2.ERROR_REASON_CONCURRENCY_LIMIT,
             f"too many {what} open at once ({limit}: at most {maximum}); retry when one has ended",
             retry_after=self.settings.retry_after_seconds,

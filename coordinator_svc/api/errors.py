@@ -5,9 +5,9 @@ Every failure of a TurnService call leaves as a gRPC status code plus a
 ``errors.proto``. The tree of what handlers may raise, drawn once::
 
     Exception
-    ├── ApiError                    refused by the API layer itself: carries its own
-    │                               code, reason, message and metadata (auth, validation,
-    │                               NOT_FOUND, NO_RUNNER_FOR_TURN, page tokens)
+    ├── ApiError                    refused by the API layer itself: carries its reason,
+    │                               message and metadata; its code is REFUSAL_CODES[reason]
+    │                               (auth, validation, NOT_FOUND, NO_RUNNER_FOR_TURN, ...)
     ├── ports.JournalError
     │   ├── JournalUnavailable      -> UNAVAILABLE         JOURNAL_UNAVAILABLE  (fail closed)
     │   ├── SchemaTooNew            -> UNAVAILABLE         JOURNAL_UNAVAILABLE
@@ -33,7 +33,9 @@ into the same bare INTERNAL.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import grpc
@@ -58,12 +60,51 @@ _R = errors_pb2.ErrorReason
 SUBMISSION_PREFIX = "submit."
 
 
+_C = grpc.StatusCode
+# The one table from a refusal's reason to its gRPC status code: every refusal
+# the coordinator's API decides (TurnService, AdminService, the console) is an
+# ApiError naming only its reason, and leaves with this code, so one reason
+# never reaches a client with two codes. (The runner has its own table,
+# runner_svc/transport/errors.py; journal failures are the _TABLE below.)
+REFUSAL_CODES: Mapping[errors_pb2.ErrorReason.ValueType, grpc.StatusCode] = MappingProxyType(
+    {
+        # The request itself (nothing changed).
+        _R.ERROR_REASON_TURN_INVALID: _C.INVALID_ARGUMENT,
+        _R.ERROR_REASON_ARGUMENT_INVALID: _C.INVALID_ARGUMENT,
+        _R.ERROR_REASON_IDEMPOTENCY_KEY_INVALID: _C.INVALID_ARGUMENT,
+        _R.ERROR_REASON_PAGE_TOKEN_INVALID: _C.INVALID_ARGUMENT,
+        # Who is asking.
+        _R.ERROR_REASON_CREDENTIALS_MISSING: _C.UNAUTHENTICATED,
+        _R.ERROR_REASON_CREDENTIALS_UNKNOWN: _C.UNAUTHENTICATED,
+        _R.ERROR_REASON_CREDENTIALS_EXPIRED: _C.UNAUTHENTICATED,
+        _R.ERROR_REASON_SCOPE_MISSING: _C.PERMISSION_DENIED,
+        # What is asked for does not exist (or is another principal's, §7).
+        _R.ERROR_REASON_OPERATION_NOT_FOUND: _C.NOT_FOUND,
+        _R.ERROR_REASON_RUNNER_NOT_FOUND: _C.NOT_FOUND,
+        _R.ERROR_REASON_RUNNER_CONFLICT: _C.ALREADY_EXISTS,
+        # The system is not in the state the call needs (C6b, V2-V5, M2-M3).
+        _R.ERROR_REASON_NO_RUNNER_FOR_TURN: _C.FAILED_PRECONDITION,
+        _R.ERROR_REASON_NO_RUNNER_FOR_EXECUTOR: _C.FAILED_PRECONDITION,
+        _R.ERROR_REASON_OPERATION_NOT_TERMINAL: _C.FAILED_PRECONDITION,
+        _R.ERROR_REASON_OPERATION_NOT_AMBIGUOUS: _C.FAILED_PRECONDITION,
+        _R.ERROR_REASON_VERDICT_CONFLICT: _C.FAILED_PRECONDITION,
+        _R.ERROR_REASON_REQUEUE_NOT_ALLOWED: _C.FAILED_PRECONDITION,
+        _R.ERROR_REASON_RUNNER_CREDENTIALS_MISSING: _C.FAILED_PRECONDITION,
+        _R.ERROR_REASON_RUNNER_NOT_DRAINED: _C.FAILED_PRECONDITION,
+        _R.ERROR_REASON_RUNNER_HAS_TURNS: _C.FAILED_PRECONDITION,
+        # Limits: retry later (with RetryInfo where the wait is known).
+        _R.ERROR_REASON_QUOTA_EXCEEDED: _C.RESOURCE_EXHAUSTED,
+        _R.ERROR_REASON_CONCURRENCY_LIMIT: _C.RESOURCE_EXHAUSTED,
+        _R.ERROR_REASON_SHUTTING_DOWN: _C.UNAVAILABLE,
+    }
+)
+
+
 class ApiError(Exception):
-    """A refusal decided by the API layer, already in wire terms."""
+    """A refusal decided by the API layer: its reason, and its code from REFUSAL_CODES."""
 
     def __init__(
         self,
-        code: grpc.StatusCode,
         reason: errors_pb2.ErrorReason.ValueType,
         message: str,
         *,
@@ -71,7 +112,9 @@ class ApiError(Exception):
         **metadata: str,
     ) -> None:
         super().__init__(message)
-        self.code = code
+        # A reason missing from the table is a bug caught by
+        # tests/coordinator/api/test_refusal_codes.py, never a silent default.
+        self.code = REFUSAL_CODES[reason]
         self.reason = reason
         self.message = message
         self.metadata = metadata

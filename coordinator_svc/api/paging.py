@@ -24,8 +24,6 @@ import hmac
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-import grpc
-
 from coordinator_svc.api.errors import ApiError
 from coordinator_svc.core.model import OpState
 from coordinator_svc.ports import PageCursor
@@ -60,7 +58,6 @@ def encode_page_token(principal: str, cursor: PageCursor, *, states: Iterable[Op
 
 def _invalid() -> ApiError:
     return ApiError(
-        grpc.StatusCode.INVALID_ARGUMENT,
         errors_pb2.ERROR_REASON_PAGE_TOKEN_INVALID,
         "page_token is not one this coordinator issued to you",
         field="page_token",

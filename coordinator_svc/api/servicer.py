@@ -80,15 +80,12 @@ def utc_now() -> datetime:
 def _not_found() -> ApiError:
     # Identical for "no such id" and "another principal's id" (§7): no id,
     # no hint, nothing that differs between the two.
-    return ApiError(
-        grpc.StatusCode.NOT_FOUND, _R.ERROR_REASON_OPERATION_NOT_FOUND, "operation not found"
-    )
+    return ApiError(_R.ERROR_REASON_OPERATION_NOT_FOUND, "operation not found")
 
 
 def _check_operation_id(operation_id: str) -> None:
     if not operation_id or len(operation_id) > MAX_OPERATION_ID_CHARS:
         raise ApiError(
-            grpc.StatusCode.INVALID_ARGUMENT,
             _R.ERROR_REASON_ARGUMENT_INVALID,
             f"operation_id is required (1..{MAX_OPERATION_ID_CHARS} chars)",
             field="operation_id",
@@ -100,7 +97,6 @@ def _states(values: Any) -> list[OpState]:
         return [op_state_from_proto(value) for value in values]
     except ValueError:
         raise ApiError(
-            grpc.StatusCode.INVALID_ARGUMENT,
             _R.ERROR_REASON_ARGUMENT_INVALID,
             "states must name known operation states (not UNSPECIFIED)",
             field="states",
@@ -473,7 +469,6 @@ class TurnServicer(coordinator_pb2_grpc.TurnServiceServicer):
                 if self._reread_on_poll is not None and self._feed.mark(operation_id) == mark:
                     self._reread_on_poll(operation_id)
         raise ApiError(
-            grpc.StatusCode.UNAVAILABLE,
             _R.ERROR_REASON_SHUTTING_DOWN,
             "coordinator is shutting down; reconnect with the last sequence you saw",
         )
