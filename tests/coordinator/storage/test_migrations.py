@@ -272,6 +272,10 @@ def test_sqlite_connections_use_the_durable_settings(tmp_path: Path) -> None:
     }
 
 
+# Record fields a later revision added (R15): a journal at 0003 has no such column.
+_ADDED_BY_0008 = frozenset({"executions", "execution_count"})
+
+
 def test_upgrading_to_the_envelope_table_keeps_every_envelope_and_back(empty_url: str) -> None:
     """0004 moves envelopes out of the operations row (issue 12): a journal written
     at 0003 reads back every record unchanged after the upgrade, and after a
@@ -289,6 +293,7 @@ def test_upgrading_to_the_envelope_table_keeps_every_envelope_and_back(empty_url
                 row = {
                     f.name: getattr(getattr(record, f.name), "value", getattr(record, f.name))
                     for f in dataclasses.fields(record)
+                    if f.name not in _ADDED_BY_0008  # not columns at 0003
                 }
                 columns = ", ".join(row)
                 values = ", ".join(f":{name}" for name in row)
