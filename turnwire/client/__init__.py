@@ -78,6 +78,7 @@ from turnwire.client.admin_values import (
     VerdictRecorded,
 )
 from turnwire.client.aio import AsyncTurnwireClient
+from turnwire.client.executions import ExecutionOutcome, ExecutionRecord, TurnRetry
 from turnwire.client.failures import (
     CheckConnectionSettings,
     CheckCredentials,
@@ -125,6 +126,8 @@ __all__ = [
     "ConnectionSettings",
     "EvidencePage",
     "Execution",
+    "ExecutionOutcome",
+    "ExecutionRecord",
     "FileRef",
     "FixTheRequest",
     "InputItem",
@@ -155,6 +158,7 @@ __all__ = [
     "TurnFields",
     "TurnKind",
     "TurnResult",
+    "TurnRetry",
     "TurnwireClient",
     "TurnwireError",
     "UseANewIdempotencyKey",

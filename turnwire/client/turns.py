@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import TypedDict
 
+from turnwire.client.executions import TurnRetry
 from turnwire.client.values import ReplayPolicy, TurnKind
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2
@@ -74,6 +75,7 @@ class TurnFields(TypedDict, total=False):
     budget_ms: int
     replay_policy: ReplayPolicy | str
     max_attempts: int
+    retry: TurnRetry | None
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,9 @@ class Turn:
     budget_ms: int = 0
     replay_policy: ReplayPolicy = ReplayPolicy.PROBE_FIRST
     max_attempts: int = 0
+    # R15: the runner may run the executor again after a failure that declared
+    # effect NONE; None: one execution, never retried.
+    retry: TurnRetry | None = None
 
     @classmethod
     def build(
@@ -106,6 +111,7 @@ class Turn:
         budget_ms: int = 0,
         replay_policy: ReplayPolicy | str = ReplayPolicy.PROBE_FIRST,
         max_attempts: int = 0,
+        retry: TurnRetry | None = None,
     ) -> Turn:
         """A Turn from plain values; ``parameters`` are the model's parameters."""
         if isinstance(model, ModelRef):
@@ -125,6 +131,7 @@ class Turn:
             budget_ms=budget_ms,
             replay_policy=ReplayPolicy(_enum_name(replay_policy)),
             max_attempts=max_attempts,
+            retry=retry,
         )
 
     def to_proto(self) -> coordinator_pb2.Turn:
@@ -159,6 +166,8 @@ class Turn:
             replay_policy=turn_pb2.ReplayPolicy.Value("REPLAY_POLICY_" + self.replay_policy.value),
             max_attempts=self.max_attempts,
         )
+        if self.retry is not None:
+            message.retry_policy.CopyFrom(self.retry.to_proto())
         if self.budget_ms:
             message.limits.budget_ms = self.budget_ms
         if self.deadline is not None:
