@@ -230,7 +230,12 @@ class JobRunner:
         try:
             async with self.lock(op):
                 await self._feed(job, await self._launch_check(job))
-            while job.handle is not None and job.state.phase is Phase.RUNNING:
+            while True:
+                if _waits_to_retry(job):  # R15: also after one that finished as it started
+                    await self._next_execution(job)
+                    continue
+                if job.handle is None or job.state.phase is not Phase.RUNNING:
+                    break
                 outcome = await self._wait_with_limits(job, job.handle)
                 crash_point("runner.after_executor_finished")
                 # Decided before the lock is taken: a Cancel that gets the lock
@@ -239,8 +244,6 @@ class JobRunner:
                 settle = self._step(job, finished)
                 async with self.lock(op):
                     await self._perform(job, settle)
-                if _waits_to_retry(job):
-                    await self._next_execution(job)
             # Out of the loop: nothing started, it finished (settled or held).
         except asyncio.CancelledError:
             self._step(job, JobAbandoned())  # no commands: it only ends the job's run
@@ -401,7 +404,8 @@ class JobRunner:
             return ExecutorStarted(at)
         # Finished as it started: its settlement comes next, with no confirmation.
         crash_point("runner.after_executor_finished")
-        return ExecutorStarted(at, finished=ExecutorFinished(reported_outcome(outcome), REASONS))
+        finished = ExecutorFinished(reported_outcome(outcome), REASONS, now=at)
+        return ExecutorStarted(at, finished=finished)
 
     async def _record_process(self, job: Job, started_at: float) -> None:
         """R10: write down the executor's process group, so the next incarnation

@@ -36,10 +36,12 @@ class NoChannel:
 
 @dataclass(frozen=True)
 class ExecutionRequest:
-    """One attempt at one turn, as the executor sees it."""
+    """One execution of one turn, as the executor sees it."""
 
     operation_id: str
     incarnation_id: str
+    # The execution's number: 1, then 2, 3, ... for each retry of a failure
+    # that declared effect NONE (PROTOCOL.md R15). ctx.attempt.
     attempt: int
     envelope: runner_pb2.TurnEnvelope  # parsed from envelope_bytes
     envelope_bytes: bytes

@@ -105,8 +105,9 @@ class TurnContext:
 
     ``operation_id`` is the same on every attempt of the turn: pass it downstream
     as the idempotency key (an ``Idempotency-Key`` header, a request id), so a
-    provider that supports one never acts twice for this turn. ``attempt`` counts
-    the coordinator's Dispatch attempts (1 for the first).
+    provider that supports one never acts twice for this turn. ``attempt`` is
+    this execution's number: 1 for the first, 2, 3, ... when the runner retries
+    a failure you declared had no effect (``RetryableNoEffect``, PROTOCOL.md R15).
     """
 
     def __init__(self, turn: Turn, channel: TurnChannel) -> None:
