@@ -18,6 +18,7 @@ from coordinator_svc.core.decision import (
     Context,
     Decision,
     ExecutionRecords,
+    RecordChanges,
     Started,
     StartedAndRecords,
     bookkeeping,
@@ -57,6 +58,18 @@ def started_fields(record: OperationRecord, op: RunnerOp) -> StartedAndRecords:
     """``newly_started`` for an unsettled row read on the bound incarnation."""
     observed = observe(op)
     return {**newly_started(record, observed.execution), **execution_records(record, observed)}
+
+
+def started_changes(record: OperationRecord, op: RunnerOp) -> RecordChanges:
+    """``started_fields`` as a change a rule adds more fields to."""
+    found = started_fields(record, op)
+    changes: RecordChanges = {}
+    if "execution" in found:
+        changes["execution"] = found["execution"]
+    if "executions" in found and "execution_count" in found:
+        changes["executions"] = found["executions"]
+        changes["execution_count"] = found["execution_count"]
+    return changes
 
 
 def execution_records(record: OperationRecord, observed: Observed) -> ExecutionRecords:
