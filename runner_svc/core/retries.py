@@ -9,9 +9,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner_svc.core.model import DeclaredEffect, RowState, StopReason, TurnFailure
+from runner_svc.core.model import (
+    DeclaredEffect,
+    ExecutionRecord,
+    RowState,
+    StopReason,
+    TurnFailure,
+)
 from runner_svc.core.settlement import STOP_OUTCOMES, SettlementDecision
 from turnwire.retry_policy import RetryRule, retry_wait
+
+
+def retryable(error: TurnFailure | None) -> bool:
+    """R15's one test of a failure: only what the executor declared had no effect
+    downstream (NONE) may run again. The job machine asks it before waiting, the
+    row table before an execution's end and a retry's intent."""
+    return error is not None and error.effect is DeclaredEffect.NONE
+
+
+def may_follow(previous: ExecutionRecord | None) -> bool:
+    """R15: a next execution only after the previous one ended (never two at once)
+    with a retryable failure."""
+    return previous is not None and previous.ended and retryable(previous.error)
 
 
 @dataclass(frozen=True)
@@ -43,7 +62,7 @@ def retry_after_failure(
         or stop_reason is not None
         or decision.state is not RowState.FAILED
         or error is None
-        or error.effect is not DeclaredEffect.NONE
+        or not retryable(error)
     ):
         return None
     at = retry_wait(

@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from runner_svc.core import retries
 from runner_svc.core.model import (
-    DeclaredEffect,
     Execution,
     ExecutionRecord,
     OperationRow,
@@ -300,7 +300,7 @@ def _end_execution(row: OperationRow | None, event: EndExecution, name: str) -> 
         raise _refuse(row, event, "another incarnation launched this row")
     if row.stop_reason is not None:
         raise _refuse(row, event, "a stopped turn is settled, never retried (R15)")
-    if event.error.effect is not DeclaredEffect.NONE:
+    if not retries.retryable(event.error):
         raise _refuse(row, event, "only a failure that declared effect NONE is retried (R15)")
     current = _open_execution(row)
     if current is None:
@@ -331,10 +331,9 @@ def _retry_intent(row: OperationRow | None, event: RetryIntent, name: str) -> Op
     if row.stop_reason is not None:
         raise _refuse(row, event, "a row with a stop reason is never launched")
     last = row.executions[-1] if row.executions else None
-    if last is None or not last.ended:
-        raise _refuse(row, event, "executions never overlap: the last one has not ended")
-    if last.error is None or last.error.effect is not DeclaredEffect.NONE:
-        raise _refuse(row, event, "only a failure that declared effect NONE is retried (R15)")
+    if not retries.may_follow(last):
+        raise _refuse(row, event, "only after an ended failure that declared effect NONE (R15)")
+    assert last is not None
     record = ExecutionRecord(
         number=last.number + 1, launched_at=event.at, retry_reason=event.reason
     )

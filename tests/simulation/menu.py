@@ -108,12 +108,10 @@ def actions(sim: Simulator) -> list[Action]:
                     # R12: an executor silent past its heartbeat timeout (no weight
                     # of its own: a new one would change every schedule's draws).
                     acts.append((w["finish"] * 0.5, f"lapse {op}@{name}"))
-            elif (
-                job.phase == "backoff"
-                and job.retry_alarm is not None
-                and sim.now >= job.retry_alarm
-            ):
-                acts.append((w["launch"], f"retry {op}@{name}"))  # R15: the wait is over
+            if job.retry_alarm is not None and sim.now >= job.retry_alarm:
+                # R15: a retry timer is due (armed in "backoff"; a broken machine
+                # may arm one in any phase, and the checker must see what follows).
+                acts.append((w["launch"], f"retry {op}@{name}"))
         acts += [(w["watch"], f"watch {op}@{name}") for op in runner.store.rows]
     acts.append((w["advance"], "advance"))
     if sim.membership is not None:
@@ -349,12 +347,7 @@ def _runner_step_enabled(sim: Simulator, kind: str, where: str) -> bool:
         return op in runner.store.rows
     job = runner.jobs.get(op)
     if kind == "retry":
-        return (
-            job is not None
-            and job.phase == "backoff"
-            and job.retry_alarm is not None
-            and sim.now >= job.retry_alarm
-        )
+        return job is not None and job.retry_alarm is not None and sim.now >= job.retry_alarm
     if kind == "lapse":
         return (
             job is not None
