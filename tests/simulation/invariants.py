@@ -338,7 +338,10 @@ class Checker:
         self._check_running_retries()
         for op, record in self.journal.operations.items():
             self._check_execution_truth(op, record)
-            check_recorded_executions(self.ledger, op, record)
+            if self.policies[op][0] is not ReplayPolicy.SAFE:
+                # SAFE may run on several rows (its submitter said so): each row
+                # records its own executions, and a restored store forgets a row.
+                check_recorded_executions(self.ledger, op, record)
         for runner in self.runners.values():
             for row in runner.store.rows.values():
                 self._check_heartbeat_stop(row)

@@ -56,7 +56,7 @@ def _why_not_retried(operation: Operation) -> str:
     if last.effect.value == "APPLIED":
         return "not retried: effect APPLIED"
     if operation.retry is None or not operation.retry.max_retries:
-        return "not retried: no retry policy (effect NONE: --max-retries would retry it)"
+        return "not retried: no retry policy; effect NONE, so --max-retries N would retry it"
     if operation.execution_count >= 1 + operation.retry.max_retries:
         return "retries exhausted"
     return "not retried: the next wait would pass the deadline or budget"
