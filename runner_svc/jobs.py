@@ -36,7 +36,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 from runner_svc import turn_limits
@@ -57,7 +56,6 @@ from runner_svc.core.job_lifecycle import (
     JobAbandoned,
     JobCrashed,
     JobEvent,
-    JobState,
     LaunchChecked,
     LaunchCheckFailed,
     LaunchIntentFailed,
@@ -100,8 +98,9 @@ from runner_svc.executors import (
 )
 from runner_svc.executors.outcomes import reported_outcome
 from runner_svc.executors.registry import ExecutorSet
+from runner_svc.job_table import Job, pending, wait_all
 from runner_svc.output_streams import JobChannel, OutputHub
-from runner_svc.storage.async_store import AsyncRunnerStore, QueuedWrite
+from runner_svc.storage.async_store import AsyncRunnerStore
 from runner_svc.storage.sqlite_store import StoreError
 from turnwire.crashpoints import crash_point
 from turnwire.errors import REASONS
@@ -112,36 +111,6 @@ from turnwire.runner.v1 import runner_pb2
 log = logging.getLogger("runner_svc.jobs")
 
 _LOCK_STRIPES = 256
-
-
-@dataclass
-class Job:
-    """One admitted operation while it holds a slot: its machine state and its I/O."""
-
-    operation_id: str
-    kind: SlotKind
-    attempt: int
-    envelope: runner_pb2.TurnEnvelope
-    envelope_bytes: bytes
-    state: JobState
-    handle: ExecutionHandle | None = None
-    # The start confirmation queued behind the store's writer (WriteConfirmStart).
-    confirmation: QueuedWrite | None = None
-    # When the limit timer next wakes (set by ArmLimitTimer, taken by the watchdog).
-    limit_alarm: float | None = None
-    # The executor's latest sign of life (a heartbeat or a chunk, R12), unix
-    # seconds; written from executor threads (one float: atomic in CPython).
-    last_heartbeat: float | None = None
-    task: asyncio.Task[None] | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    # R15: when the next execution may start (ArmRetryTimer), and the wake-up
-    # for the wait (a Cancel or the drain settles the job while it waits).
-    retry_alarm: float | None = None
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def result_not_saved(self) -> bool:
-        return self.state.result_not_saved
 
 
 class JobRunner:
@@ -533,15 +502,15 @@ class JobRunner:
             with self._turn(job):
                 async with self.lock(job.operation_id):
                     await self._feed(job, DrainStarted())
-        if await self._wait_all(drain_seconds):
+        if await wait_all(self.jobs, drain_seconds):
             return
-        log.warning("drain deadline passed: cancelling %d jobs", len(self._pending()))
-        for job in self._pending():
+        log.warning("drain deadline passed: cancelling %d jobs", len(pending(self.jobs)))
+        for job in pending(self.jobs):
             with self._turn(job):
                 await self._feed(job, DrainDeadlinePassed())
-        if await self._wait_all(self._grace + 1.0):
+        if await wait_all(self.jobs, self._grace + 1.0):
             return
-        for job in self._pending():
+        for job in pending(self.jobs):
             with self._turn(job):
                 log.error(
                     "operation %s did not settle; abandoning (it will read INTERRUPTED)",
@@ -549,22 +518,7 @@ class JobRunner:
                 )
             if job.task is not None:
                 job.task.cancel()
-        await self._wait_all(1.0)
-
-    def _pending(self) -> list[Job]:
-        return [job for job in self.jobs.values() if not job.done.is_set()]
-
-    async def _wait_all(self, seconds: float) -> bool:
-        deadline = time.monotonic() + seconds
-        while pending := self._pending():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            waits = [asyncio.ensure_future(job.done.wait()) for job in pending]
-            _, not_done = await asyncio.wait(waits, timeout=remaining)
-            for waiter in not_done:
-                waiter.cancel()
-        return True
+        await wait_all(self.jobs, 1.0)
 
 
 def _waits_to_retry(job: Job) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from turnwire.client import (
+    AdminClient,
     ExecutionOutcome,
     FixTheRequest,
     Operation,
@@ -37,13 +38,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TurnwireCl
         runner_count=1,
         executor="python:tests.retries.functions:scripted",
         coordinator_args=("--idle-poll", "0.05", "--status-poll", "1.0"),
+        with_admin_token=True,
     )
     deployment.start()
     try:
         with TurnwireClient(deployment.address, token=deployment.token) as client:
+            ADMIN[:] = [deployment.address, deployment.admin_token]
             yield client, data
     finally:
         deployment.stop()
+
+
+# The admin endpoint of the module's deployment (address, admin token), set by ``stack``.
+ADMIN: list[str] = []
 
 
 def _run(
@@ -80,6 +87,11 @@ def test_a_failure_declared_none_is_retried_under_the_same_operation_id(
     assert lines == [f"{final.operation_id} 1", f"{final.operation_id} 2"]
     assert final.result is not None and final.result.output == b"done on execution 2"
     assert final.retry == FAST
+    # The operator's audit shows the same executions (DescribeOperation's evidence).
+    address, token = ADMIN
+    with AdminClient(address, token=token) as admin:
+        audited = admin.describe(final.operation_id).operation.operation
+    assert audited.executions == final.executions and audited.execution_count == 2
 
 
 @pytest.mark.parametrize(
