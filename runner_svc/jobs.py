@@ -349,7 +349,7 @@ class JobRunner:
         request = ExecutionRequest(
             op,
             self.incarnation_id,
-            job.state.execution_number,  # ctx.attempt: this execution's number (R15)
+            job.attempt,
             job.envelope,
             job.envelope_bytes,
             traceparent=traceparent,
@@ -357,6 +357,7 @@ class JobRunner:
             channel=JobChannel(job, self.output, self._clock),
             executor=name,
             stream_limits=self.output.limits,
+            execution=job.state.execution_number,  # ctx.attempt (R15)
         )
         try:
             handle = await executor.start(request)

@@ -40,8 +40,7 @@ class ExecutionRequest:
 
     operation_id: str
     incarnation_id: str
-    # The execution's number: 1, then 2, 3, ... for each retry of a failure
-    # that declared effect NONE (PROTOCOL.md R15). ctx.attempt.
+    # The coordinator's Dispatch attempt that admitted the row (the ledger's).
     attempt: int
     envelope: runner_pb2.TurnEnvelope  # parsed from envelope_bytes
     envelope_bytes: bytes
@@ -57,6 +56,9 @@ class ExecutionRequest:
     executor: str = "default"
     # The runner's bounds on streamed output (R13), told to framed subprocesses.
     stream_limits: StreamLimits = field(default_factory=StreamLimits)
+    # This execution's number in the row: 1, then 2, 3, ... for each retry of a
+    # failure declared effect NONE (PROTOCOL.md R15). What ctx.attempt says.
+    execution: int = 1
 
 
 @dataclass(frozen=True)

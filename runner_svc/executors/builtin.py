@@ -104,7 +104,7 @@ async def run_builtin(request: ExecutionRequest, knobs: BuiltinKnobs) -> InProce
     async def work() -> ExecutionOutcome:
         if knobs.sleep_ms:
             await asyncio.sleep(knobs.sleep_ms / 1000)
-        return settle(request.envelope, knobs, request.attempt)
+        return settle(request.envelope, knobs, request.execution)
 
     return await start_in_process(work, name=f"builtin:{request.operation_id}", interruptible=True)
 

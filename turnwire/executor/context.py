@@ -108,6 +108,8 @@ class TurnContext:
     provider that supports one never acts twice for this turn. ``attempt`` is
     this execution's number: 1 for the first, 2, 3, ... when the runner retries
     a failure you declared had no effect (``RetryableNoEffect``, PROTOCOL.md R15).
+    (Before R15 it counted the coordinator's Dispatch attempts; a turn runs at
+    most once per row, so without a retry policy it is 1.)
     """
 
     def __init__(self, turn: Turn, channel: TurnChannel) -> None:
