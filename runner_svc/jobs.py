@@ -21,6 +21,12 @@ Each job has an output stream in the runner's OutputHub (R13) from admission
 to the end of its run, and a channel its executor emits chunks and heartbeats
 on (R12): a heartbeat only stamps the job, and the limit timer hands the last
 stamp to the machine, which decides when silence has lasted too long.
+
+A retry (R15) is the same job going round again: the machine ends the failed
+execution (``BACKOFF``), the shell sleeps until the retry timer (woken early
+by a Cancel or the drain, which the machine settles), then feeds the timer
+and performs the next launch intent and start. The next execution starts
+only after the previous one's ``wait()`` returned: never two at once.
 """
 
 from __future__ import annotations
@@ -30,17 +36,19 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 from runner_svc import turn_limits
 from runner_svc.core.admission import SlotPools
 from runner_svc.core.job_lifecycle import (
     ArmLimitTimer,
+    ArmRetryTimer,
     CancelRequested,
     Command,
     DrainDeadlinePassed,
     DrainStarted,
+    ExecutionEndFailed,
+    ExecutionEndWritten,
     ExecutorFinished,
     ExecutorStarted,
     ExecutorStartFailed,
@@ -48,7 +56,6 @@ from runner_svc.core.job_lifecycle import (
     JobAbandoned,
     JobCrashed,
     JobEvent,
-    JobState,
     LaunchChecked,
     LaunchCheckFailed,
     LaunchIntentFailed,
@@ -57,12 +64,14 @@ from runner_svc.core.job_lifecycle import (
     NoteNotLaunched,
     Phase,
     RecordProcessGroup,
+    RetryTimerFired,
     SettlementWriteFailed,
     SettlementWritten,
     StartExecutor,
     StopExecutor,
     WithdrawConfirmStart,
     WriteConfirmStart,
+    WriteExecutionEnd,
     WriteLaunchIntent,
     WriteSettlement,
     WriteStopReason,
@@ -72,9 +81,11 @@ from runner_svc.core.job_lifecycle import (
 from runner_svc.core.model import DEFAULT_EXECUTOR, OperationRow, SlotKind, StopReason
 from runner_svc.core.transitions import (
     ConfirmStart,
+    EndExecution,
     IllegalRowEvent,
     LaunchIntent,
     RecordStopReason,
+    RetryIntent,
     Settle,
 )
 from runner_svc.executors import (
@@ -87,8 +98,9 @@ from runner_svc.executors import (
 )
 from runner_svc.executors.outcomes import reported_outcome
 from runner_svc.executors.registry import ExecutorSet
+from runner_svc.job_table import Job, pending, wait_all
 from runner_svc.output_streams import JobChannel, OutputHub
-from runner_svc.storage.async_store import AsyncRunnerStore, QueuedWrite
+from runner_svc.storage.async_store import AsyncRunnerStore
 from runner_svc.storage.sqlite_store import StoreError
 from turnwire.crashpoints import crash_point
 from turnwire.errors import REASONS
@@ -99,32 +111,6 @@ from turnwire.runner.v1 import runner_pb2
 log = logging.getLogger("runner_svc.jobs")
 
 _LOCK_STRIPES = 256
-
-
-@dataclass
-class Job:
-    """One admitted operation while it holds a slot: its machine state and its I/O."""
-
-    operation_id: str
-    kind: SlotKind
-    attempt: int
-    envelope: runner_pb2.TurnEnvelope
-    envelope_bytes: bytes
-    state: JobState
-    handle: ExecutionHandle | None = None
-    # The start confirmation queued behind the store's writer (WriteConfirmStart).
-    confirmation: QueuedWrite | None = None
-    # When the limit timer next wakes (set by ArmLimitTimer, taken by the watchdog).
-    limit_alarm: float | None = None
-    # The executor's latest sign of life (a heartbeat or a chunk, R12), unix
-    # seconds; written from executor threads (one float: atomic in CPython).
-    last_heartbeat: float | None = None
-    task: asyncio.Task[None] | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def result_not_saved(self) -> bool:
-        return self.state.result_not_saved
 
 
 class JobRunner:
@@ -175,6 +161,7 @@ class JobRunner:
             budget_seconds=turn_limits.budget_seconds(envelope),
             heartbeat_seconds=turn_limits.heartbeat_seconds(envelope),
             draining=draining,
+            retry=turn_limits.retry_rule(envelope),
         )
         job = Job(operation_id, kind, attempt, envelope, envelope_bytes, state)
         self.jobs[operation_id] = job
@@ -212,15 +199,21 @@ class JobRunner:
         try:
             async with self.lock(op):
                 await self._feed(job, await self._launch_check(job))
-            if job.handle is None or job.state.phase is not Phase.RUNNING:
-                return  # nothing started, or it finished as it started: settled or held
-            outcome = await self._wait_with_limits(job, job.handle)
-            crash_point("runner.after_executor_finished")
-            # Decided before the lock is taken: a Cancel that gets the lock
-            # first is recorded (R6) but does not rewrite this outcome.
-            settle = self._step(job, ExecutorFinished(reported_outcome(outcome), REASONS))
-            async with self.lock(op):
-                await self._perform(job, settle)
+            while True:
+                if _waits_to_retry(job):  # R15: also after one that finished as it started
+                    await self._next_execution(job)
+                    continue
+                if job.handle is None or job.state.phase is not Phase.RUNNING:
+                    break
+                outcome = await self._wait_with_limits(job, job.handle)
+                crash_point("runner.after_executor_finished")
+                # Decided before the lock is taken: a Cancel that gets the lock
+                # first is recorded (R6) but does not rewrite this outcome.
+                finished = ExecutorFinished(reported_outcome(outcome), REASONS, now=self._clock())
+                settle = self._step(job, finished)
+                async with self.lock(op):
+                    await self._perform(job, settle)
+            # Out of the loop: nothing started, it finished (settled or held).
         except asyncio.CancelledError:
             self._step(job, JobAbandoned())  # no commands: it only ends the job's run
             raise
@@ -232,6 +225,20 @@ class JobRunner:
             self.output.end(op)  # its readers get their end (R13)
             job.done.set()
 
+    async def _next_execution(self, job: Job) -> None:
+        """R15: wait out the backoff (a Cancel or the drain may settle the job
+        meanwhile, and wakes it), then start the next execution."""
+        while job.state.phase is Phase.BACKOFF and job.retry_alarm is not None:
+            remaining = job.retry_alarm - self._clock()
+            if remaining <= 0:
+                break
+            job.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(job.wake.wait(), timeout=remaining)
+        crash_point("runner.before_retry_intent")
+        async with self.lock(job.operation_id):
+            await self._feed(job, RetryTimerFired(now=self._clock()))
+
     # --- feeding the machine ---------------------------------------------------------
 
     def _step(self, job: Job, event: JobEvent) -> tuple[Command, ...]:
@@ -240,6 +247,8 @@ class JobRunner:
 
     async def _feed(self, job: Job, event: JobEvent) -> None:
         await self._perform(job, self._step(job, event))
+        if job.state.phase is not Phase.BACKOFF:
+            job.wake.set()  # a retry wait, if any, is over (R15)
 
     async def _perform(self, job: Job, commands: Iterable[Command]) -> None:
         for command in commands:
@@ -253,7 +262,11 @@ class JobRunner:
             case NoteNotLaunched():
                 log.info("operation %s not launched: %s", job.operation_id, command.why)
             case WriteLaunchIntent():
-                return await self._write_launch_intent(job)
+                return await self._write_launch_intent(job, command)
+            case WriteExecutionEnd():
+                return await self._write_execution_end(job, command)
+            case ArmRetryTimer():
+                job.retry_alarm = command.at
             case StartExecutor():
                 return await self._start_executor(job)
             case RecordProcessGroup():
@@ -291,15 +304,40 @@ class JobRunner:
             return LaunchCheckFailed()
         return LaunchChecked(row, now=self._clock())
 
-    async def _write_launch_intent(self, job: Job) -> JobEvent:
-        op = job.operation_id
+    async def _write_launch_intent(self, job: Job, command: WriteLaunchIntent) -> JobEvent:
+        op, at = job.operation_id, self._clock()
+        change: LaunchIntent | RetryIntent = (
+            LaunchIntent(self.incarnation_id, at)
+            if command.number <= 1
+            else RetryIntent(self.incarnation_id, at, command.reason)
+        )
         try:
-            await self.store.write(op, LaunchIntent(self.incarnation_id))
+            await self.store.write(op, change)
         except (StoreError, IllegalRowEvent):
             log.exception("launch intent of %s not saved; not launched, slot held", op)
             return LaunchIntentFailed()
         crash_point("runner.after_launch_intent")
         return LaunchIntentWritten()
+
+    async def _write_execution_end(self, job: Job, command: WriteExecutionEnd) -> JobEvent:
+        """R15: the failed execution's end, durable before any wait or retry."""
+        op = job.operation_id
+        change = EndExecution(self.incarnation_id, self._clock(), command.error, command.started_at)
+        try:
+            await self.store.write(op, change)
+        except (StoreError, IllegalRowEvent):
+            log.exception(
+                "end of execution %d of %s not saved; no retry", job.state.execution_number, op
+            )
+            return ExecutionEndFailed()
+        log.info(
+            "operation %s execution %d failed with effect NONE: retry at %s",
+            op,
+            job.state.execution_number,
+            job.state.retry_at,
+        )
+        crash_point("runner.after_execution_end")
+        return ExecutionEndWritten()
 
     async def _start_executor(self, job: Job) -> JobEvent:
         op = job.operation_id
@@ -319,6 +357,7 @@ class JobRunner:
             channel=JobChannel(job, self.output, self._clock),
             executor=name,
             stream_limits=self.output.limits,
+            execution=job.state.execution_number,  # ctx.attempt (R15)
         )
         try:
             handle = await executor.start(request)
@@ -335,7 +374,8 @@ class JobRunner:
             return ExecutorStarted(at)
         # Finished as it started: its settlement comes next, with no confirmation.
         crash_point("runner.after_executor_finished")
-        return ExecutorStarted(at, finished=ExecutorFinished(reported_outcome(outcome), REASONS))
+        finished = ExecutorFinished(reported_outcome(outcome), REASONS, now=at)
+        return ExecutorStarted(at, finished=finished)
 
     async def _record_process(self, job: Job, started_at: float) -> None:
         """R10: write down the executor's process group, so the next incarnation
@@ -430,6 +470,7 @@ class JobRunner:
             result=decision.result,
             error=decision.error,
             started_at=command.started_at,
+            current_execution=command.current_execution,
             # The execution is over: its stream closes, its length goes on the row.
             output_chunks=self.output.close(job.operation_id),
         )
@@ -462,15 +503,15 @@ class JobRunner:
             with self._turn(job):
                 async with self.lock(job.operation_id):
                     await self._feed(job, DrainStarted())
-        if await self._wait_all(drain_seconds):
+        if await wait_all(self.jobs, drain_seconds):
             return
-        log.warning("drain deadline passed: cancelling %d jobs", len(self._pending()))
-        for job in self._pending():
+        log.warning("drain deadline passed: cancelling %d jobs", len(pending(self.jobs)))
+        for job in pending(self.jobs):
             with self._turn(job):
                 await self._feed(job, DrainDeadlinePassed())
-        if await self._wait_all(self._grace + 1.0):
+        if await wait_all(self.jobs, self._grace + 1.0):
             return
-        for job in self._pending():
+        for job in pending(self.jobs):
             with self._turn(job):
                 log.error(
                     "operation %s did not settle; abandoning (it will read INTERRUPTED)",
@@ -478,22 +519,11 @@ class JobRunner:
                 )
             if job.task is not None:
                 job.task.cancel()
-        await self._wait_all(1.0)
+        await wait_all(self.jobs, 1.0)
 
-    def _pending(self) -> list[Job]:
-        return [job for job in self.jobs.values() if not job.done.is_set()]
 
-    async def _wait_all(self, seconds: float) -> bool:
-        deadline = time.monotonic() + seconds
-        while pending := self._pending():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            waits = [asyncio.ensure_future(job.done.wait()) for job in pending]
-            _, not_done = await asyncio.wait(waits, timeout=remaining)
-            for waiter in not_done:
-                waiter.cancel()
-        return True
+def _waits_to_retry(job: Job) -> bool:
+    return job.state.phase is Phase.BACKOFF
 
 
 def _detail(exc: BaseException) -> str:

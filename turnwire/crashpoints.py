@@ -24,6 +24,8 @@ CRASH_POINTS: dict[str, str] = {
     "runner.after_dedupe_commit": "dedupe row committed (R3), Dispatch reply not yet sent",
     "runner.after_launch_intent": "launch intent committed (R3), executor not yet started",
     "runner.after_executor_finished": "executor finished, settlement not yet committed (R7)",
+    "runner.after_execution_end": "a failed execution's end committed (R15), no retry intent yet",
+    "runner.before_retry_intent": "the retry wait is over (R15), its launch intent not yet written",
 }
 
 _lock = threading.Lock()

@@ -9,7 +9,11 @@ operation_id).
 One line:
 
     {"operation_id": "...", "incarnation_id": "...", "attempt": 1,
-     "pid": 1234, "started_at": "2026-11-29T11:20:00.123456+00:00"}
+     "pid": 1234, "started_at": "2026-11-29T11:20:00.123456+00:00", "execution": 1}
+
+``execution`` is the execution's number in its row (PROTOCOL.md R15: a retry
+after a failure declared effect NONE is 2, 3, ...); a line without it (written
+before R15) is execution 1.
 
 Concurrent appends from threads and processes never interleave: each line is
 one write() on an O_APPEND descriptor, shorter than PIPE_BUF, under an
@@ -44,6 +48,7 @@ class LedgerEntry:
     attempt: int
     pid: int
     started_at: str  # ISO 8601, UTC
+    execution: int = 1
 
 
 def encode_entry(entry: LedgerEntry) -> bytes:
@@ -96,13 +101,13 @@ def read_ledger(path: Path) -> list[LedgerEntry]:
 def _decode(line: bytes, number: int) -> LedgerEntry:
     try:
         record = json.loads(line)
-        if not isinstance(record, dict) or set(record) != set(_FIELDS):
-            raise ValueError(f"expected the fields {', '.join(_FIELDS)}")
+        if not isinstance(record, dict) or set(record) - {"execution"} != set(_FIELDS):
+            raise ValueError(f"expected the fields {', '.join(_FIELDS)} (and execution)")
         entry = LedgerEntry(**record)
         if not all(isinstance(getattr(entry, name), str) for name in _FIELDS[:2] + _FIELDS[4:]):
             raise ValueError("operation_id, incarnation_id and started_at must be strings")
-        if not isinstance(entry.attempt, int) or not isinstance(entry.pid, int):
-            raise ValueError("attempt and pid must be integers")
+        if not all(isinstance(v, int) for v in (entry.attempt, entry.pid, entry.execution)):
+            raise ValueError("attempt, pid and execution must be integers")
     except ValueError as error:
         raise LedgerCorruptError(f"ledger line {number} is corrupt: {error}") from error
     return entry

@@ -10,6 +10,12 @@ Decisions recorded here:
 - ``turn.replay_policy`` UNSPECIFIED means PROBE_FIRST (turn.proto says so).
 - ``turn.max_attempts`` 0 means the configured default; above 100 is refused.
 - ``turn.pool`` empty means ``"default"``.
+- ``turn.retry_policy`` (R15): unset or ``max_retries`` 0 is no retry;
+  ``max_retries`` 0..10, backoffs valid Durations 0..1 h with max at least
+  initial, multiplier 0 (default 2) or 1..10. Out of bounds is
+  INVALID_ARGUMENT / TURN_INVALID naming the field
+  (``turn.retry_policy.max_backoff``), nothing stored. Copied into the
+  envelope as submitted: the runner applies it (``turnwire.retry_policy``).
 - ``turn.limits.queue_timeout``: a valid Duration, 0 .. 10 years (0: none).
 - ``turn.executor`` names the executor (empty: ``default``). When every
   runner of the turn's pool and kind has said which executors it serves
@@ -65,6 +71,7 @@ from coordinator_svc.core.quotas import QuotaRefusal
 from coordinator_svc.core.routing import NoRunnerForExecutor, executor_name
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import IdempotencyKeyReused, Journal
+from turnwire import retry_policy
 from turnwire.common.v1 import errors_pb2
 from turnwire.coordinator.v1 import coordinator_pb2
 from turnwire.ids import new_operation_id, sha256_hex
@@ -150,6 +157,33 @@ def _check_executor(turn: coordinator_pb2.Turn) -> None:
         )
 
 
+def _check_retry_policy(turn: coordinator_pb2.Turn) -> None:
+    """R15: a policy the runner can apply as written, or a refusal naming the field."""
+    if not turn.HasField("retry_policy"):
+        return
+    policy = turn.retry_policy
+    seconds: dict[str, float | None] = {}
+    for name in ("initial_backoff", "max_backoff"):
+        if not policy.HasField(name):
+            seconds[name] = None
+            continue
+        value = getattr(policy, name)
+        if not (0 <= value.seconds <= MAX_QUEUE_TIMEOUT_SECONDS and 0 <= value.nanos < 10**9):
+            field = f"turn.retry_policy.{name}"
+            raise _turn_invalid(field, f"{field} must be a duration from 0 to 1 hour")
+        seconds[name] = value.seconds + value.nanos / 1e9
+    multiplier = policy.backoff_multiplier
+    if multiplier != multiplier:  # NaN: no bound holds for it
+        multiplier = -1.0
+    found = retry_policy.problems(
+        policy.max_retries, seconds["initial_backoff"], seconds["max_backoff"], multiplier
+    )
+    if found:
+        name, why = found[0]
+        field = f"turn.retry_policy.{name}"
+        raise _turn_invalid(field, f"{field} {why}")
+
+
 def _kind(turn: coordinator_pb2.Turn) -> TurnKind:
     try:
         return turn_kind_from_proto(turn.kind)
@@ -207,6 +241,7 @@ def validate(
     _check_sizes(request, limits)
     _check_limits(request.turn)
     _check_executor(request.turn)
+    _check_retry_policy(request.turn)
     return ValidTurn(
         turn=request.turn,
         pool=_pool(request.turn),
@@ -249,6 +284,8 @@ def build_envelope(
         envelope.model.CopyFrom(turn.model)
     if turn.HasField("limits"):
         envelope.limits.CopyFrom(turn.limits)
+    if turn.HasField("retry_policy"):  # R15: the runner retries, inside its one row
+        envelope.retry_policy.CopyFrom(turn.retry_policy)
     if trace_context is not None:
         envelope.trace_context.CopyFrom(trace_context)
     return envelope.SerializeToString(deterministic=True)

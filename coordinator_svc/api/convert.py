@@ -26,6 +26,7 @@ from coordinator_svc.core.model import (
 from turnwire import wire_values
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2
+from turnwire.runner.v1 import runner_pb2
 from turnwire.wire_values import EnumBridge
 
 _STATES = EnumBridge(OpState, coordinator_pb2.OperationState, "OPERATION_STATE_")
@@ -120,7 +121,39 @@ def operation_to_proto(record: OperationRecord, waiting_for: str = "") -> coordi
         op.error.CopyFrom(
             turn_pb2.TurnError(reason=record.error_reason or "", message=record.error_message or "")
         )
+    _executions_to_proto(record, op)
     return op
+
+
+def _executions_to_proto(record: OperationRecord, op: coordinator_pb2.Operation) -> None:
+    """R15: every execution the runner recorded, how many, which one made the
+    result, and the policy the turn was submitted with. A record journaled
+    before migration 0008 has no execution records: a STARTED one shows one
+    execution."""
+    if record.executions:
+        op.executions.extend(turn_pb2.ExecutionLog.FromString(record.executions).executions)
+    op.execution_count = len(op.executions) or (1 if record.execution is Execution.STARTED else 0)
+    last = op.executions[-1] if op.executions else None
+    if last is not None and record.state.terminal and last.outcome:
+        # The last execution ended the turn when its outcome is the turn's own.
+        if _ENDED_BY.get(last.outcome) is record.state:
+            op.result_execution = last.number
+        if op.HasField("error") and last.effect and last.reason == op.error.reason:
+            op.error.effect = last.effect  # what the executor declared (R7)
+            if last.HasField("retry_after"):
+                op.error.retry_after.CopyFrom(last.retry_after)
+    if record.envelope:
+        envelope = runner_pb2.TurnEnvelope.FromString(record.envelope)
+        if envelope.HasField("retry_policy"):
+            op.retry_policy.CopyFrom(envelope.retry_policy)
+
+
+_ENDED_BY = {
+    turn_pb2.EXECUTION_OUTCOME_SUCCEEDED: OpState.SUCCEEDED,
+    turn_pb2.EXECUTION_OUTCOME_FAILED: OpState.FAILED,
+    turn_pb2.EXECUTION_OUTCOME_CANCELLED: OpState.CANCELLED,
+    turn_pb2.EXECUTION_OUTCOME_TIMED_OUT: OpState.TIMED_OUT,
+}
 
 
 def event_to_proto(event: EventRecord) -> coordinator_pb2.OperationEvent:

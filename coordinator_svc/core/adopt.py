@@ -17,7 +17,10 @@ from coordinator_svc.core.decision import (
     Binding,
     Context,
     Decision,
+    ExecutionRecords,
+    RecordChanges,
     Started,
+    StartedAndRecords,
     bookkeeping,
     close_current,
     nothing,
@@ -51,9 +54,35 @@ def newly_started(record: OperationRecord, execution: Execution) -> Started:
     return {}
 
 
-def started_fields(record: OperationRecord, op: RunnerOp) -> Started:
+def started_fields(record: OperationRecord, op: RunnerOp) -> StartedAndRecords:
     """``newly_started`` for an unsettled row read on the bound incarnation."""
-    return newly_started(record, observe(op).execution)
+    observed = observe(op)
+    return {**newly_started(record, observed.execution), **execution_records(record, observed)}
+
+
+def started_changes(record: OperationRecord, op: RunnerOp) -> RecordChanges:
+    """``started_fields`` as a change a rule adds more fields to."""
+    found = started_fields(record, op)
+    changes: RecordChanges = {}
+    if "execution" in found:
+        changes["execution"] = found["execution"]
+    if "executions" in found and "execution_count" in found:
+        changes["executions"] = found["executions"]
+        changes["execution_count"] = found["execution_count"]
+    return changes
+
+
+def execution_records(record: OperationRecord, observed: Observed) -> ExecutionRecords:
+    """R15: the runner's execution records, when they differ from the journal's.
+    They ride on a write made anyway; a retry that began (more records than the
+    journal holds) is written on its own, so a client sees it while it runs."""
+    if observed.executions is None or observed.executions == record.executions:
+        return {}
+    return {"executions": observed.executions, "execution_count": observed.execution_count}
+
+
+def _retry_began(record: OperationRecord, observed: Observed) -> bool:
+    return observed.execution_count > record.execution_count
 
 
 def _give_up_tombstone(
@@ -173,7 +202,7 @@ def adopt(
     if store_id is not None:
         binding["store_id"] = store_id
     if observed.state is OpState.RUNNING:
-        return _adopt_unsettled(record, ctx, execution, binding, updates, via)
+        return _adopt_unsettled(record, ctx, execution, binding, updates, via, observed)
     tags = frozenset({"reconciled"}) if record.state is OpState.DISPATCH_UNKNOWN else frozenset()
     change = transition(
         record,
@@ -188,6 +217,7 @@ def adopt(
         error_message=observed.message or None,
         stop_reason=settled_stop_reason(observed.state, observed.stop_reason, record.stop_reason),
         released=True,
+        **execution_records(record, observed),
         **binding,
     )
     commands = () if op.released else (Release(runner, incarnation_id, record.fencing_token),)
@@ -201,7 +231,9 @@ def _adopt_unsettled(
     binding: Binding,
     updates: tuple[AttemptUpdate, ...],
     via: str,
+    observed: Observed,
 ) -> Decision:
+    records = execution_records(record, observed)
     if record.state not in _BEFORE_ACK:
         # RUNNING / CANCELLING: already acknowledged; keep waiting. After a
         # fallback status poll, push the durable schedule so the due scan
@@ -210,9 +242,13 @@ def _adopt_unsettled(
         # on one of its own if nothing else is written (once per operation).
         started = newly_started(record, execution)
         if via == "status":
-            return Decision(bookkeeping(record, ctx, next_action_at=next_poll(ctx).at, **started))
+            poll = next_poll(ctx).at
+            return Decision(bookkeeping(record, ctx, next_action_at=poll, **started, **records))
         if started:
-            return Decision(bookkeeping(record, ctx, **started), note="confirmed start recorded")
+            change = bookkeeping(record, ctx, **started, **records)
+            return Decision(change, note="confirmed start recorded")
+        if records and _retry_began(record, observed):
+            return Decision(bookkeeping(record, ctx, **records), note="retry recorded (R15)")
         return nothing("still running")
     tags = frozenset({"reconciled"}) if record.state is OpState.DISPATCH_UNKNOWN else frozenset()
     change = transition(
@@ -223,6 +259,7 @@ def _adopt_unsettled(
         attempt_updates=updates,
         execution=execution,
         next_action_at=ctx.now + timedelta(seconds=ctx.status_poll),
+        **records,
         **binding,
     )
     # A cancel stored while DISPATCHING is acted on now that the attempt

@@ -13,13 +13,12 @@ from __future__ import annotations
 from typing import Unpack
 
 from coordinator_svc.core import give_up
-from coordinator_svc.core.adopt import adopt, next_poll, started_fields, terminal_report
+from coordinator_svc.core.adopt import adopt, next_poll, started_changes, terminal_report
 from coordinator_svc.core.attempting import end
 from coordinator_svc.core.commands import Cancel, Preflight, ScheduleAt
 from coordinator_svc.core.decision import (
     Context,
     Decision,
-    RecordChanges,
     StopRequest,
     backoff,
     bookkeeping,
@@ -116,8 +115,7 @@ def on_answered(record: OperationRecord, ev: CancelAnswered, ctx: Context) -> De
     if not op.settled:
         # The bound incarnation has it: acknowledged (no longer ambiguous), and
         # a start it confirmed is recorded (R3).
-        started = started_fields(record, op)
-        fields: RecordChanges = {"execution": started["execution"]} if started else {}
+        fields = started_changes(record, op)
         if not record.acknowledged:
             fields["acknowledged"] = True
             fields["unknown_since"] = None

@@ -16,13 +16,12 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
-from coordinator_svc.core.adopt import adopt, next_poll, started_fields, terminal_report
+from coordinator_svc.core.adopt import adopt, next_poll, started_changes, terminal_report
 from coordinator_svc.core.attempting import end, give_up, may_send_again, write_ahead
 from coordinator_svc.core.commands import Cancel, ScheduleAt
 from coordinator_svc.core.decision import (
     Context,
     Decision,
-    RecordChanges,
     backoff,
     bookkeeping,
     nothing,
@@ -129,8 +128,7 @@ def _same_incarnation(record: OperationRecord, ev: PreflightAnswer, ctx: Context
             # Still stopping: ask again (idempotent) and poll again later; the
             # bound incarnation has it (acknowledged) and a confirmed start is
             # recorded on the same write (R3).
-            started = started_fields(record, op)
-            fields: RecordChanges = {"execution": started["execution"]} if started else {}
+            fields = started_changes(record, op)
             if not record.acknowledged:
                 fields["acknowledged"] = True
                 fields["unknown_since"] = None

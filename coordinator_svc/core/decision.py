@@ -110,6 +110,18 @@ class Started(TypedDict, total=False):
     execution: Execution
 
 
+class ExecutionRecords(TypedDict, total=False):
+    """The runner's execution records when they changed (R15: a serialized
+    ExecutionLog, and how many it holds)."""
+
+    executions: bytes | None
+    execution_count: int
+
+
+class StartedAndRecords(Started, ExecutionRecords, total=False):
+    """What an unsettled row on the bound incarnation adds to a write (R3, R15)."""
+
+
 class StopRequest(TypedDict, total=False):
     """A stop asked for (C11, R6: the first stop reason wins)."""
 
@@ -117,7 +129,7 @@ class StopRequest(TypedDict, total=False):
     stop_reason: StopReason | None
 
 
-class RecordChanges(Binding, Started, StopRequest, total=False):
+class RecordChanges(Binding, Started, ExecutionRecords, StopRequest, total=False):
     """What a decision may change on a record besides its state, typed: a
     misspelt field or a wrong type is a mypy error at the rule that wrote it.
     Everything else (identity, envelope, version, fencing) is the journal's or

@@ -84,6 +84,11 @@ class OperationRecord:
     released: bool = False
     finished_at: datetime | None = None
     last_event_sequence: int = 0
+    # Every execution of the executor as the bound runner last reported them
+    # (R15): a serialized turnwire.common.v1.ExecutionLog; None before any.
+    executions: bytes | None = None
+    # How many executions those records hold (R15).
+    execution_count: int = 0
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,9 @@ class RunnerOp:
     error_reason: str = ""
     error_message: str = ""
     released: bool = False
+    # The row's execution records (R15), a serialized ExecutionLog; None: none.
+    executions: bytes | None = None
+    execution_count: int = 0
 
     @property
     def settled(self) -> bool:
@@ -61,6 +64,8 @@ class Observed:
     message: str = ""
     result: bytes | None = None
     stop_reason: StopReason | None = None
+    executions: bytes | None = None
+    execution_count: int = 0
 
 
 _TERMINAL_MAP = {
@@ -112,7 +117,13 @@ def observe(op: RunnerOp) -> Observed:
     """The coordinator state and execution evidence a runner row stands for."""
     execution = _row_execution(op)
     if not op.settled:
-        return Observed(OpState.RUNNING, execution, stop_reason=op.stop_reason)
+        return Observed(
+            OpState.RUNNING,
+            execution,
+            stop_reason=op.stop_reason,
+            executions=op.executions,
+            execution_count=op.execution_count,
+        )
     if op.state is RunnerOpState.TOMBSTONED:
         return Observed(
             OpState.CANCELLED, Execution.NOT_STARTED, ErrorReason.CANCELLED, "tombstone"
@@ -125,4 +136,6 @@ def observe(op: RunnerOp) -> Observed:
         op.error_message,
         op.result if op.state is RunnerOpState.SUCCEEDED else None,
         op.stop_reason,
+        op.executions,
+        op.execution_count,
     )

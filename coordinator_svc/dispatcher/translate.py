@@ -50,6 +50,12 @@ def runner_op(op: runner_pb2.RunnerOperation) -> RunnerOp:
         error_reason=op.error.reason if op.HasField("error") else "",
         error_message=op.error.message if op.HasField("error") else "",
         released=op.released,
+        executions=(
+            turn_pb2.ExecutionLog(executions=op.executions).SerializeToString(deterministic=True)
+            if op.executions
+            else None
+        ),
+        execution_count=len(op.executions),
     )
 
 

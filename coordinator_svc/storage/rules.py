@@ -65,6 +65,8 @@ TERMINAL_OUTCOME_FIELDS = (
     "error_message",
     "stop_reason",
     "finished_at",
+    "executions",
+    "execution_count",
 )
 
 _OPERATION_DATETIMES = (

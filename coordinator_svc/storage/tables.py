@@ -103,6 +103,10 @@ operations = sa.Table(
     sa.Column("released", sa.Boolean, nullable=False),
     sa.Column("finished_at", UtcDateTime, nullable=True),
     sa.Column("last_event_sequence", sa.BigInteger, nullable=False),
+    # Every execution of the executor as the runner reported them (R15): a
+    # serialized turnwire.common.v1.ExecutionLog (migration 0008). NULL: none.
+    sa.Column("executions", sa.LargeBinary, nullable=True),
+    sa.Column("execution_count", sa.Integer, nullable=False, server_default="0"),
     # The database itself enforces one operation per principal + key (§7).
     sa.UniqueConstraint("principal", "idempotency_key_digest"),
     sa.CheckConstraint(f"state IN ({_names(OpState)})", name="state"),

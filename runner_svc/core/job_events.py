@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner_svc.core.model import Execution, OperationRow, StopReason
+from runner_svc.core.model import Execution, OperationRow, StopReason, TurnFailure
 from runner_svc.core.settlement import ReportedOutcome, SettlementDecision
 
 # --- events: what happened ------------------------------------------------------------
@@ -57,10 +57,30 @@ class LimitTimerFired:
 
 @dataclass(frozen=True)
 class ExecutorFinished:
-    """The executor's outcome as plain values, and the error reasons it may name."""
+    """The executor's outcome as plain values, and the error reasons it may name.
+    ``now``: when it finished; a retry (R15) is timed from it, and without it
+    none is made."""
 
     outcome: ReportedOutcome
     known_reasons: frozenset[str]
+    now: float | None = None
+
+
+@dataclass(frozen=True)
+class ExecutionEndWritten:
+    """A retryable execution's end is durable (answers WriteExecutionEnd, R15)."""
+
+
+@dataclass(frozen=True)
+class ExecutionEndFailed:
+    """A retryable execution's end was not saved (answers WriteExecutionEnd)."""
+
+
+@dataclass(frozen=True)
+class RetryTimerFired:
+    """The wait armed by ArmRetryTimer is over (R15)."""
+
+    now: float
 
 
 @dataclass(frozen=True)
@@ -119,6 +139,9 @@ JobEvent = (
     | ExecutorStartFailed
     | LimitTimerFired
     | ExecutorFinished
+    | ExecutionEndWritten
+    | ExecutionEndFailed
+    | RetryTimerFired
     | SettlementWritten
     | SettlementWriteFailed
     | CancelRequested
@@ -141,7 +164,29 @@ class NoteNotLaunched:
 
 @dataclass(frozen=True)
 class WriteLaunchIntent:
-    """Write the launch intent (R3). Answer: LaunchIntentWritten or LaunchIntentFailed."""
+    """Write the launch intent (R3) of execution ``number``: the row's own for the
+    first, a retry's (R15) for a later one, with ``reason`` saying why it runs.
+    Answer: LaunchIntentWritten or LaunchIntentFailed."""
+
+    number: int = 1
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class WriteExecutionEnd:
+    """Write that the current execution failed with declared effect NONE and a
+    retry may follow (R15); the row stays unsettled. Answer: ExecutionEndWritten
+    or ExecutionEndFailed."""
+
+    error: TurnFailure
+    started_at: float | None
+
+
+@dataclass(frozen=True)
+class ArmRetryTimer:
+    """Wake the job at ``at`` (RetryTimerFired) to start its next execution (R15)."""
+
+    at: float
 
 
 @dataclass(frozen=True)
@@ -200,6 +245,9 @@ class WriteSettlement:
     # When the executor started (execution STARTED): the row records it even if
     # no start confirmation landed before the settlement (R3).
     started_at: float | None = None
+    # The current execution's own start truth when it differs from ``execution``
+    # (R15: a retry whose start was refused after an earlier execution ran).
+    current_execution: Execution | None = None
 
 
 @dataclass(frozen=True)
@@ -210,6 +258,8 @@ class FreeSlot:
 Command = (
     NoteNotLaunched
     | WriteLaunchIntent
+    | WriteExecutionEnd
+    | ArmRetryTimer
     | StartExecutor
     | RecordProcessGroup
     | WriteConfirmStart

@@ -11,6 +11,15 @@ A job is made by a successful admission, which reserved its slot::
     ADMITTED --launch check passes--> LAUNCHING --intent durable--> STARTING
       --executor started--> RUNNING --outcome in--> SETTLING --durable--> SETTLED
 
+A retry (R15) loops back inside the same job and the same slot: an execution
+that failed with declared effect NONE, nothing having stopped the turn, with
+retries left and time before the deadline and budget, is ended durably
+without settling (``WriteExecutionEnd``), the job waits (``BACKOFF``,
+``ArmRetryTimer``), and the next execution gets its own launch intent
+(``WriteLaunchIntent(number=n)``) and start. A stop during the wait settles
+the turn with that stop and no further execution. Anything else is final
+(core/retries.py decides; PROTOCOL.md R15).
+
 Side exits: a launch check that is blocked settles the never-launched row when
 a stop reason blocked it, or gives the slot back unsettled when nothing of
 ours can launch (RELEASED); a write that fails leaves the slot held, marked
@@ -46,10 +55,13 @@ from typing import assert_never
 
 from runner_svc.core.job_events import (
     ArmLimitTimer,
+    ArmRetryTimer,
     CancelRequested,
     Command,
     DrainDeadlinePassed,
     DrainStarted,
+    ExecutionEndFailed,
+    ExecutionEndWritten,
     ExecutorFinished,
     ExecutorStarted,
     ExecutorStartFailed,
@@ -64,17 +76,20 @@ from runner_svc.core.job_events import (
     LimitTimerFired,
     NoteNotLaunched,
     RecordProcessGroup,
+    RetryTimerFired,
     SettlementWriteFailed,
     SettlementWritten,
     StartExecutor,
     StopExecutor,
     WithdrawConfirmStart,
     WriteConfirmStart,
+    WriteExecutionEnd,
     WriteLaunchIntent,
     WriteSettlement,
     WriteStopReason,
 )
 from runner_svc.core.model import Execution, RowState, StopReason, TurnFailure
+from runner_svc.core.retries import retry_after_failure, stopped_in_backoff
 from runner_svc.core.settlement import (
     SettlementDecision,
     decide_settlement,
@@ -84,14 +99,18 @@ from runner_svc.core.settlement import (
     launch_block,
     unlaunched_settlement,
 )
+from turnwire.retry_policy import RetryRule
 
 __all__ = [
     "FINAL_PHASES",
     "ArmLimitTimer",
+    "ArmRetryTimer",
     "CancelRequested",
     "Command",
     "DrainDeadlinePassed",
     "DrainStarted",
+    "ExecutionEndFailed",
+    "ExecutionEndWritten",
     "ExecutorFinished",
     "ExecutorStartFailed",
     "ExecutorStarted",
@@ -108,6 +127,7 @@ __all__ = [
     "NoteNotLaunched",
     "Phase",
     "RecordProcessGroup",
+    "RetryTimerFired",
     "SettlementWriteFailed",
     "SettlementWritten",
     "StartExecutor",
@@ -115,6 +135,7 @@ __all__ = [
     "StopExecutor",
     "WithdrawConfirmStart",
     "WriteConfirmStart",
+    "WriteExecutionEnd",
     "WriteLaunchIntent",
     "WriteSettlement",
     "WriteStopReason",
@@ -129,6 +150,9 @@ class Phase(enum.StrEnum):
     STARTING = "STARTING"  # the launch intent is durable; the executor is being started
     RUNNING = "RUNNING"  # the executor started; its outcome is awaited
     SETTLING = "SETTLING"  # the job's own settlement is decided and being written
+    # An execution failed with effect NONE and its end is durable (or being
+    # written); the next one starts when the retry timer fires (R15).
+    BACKOFF = "BACKOFF"
     SETTLED = "SETTLED"  # the settlement is durable and the slot given back
     RELEASED = "RELEASED"  # nothing of ours launched: the slot given back, nothing to settle
     HELD = "HELD"  # the job's run is over without a durable settlement: slot held (R7)
@@ -161,6 +185,14 @@ class JobState:
     limit_alarm: float | None = None
     settlement_pending: bool = False  # a WriteSettlement awaits its answer
     result_not_saved: bool = False  # a write the turn's truth needed failed: slot held (R7)
+    # R15: the turn's retry policy (None: one execution), the current
+    # execution's number (0 before the first launch intent) and start, and
+    # when the next execution may start while in BACKOFF.
+    retry: RetryRule | None = None
+    execution_number: int = 0
+    execution_started_at: float | None = None
+    retry_at: float | None = None
+    retry_reason: str = ""
 
     @property
     def slot_held(self) -> bool:
@@ -180,6 +212,7 @@ def admitted(
     budget_seconds: float | None,
     heartbeat_seconds: float | None = None,
     draining: bool = False,
+    retry: RetryRule | None = None,
 ) -> JobState:
     """A job fresh from admission (R4). One admitted while the runner began to
     drain carries SHUTDOWN (in memory), so its launch check settles it unlaunched."""
@@ -189,6 +222,7 @@ def admitted(
         budget_seconds=budget_seconds,
         heartbeat_seconds=heartbeat_seconds,
         stop_reason=StopReason.SHUTDOWN if draining else None,
+        retry=retry,
     )
 
 
@@ -207,7 +241,7 @@ def step(state: JobState, event: JobEvent) -> Step:
         case LaunchIntentWritten():
             if state.phase is not Phase.LAUNCHING:
                 return state, ()
-            return replace(state, phase=Phase.STARTING), (StartExecutor(),)
+            return replace(state, phase=Phase.STARTING, retry_at=None), (StartExecutor(),)
         case LaunchIntentFailed():
             if state.phase is not Phase.LAUNCHING:
                 return state, ()
@@ -222,13 +256,28 @@ def step(state: JobState, event: JobEvent) -> Step:
             failure = TurnFailure("EXECUTOR_UNAVAILABLE", event.detail)
             execution = Execution.UNKNOWN if event.may_have_started else Execution.NOT_STARTED
             settling = replace(state, phase=Phase.SETTLING)
-            return _settle(settling, SettlementDecision(RowState.FAILED, error=failure), execution)
+            decision = SettlementDecision(RowState.FAILED, error=failure)
+            if state.execution_number > 1:  # R15: an earlier execution of the turn ran
+                return _settle(settling, decision, Execution.STARTED, current=execution)
+            return _settle(settling, decision, execution)
         case LimitTimerFired():
             return _limit_timer_fired(state, event)
         case ExecutorFinished():
             if state.phase is not Phase.RUNNING:
                 return state, ()
             return _executor_finished(state, event)
+        case ExecutionEndWritten():
+            if state.phase is not Phase.BACKOFF or state.retry_at is None:
+                return state, ()
+            return state, (ArmRetryTimer(state.retry_at),)
+        case ExecutionEndFailed():
+            if state.phase is not Phase.BACKOFF:
+                return state, ()
+            # R7: the end of a billed execution could not be saved: no retry,
+            # the slot stays held until restart (the row reads INTERRUPTED).
+            return replace(state, phase=Phase.HELD, result_not_saved=True, retry_at=None), ()
+        case RetryTimerFired():
+            return _retry_timer_fired(state, event)
         case SettlementWritten():
             if not state.settlement_pending:
                 return state, ()
@@ -252,6 +301,8 @@ def step(state: JobState, event: JobEvent) -> Step:
         case DrainStarted():
             if state.phase in FINAL_PHASES:
                 return state, ()
+            if state.phase is Phase.BACKOFF:  # R15: no executor to let finish
+                return _stop_in_backoff(state, StopReason.SHUTDOWN)
             # R8: recorded, but the executor is let finish until the drain deadline.
             return _record_stop(state, StopReason.SHUTDOWN, ask_executor=False)
         case DrainDeadlinePassed():
@@ -287,7 +338,7 @@ def _launch_checked(state: JobState, event: LaunchChecked) -> Step:
         # A Cancel settled the job before its check ran: nothing is left to do.
         return state, (NoteNotLaunched(block or "it was settled before its launch check"),)
     if not block:
-        return replace(state, phase=Phase.LAUNCHING), (WriteLaunchIntent(),)
+        return replace(state, phase=Phase.LAUNCHING, execution_number=1), (WriteLaunchIntent(),)
     note = NoteNotLaunched(block)
     reason = state.stop_reason or (row.stop_reason if row is not None else None)
     if row is not None and row.state is RowState.ACCEPTED and reason is not None:
@@ -304,13 +355,17 @@ def _executor_started(state: JobState, event: ExecutorStarted) -> Step:
     if state.phase is not Phase.STARTING:
         return state, ()
     at = event.at
+    # The turn's start is its first execution's (the budget counts from it);
+    # each execution has its own (its heartbeats count from it, R12).
+    first = state.started_at if state.started_at is not None else at
+    state = replace(state, execution_started_at=at)
     if event.finished is not None:
         # Its outcome was in hand as it started: no confirmation of its own,
         # the settlement records the start (R3).
-        finished = replace(state, phase=Phase.RUNNING, started_at=at)
+        finished = replace(state, phase=Phase.RUNNING, started_at=first)
         settling, settle = _executor_finished(finished, event.finished)
         return settling, (RecordProcessGroup(at), *settle)
-    running = replace(state, phase=Phase.RUNNING, started_at=at, confirmation_queued=True)
+    running = replace(state, phase=Phase.RUNNING, started_at=first, confirmation_queued=True)
     alarm = _next_alarm(running, now=None, last_heartbeat=None)
     commands: list[Command] = [RecordProcessGroup(at), WriteConfirmStart(at)]
     if state.stop_reason is not None:  # a stop came while the executor was starting
@@ -332,20 +387,67 @@ def _next_alarm(
         if started is not None and state.budget_seconds is not None
         else None
     )
-    due = heartbeat_due(started, last_heartbeat, state.heartbeat_seconds)
+    due = heartbeat_due(state.execution_started_at, last_heartbeat, state.heartbeat_seconds)
     times = [t for t in (state.deadline, budget_ends, due) if t is not None]
     later = [t for t in times if now is None or t > now]
     return min(later) if later else None
 
 
 def _executor_finished(state: JobState, event: ExecutorFinished) -> Step:
-    """R7: settle from the first stop reason and the outcome, once. A start
-    confirmation still queued is withdrawn: the settlement records the start."""
+    """R7: settle from the first stop reason and the outcome, once; or, R15, end
+    the execution and wait for the next when its failure is retryable. A start
+    confirmation still queued is withdrawn: the settlement (or the execution's
+    end) records the start."""
     decision = decide_settlement(state.stop_reason, event.outcome, event.known_reasons)
     withdraw = (WithdrawConfirmStart(),) if state.confirmation_queued else ()
-    settling = replace(state, phase=Phase.SETTLING, confirmation_queued=False, limit_alarm=None)
-    settling, settle = _settle(settling, decision, Execution.STARTED, started_at=state.started_at)
+    ended = replace(state, confirmation_queued=False, limit_alarm=None)
+    retry = retry_after_failure(
+        ended.retry,
+        decision,
+        stop_reason=ended.stop_reason,
+        ended_execution=ended.execution_number,
+        now=event.now,
+        deadline=ended.deadline,
+        budget_ends=_budget_ends(ended),
+    )
+    if retry is not None and decision.error is not None:
+        waiting = replace(ended, phase=Phase.BACKOFF, retry_at=retry.at, retry_reason=retry.reason)
+        write = WriteExecutionEnd(decision.error, started_at=ended.execution_started_at)
+        return waiting, (*withdraw, write)
+    settling = replace(ended, phase=Phase.SETTLING)
+    settling, settle = _settle(
+        settling, decision, Execution.STARTED, started_at=ended.execution_started_at
+    )
     return settling, (*withdraw, *settle)
+
+
+def _budget_ends(state: JobState) -> float | None:
+    if state.started_at is None or state.budget_seconds is None:
+        return None
+    return state.started_at + state.budget_seconds
+
+
+def _retry_timer_fired(state: JobState, event: RetryTimerFired) -> Step:
+    """R15: the wait is over; the next execution gets its own launch intent."""
+    if state.phase is not Phase.BACKOFF or state.retry_at is None or event.now < state.retry_at:
+        return state, ()
+    if state.stop_reason is not None:  # settled by the stop already (_stop_in_backoff)
+        return state, ()
+    number = state.execution_number + 1
+    launching = replace(
+        state, phase=Phase.LAUNCHING, execution_number=number, execution_started_at=None
+    )
+    return launching, (WriteLaunchIntent(number=number, reason=state.retry_reason),)
+
+
+def _stop_in_backoff(state: JobState, reason: StopReason) -> Step:
+    """R15: a stop during the wait ends the turn with that stop; nothing more runs.
+    The row records the stop and settles in one write (no executor to ask)."""
+    record = (WriteStopReason(reason),) if state.stop_reason is None else ()
+    first = first_stop_reason(state.stop_reason, reason)
+    stopped = replace(state, phase=Phase.SETTLING, stop_reason=first, retry_at=None)
+    settling, settle = _settle(stopped, stopped_in_backoff(first), Execution.STARTED)
+    return settling, (*record, *settle)
 
 
 def _limit_timer_fired(state: JobState, event: LimitTimerFired) -> Step:
@@ -372,6 +474,8 @@ def _limit_timer_fired(state: JobState, event: LimitTimerFired) -> Step:
 def _cancel_requested(state: JobState, event: CancelRequested) -> Step:
     if state.phase in FINAL_PHASES:
         return state, ()
+    if state.phase is Phase.BACKOFF:
+        return _stop_in_backoff(state, StopReason.CANCEL)
     row = event.row
     if row.state is RowState.ACCEPTED and state.phase in (Phase.ADMITTED, Phase.HELD):
         # Never launched: it settles now, NOT_STARTED (C14). The phase stays:
@@ -405,6 +509,7 @@ def _settle(
     execution: Execution,
     *,
     started_at: float | None = None,
+    current: Execution | None = None,
 ) -> Step:
-    command = WriteSettlement(decision, execution, started_at=started_at)
+    command = WriteSettlement(decision, execution, started_at=started_at, current_execution=current)
     return replace(state, settlement_pending=True), (command,)

@@ -114,6 +114,30 @@ class TurnOutput:
 
 
 @dataclass(frozen=True)
+class ExecutionRecord:
+    """One execution of a row's executor (R15): numbered from 1, never overlapping.
+
+    ``execution``: this execution's own start truth (R3, per execution):
+    UNKNOWN with its launch intent alone, STARTED once confirmed or ended,
+    NOT_STARTED when its start was refused. ``outcome`` is None until it
+    ended (a runner that died first leaves it open: INTERRUPTED)."""
+
+    number: int
+    launched_at: float
+    execution: Execution = Execution.UNKNOWN
+    started_at: float | None = None
+    ended_at: float | None = None
+    outcome: RowState | None = None
+    error: TurnFailure | None = None
+    # Set on a retry: why it ran (the previous execution's failure and the wait).
+    retry_reason: str = ""
+
+    @property
+    def ended(self) -> bool:
+        return self.outcome is not None
+
+
+@dataclass(frozen=True)
 class OperationRow:
     """One operation as the store holds it (one row per id, across incarnations).
 
@@ -142,6 +166,8 @@ class OperationRow:
     dispatch_stamp: int = 0
     # Settled by an execution: how many output chunks it emitted (R13).
     output_chunks: int = 0
+    # Every execution of the executor for this row, oldest first (R15).
+    executions: tuple[ExecutionRecord, ...] = ()
 
     @property
     def settled(self) -> bool:

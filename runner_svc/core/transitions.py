@@ -8,7 +8,13 @@ settles straight from ``LAUNCHING`` as ``STARTED`` with its start time (the
 settled row implies the start, so the confirmation is subsumed).
 ``TakeOver`` is §6 re-admission: a row an *earlier* incarnation accepted but
 never launched becomes this incarnation's before it may launch.
-``RecordStopReason`` keeps the first reason only (R6), ``RaiseFencingToken``
+A retry (R15) happens inside the row: ``EndExecution`` records a failed
+execution that declared effect NONE without settling (the row stays
+``RUNNING``, ``STARTED``: an executor did start), and ``RetryIntent`` is the
+next execution's own launch intent; ``ConfirmStart`` and ``Settle`` then act
+on that execution. Every execution is a record on the row
+(``OperationRow.executions``), written in the same transaction as the change
+it belongs to. ``RecordStopReason`` keeps the first reason only (R6), ``RaiseFencingToken``
 remembers the highest token seen (§5), ``Release`` drops a settled result but
 keeps the row (R9).
 
@@ -24,8 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from runner_svc.core import retries
 from runner_svc.core.model import (
     Execution,
+    ExecutionRecord,
     OperationRow,
     RowState,
     SlotKind,
@@ -70,6 +78,27 @@ class TakeOver:
 @dataclass(frozen=True)
 class LaunchIntent:
     incarnation_id: str
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
+class EndExecution:
+    """R15: the current execution failed, declared effect NONE, and a retry may follow."""
+
+    incarnation_id: str
+    at: float
+    error: TurnFailure
+    # When the executor started (a turn that ended before its confirmation).
+    started_at: float | None = None
+
+
+@dataclass(frozen=True)
+class RetryIntent:
+    """R15: the launch intent of the next execution (R3, per execution)."""
+
+    incarnation_id: str
+    at: float
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -91,6 +120,9 @@ class Settle:
     started_at: float | None = None
     # How many output chunks the execution emitted (R13): its stream's final offset.
     output_chunks: int = 0
+    # The current execution's own start truth when it differs from the row's
+    # (R15: a retry whose start was refused after an earlier execution ran).
+    current_execution: Execution | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +145,8 @@ RowEvent = (
     | Tombstone
     | TakeOver
     | LaunchIntent
+    | EndExecution
+    | RetryIntent
     | ConfirmStart
     | Settle
     | RecordStopReason
@@ -137,7 +171,10 @@ SOURCES: dict[type[Any], frozenset[RowState | None]] = {
     Tombstone: frozenset({None}),
     TakeOver: frozenset({_S.ACCEPTED}),
     LaunchIntent: frozenset({_S.ACCEPTED}),
-    ConfirmStart: frozenset({_S.LAUNCHING}),
+    EndExecution: frozenset({_S.LAUNCHING, _S.RUNNING}),
+    RetryIntent: frozenset({_S.RUNNING}),
+    # RUNNING: a retry's start (R15); the row itself is confirmed already.
+    ConfirmStart: frozenset({_S.LAUNCHING, _S.RUNNING}),
     Settle: frozenset({_S.ACCEPTED, _S.LAUNCHING, _S.RUNNING}),
     RecordStopReason: frozenset({_S.ACCEPTED, _S.LAUNCHING, _S.RUNNING}),
     RaiseFencingToken: frozenset(
@@ -223,14 +260,84 @@ def _launch_intent(row: OperationRow | None, event: LaunchIntent, name: str) -> 
         raise _refuse(row, event, "launch needs the row taken over first (§6)")
     if row.stop_reason is not None:
         raise _refuse(row, event, "a row with a stop reason is never launched")
-    return replace(row, state=_S.LAUNCHING, execution=Execution.UNKNOWN)
+    first = ExecutionRecord(number=1, launched_at=event.at)
+    return replace(row, state=_S.LAUNCHING, execution=Execution.UNKNOWN, executions=(first,))
+
+
+def _open_execution(row: OperationRow) -> ExecutionRecord | None:
+    last = row.executions[-1] if row.executions else None
+    return last if last is not None and not last.ended else None
+
+
+def _with_current(row: OperationRow, record: ExecutionRecord) -> tuple[ExecutionRecord, ...]:
+    return (*row.executions[:-1], record)
 
 
 def _confirm_start(row: OperationRow | None, event: ConfirmStart, name: str) -> OperationRow:
     assert row is not None
     if row.incarnation_id != event.incarnation_id:
         raise _refuse(row, event, "another incarnation launched this row")
-    return replace(row, state=_S.RUNNING, execution=Execution.STARTED, started_at=event.at)
+    current = _open_execution(row)
+    if row.state is _S.RUNNING and (current is None or current.started_at is not None):
+        raise _refuse(row, event, "no retry awaits its start confirmation")
+    executions = row.executions
+    if current is not None:
+        started = replace(current, execution=Execution.STARTED, started_at=event.at)
+        executions = _with_current(row, started)
+    started_at = row.started_at if row.started_at is not None else event.at
+    return replace(
+        row,
+        state=_S.RUNNING,
+        execution=Execution.STARTED,
+        started_at=started_at,
+        executions=executions,
+    )
+
+
+def _end_execution(row: OperationRow | None, event: EndExecution, name: str) -> OperationRow:
+    assert row is not None
+    if row.incarnation_id != event.incarnation_id:
+        raise _refuse(row, event, "another incarnation launched this row")
+    if row.stop_reason is not None:
+        raise _refuse(row, event, "a stopped turn is settled, never retried (R15)")
+    if not retries.retryable(event.error):
+        raise _refuse(row, event, "only a failure that declared effect NONE is retried (R15)")
+    current = _open_execution(row)
+    if current is None:
+        raise _refuse(row, event, "no execution is running")
+    ended = replace(
+        current,
+        execution=Execution.STARTED,
+        started_at=current.started_at if current.started_at is not None else event.started_at,
+        ended_at=event.at,
+        outcome=_S.FAILED,
+        error=event.error,
+    )
+    # The row says STARTED from here on: an executor did start for this turn.
+    started_at = row.started_at if row.started_at is not None else ended.started_at
+    return replace(
+        row,
+        state=_S.RUNNING,
+        execution=Execution.STARTED,
+        started_at=started_at if started_at is not None else event.at,
+        executions=_with_current(row, ended),
+    )
+
+
+def _retry_intent(row: OperationRow | None, event: RetryIntent, name: str) -> OperationRow:
+    assert row is not None
+    if row.incarnation_id != event.incarnation_id:
+        raise _refuse(row, event, "only the incarnation that ran the turn retries it")
+    if row.stop_reason is not None:
+        raise _refuse(row, event, "a row with a stop reason is never launched")
+    last = row.executions[-1] if row.executions else None
+    if not retries.may_follow(last):
+        raise _refuse(row, event, "only after an ended failure that declared effect NONE (R15)")
+    assert last is not None
+    record = ExecutionRecord(
+        number=last.number + 1, launched_at=event.at, retry_reason=event.reason
+    )
+    return replace(row, executions=(*row.executions, record))
 
 
 def _settle(row: OperationRow | None, event: Settle, name: str) -> OperationRow:
@@ -247,8 +354,22 @@ def _settle(row: OperationRow | None, event: Settle, name: str) -> OperationRow:
         raise _refuse(row, event, "exactly SUCCEEDED carries a result")
     if event.started_at is not None and event.execution is not Execution.STARTED:
         raise _refuse(row, event, "only a start has a start time")
+    executions = row.executions
+    current = _open_execution(row)
+    if current is not None:
+        truth = event.current_execution or event.execution
+        ended = replace(
+            current,
+            execution=truth,
+            started_at=current.started_at if current.started_at is not None else event.started_at,
+            ended_at=event.at,
+            outcome=event.state,
+            error=event.error,
+        )
+        executions = _with_current(row, ended)
     return replace(
         row,
+        executions=executions,
         state=event.state,
         execution=event.execution,
         incarnation_id=event.incarnation_id,
@@ -292,6 +413,8 @@ _HANDLERS: dict[type[Any], Callable[[OperationRow | None, Any, str], OperationRo
     Tombstone: _tombstone,
     TakeOver: _take_over,
     LaunchIntent: _launch_intent,
+    EndExecution: _end_execution,
+    RetryIntent: _retry_intent,
     ConfirmStart: _confirm_start,
     Settle: _settle,
     RecordStopReason: _record_stop,

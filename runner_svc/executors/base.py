@@ -36,10 +36,11 @@ class NoChannel:
 
 @dataclass(frozen=True)
 class ExecutionRequest:
-    """One attempt at one turn, as the executor sees it."""
+    """One execution of one turn, as the executor sees it."""
 
     operation_id: str
     incarnation_id: str
+    # The coordinator's Dispatch attempt that admitted the row (the ledger's).
     attempt: int
     envelope: runner_pb2.TurnEnvelope  # parsed from envelope_bytes
     envelope_bytes: bytes
@@ -55,6 +56,9 @@ class ExecutionRequest:
     executor: str = "default"
     # The runner's bounds on streamed output (R13), told to framed subprocesses.
     stream_limits: StreamLimits = field(default_factory=StreamLimits)
+    # This execution's number in the row: 1, then 2, 3, ... for each retry of a
+    # failure declared effect NONE (PROTOCOL.md R15). What ctx.attempt says.
+    execution: int = 1
 
 
 @dataclass(frozen=True)

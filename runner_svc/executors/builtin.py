@@ -6,6 +6,9 @@ They read their knobs from the envelope's `model.parameters`:
   the default is 0 for echo and fail, 1000 for sleep.
 - "fail": "1" or "true" makes the execution fail with EXECUTOR_FAILED;
   "0", "false" or absent does not. The fail executor always fails.
+- "fail_executions": "N" makes the first N executions of the turn fail with
+  EXECUTOR_FAILED and declared effect NONE (as a provider's 429 would: nothing
+  took effect), so a retry policy (R15) retries them; later ones run normally.
 - "output": the text to return (UTF-8, text/plain). Without it the output is
   the concatenated `content` of the envelope's input items.
 
@@ -16,7 +19,7 @@ A cancelled execution settles with error_reason "CANCELLED".
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from runner_svc.executors.base import ExecutionOutcome, ExecutionRequest, ExecutorStartError
 from runner_svc.executors.in_process import InProcessExecution, start_in_process
@@ -40,6 +43,8 @@ class BuiltinKnobs:
     sleep_ms: int
     fail: bool
     output: str | None
+    # R15: the first this many executions fail with declared effect NONE.
+    fail_executions: int = 0
 
 
 def read_knobs(
@@ -53,7 +58,15 @@ def read_knobs(
     if raw_fail not in _TRUE | _FALSE:
         raise ValueError(f'parameter "fail" must be "1", "0", "true" or "false", got {raw_fail!r}')
     output = parameters.get("output")
-    return BuiltinKnobs(sleep_ms=sleep_ms, fail=always_fail or raw_fail in _TRUE, output=output)
+    raw_executions = parameters.get("fail_executions", "0").strip() or "0"
+    if not raw_executions.isdigit():
+        raise ValueError(f'parameter "fail_executions" must be a count, got {raw_executions!r}')
+    return BuiltinKnobs(
+        sleep_ms=sleep_ms,
+        fail=always_fail or raw_fail in _TRUE,
+        output=output,
+        fail_executions=int(raw_executions),
+    )
 
 
 def _parse_sleep_ms(raw: str) -> int:
@@ -66,8 +79,15 @@ def _parse_sleep_ms(raw: str) -> int:
     return value
 
 
-def settle(envelope: runner_pb2.TurnEnvelope, knobs: BuiltinKnobs) -> ExecutionOutcome:
-    """The outcome the knobs ask for (pure)."""
+def settle(
+    envelope: runner_pb2.TurnEnvelope, knobs: BuiltinKnobs, execution: int = 1
+) -> ExecutionOutcome:
+    """The outcome the knobs ask for (pure); ``execution``: this execution's number."""
+    if execution <= knobs.fail_executions:
+        return replace(
+            failed(EXECUTOR_FAILED, f"refused on request (execution {execution}, no effect)"),
+            effect="NONE",
+        )
     if knobs.fail:
         return failed(EXECUTOR_FAILED, 'failed on request (parameter "fail")')
     if knobs.output is not None:
@@ -84,7 +104,7 @@ async def run_builtin(request: ExecutionRequest, knobs: BuiltinKnobs) -> InProce
     async def work() -> ExecutionOutcome:
         if knobs.sleep_ms:
             await asyncio.sleep(knobs.sleep_ms / 1000)
-        return settle(request.envelope, knobs)
+        return settle(request.envelope, knobs, request.execution)
 
     return await start_in_process(work, name=f"builtin:{request.operation_id}", interruptible=True)
 

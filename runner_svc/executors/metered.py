@@ -37,6 +37,7 @@ class MeteredExecutor:
             operation_id=request.operation_id,
             incarnation_id=request.incarnation_id,
             attempt=request.attempt,
+            execution=request.execution,
             pid=os.getpid(),
             started_at=datetime.now(UTC).isoformat(),
         )

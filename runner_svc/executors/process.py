@@ -112,6 +112,9 @@ def framed_payload(request: ExecutionRequest) -> bytes:
     document.update(
         protocol=frames.PROTOCOL,
         executor=request.executor,
+        # R15: this execution's number in the row (a retry after a failure
+        # declared "none" is 2, 3, ...); "attempt" stays the Dispatch attempt.
+        execution=request.execution,
         items=[_item(item) for item in request.envelope.input_items],
         limits={
             "deadline": limits.deadline.seconds + limits.deadline.nanos / 1e9

@@ -76,7 +76,7 @@ def turn_of(request: ExecutionRequest) -> api.Turn:
     envelope: runner_pb2.TurnEnvelope = request.envelope
     return api.Turn(
         operation_id=request.operation_id,
-        attempt=request.attempt,
+        attempt=request.execution,  # R15: the execution's number
         executor=request.executor,
         items=tuple(
             api.InputItem(

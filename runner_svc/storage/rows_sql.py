@@ -29,6 +29,7 @@ from runner_svc.core.model import (
     TurnFailure,
     TurnOutput,
 )
+from runner_svc.storage import executions_json
 
 # Every column of runner_operations, in one fixed order: the bind tuples and
 # the selected tuples below both follow it.
@@ -56,6 +57,7 @@ COLUMNS = (
     "error_effect",
     "error_retry_after",
     "output_chunks",
+    "executions",
 )
 _LIST = ", ".join(COLUMNS)
 
@@ -118,6 +120,7 @@ def to_params(row: OperationRow, sequence: int) -> tuple[Any, ...]:
         error.effect.value if error and error.effect else None,
         _time(error.retry_after) if error else None,
         row.output_chunks,
+        executions_json.dumps(row.executions),
     )
 
 
@@ -152,6 +155,7 @@ def to_row(values: tuple[Any, ...]) -> OperationRow:
         error_effect,
         error_retry_after,
         output_chunks,
+        executions,
     ) = values
     result = None
     if output is not None:
@@ -187,4 +191,5 @@ def to_row(values: tuple[Any, ...]) -> OperationRow:
         settled_at=settled_at,
         dispatch_stamp=int(dispatch_stamp or 0),
         output_chunks=int(output_chunks or 0),
+        executions=executions_json.loads(executions),
     )

@@ -65,6 +65,9 @@ operations = sa.Table(
     sa.Column("error_retry_after", sa.Float, nullable=True),
     # How many output chunks the execution emitted (R13; the chunks are not stored).
     sa.Column("output_chunks", sa.BigInteger, nullable=False, server_default="0"),
+    # Every execution of the row's executor, as JSON (R15; migration r0007;
+    # storage/executions_json.py). NULL: none.
+    sa.Column("executions", sa.Text, nullable=True),
     # When the store recorded the release (a trigger sets it; §9 K2). Not part of
     # OperationRow: only retention reads it.
     sa.Column("released_at", sa.Float, nullable=True),

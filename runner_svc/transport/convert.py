@@ -7,7 +7,15 @@ from collections.abc import Iterable
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from runner_svc.core.model import DeclaredEffect, Execution, RowState, SlotKind, StopReason
+from runner_svc.core.model import (
+    DeclaredEffect,
+    Execution,
+    ExecutionRecord,
+    RowState,
+    SlotKind,
+    StopReason,
+    TurnFailure,
+)
 from runner_svc.core.witness import StoreOpening
 from runner_svc.service import OperationView, PoolUse, RunnerInfo
 from runner_svc.service_output import OutputEnd, OutputGap, OutputItem
@@ -31,6 +39,53 @@ def timestamp(seconds: float | None) -> Timestamp | None:
     stamp = Timestamp()
     stamp.FromNanoseconds(int(seconds * 1e9))
     return stamp
+
+
+def _error(failure: TurnFailure) -> turn_pb2.TurnError:
+    error = turn_pb2.TurnError(reason=failure.reason, message=failure.message)
+    if failure.effect is not None:
+        error.effect = _EFFECTS[failure.effect]
+    if failure.retry_after is not None:
+        hint = Duration()
+        hint.FromNanoseconds(int(failure.retry_after * 1e9))
+        error.retry_after.CopyFrom(hint)
+    return error
+
+
+_OUTCOMES = {
+    RowState.SUCCEEDED: turn_pb2.EXECUTION_OUTCOME_SUCCEEDED,
+    RowState.FAILED: turn_pb2.EXECUTION_OUTCOME_FAILED,
+    RowState.CANCELLED: turn_pb2.EXECUTION_OUTCOME_CANCELLED,
+    RowState.TIMED_OUT: turn_pb2.EXECUTION_OUTCOME_TIMED_OUT,
+}
+
+
+def _execution(record: ExecutionRecord, interrupted: bool) -> turn_pb2.ExecutionRecord:
+    """One execution (R15). An open one on a row an earlier incarnation left is
+    reported as R3 says of its row: STARTED if confirmed, else UNKNOWN."""
+    message = turn_pb2.ExecutionRecord(
+        number=record.number,
+        execution=_EXECUTIONS[record.execution],
+        retry_reason=record.retry_reason,
+    )
+    if record.outcome is not None:
+        message.outcome = _OUTCOMES[record.outcome]
+    elif interrupted:
+        message.reason = "INTERRUPTED"
+    if record.error is not None:
+        error = _error(record.error)
+        message.reason, message.message, message.effect = error.reason, error.message, error.effect
+        if error.HasField("retry_after"):
+            message.retry_after.CopyFrom(error.retry_after)
+    for name, value in (
+        ("launched_at", record.launched_at),
+        ("started_at", record.started_at),
+        ("ended_at", record.ended_at),
+    ):
+        stamp = timestamp(value)
+        if stamp is not None:
+            getattr(message, name).CopyFrom(stamp)
+    return message
 
 
 def operation(view: OperationView) -> runner_pb2.RunnerOperation:
@@ -60,14 +115,9 @@ def operation(view: OperationView) -> runner_pb2.RunnerOperation:
             )
         )
     if row.error is not None:
-        error = turn_pb2.TurnError(reason=row.error.reason, message=row.error.message)
-        if row.error.effect is not None:
-            error.effect = _EFFECTS[row.error.effect]
-        if row.error.retry_after is not None:
-            hint = Duration()
-            hint.FromNanoseconds(int(row.error.retry_after * 1e9))
-            error.retry_after.CopyFrom(hint)
-        message.error.CopyFrom(error)
+        message.error.CopyFrom(_error(row.error))
+    interrupted = row.state is RowState.INTERRUPTED
+    message.executions.extend(_execution(record, interrupted) for record in row.executions)
     for name, value in (
         ("accepted_at", row.accepted_at),
         ("started_at", row.started_at),

@@ -209,3 +209,32 @@ def test_every_json_output_prints_one_flat_operation_shape(
     snapshots = [event["operation"] for event in (*watched, *events) if "operation" in event]
     assert snapshots and all(set(snapshot) == shape for snapshot in snapshots)
     assert set(cancelled) == shape
+
+
+@pytest.mark.rule("R15")
+def test_a_failed_turn_says_how_many_executions_ran_and_why_none_was_retried(
+    stack: LiveStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """R15: `--param fail=1 --wait` ends FAILED with "executions 1" and the reason no
+    retry came (no policy; the built-in failure declares no effect)."""
+    argv = ("submit", "-i", "x", "--param", "fail=1", "--wait", "--timeout", "30")
+    assert run(stack, *argv) == 3
+    out = capsys.readouterr().out
+    print(out)
+    assert "executions" in out and "1 (not retried: the executor declared no effect" in out
+    assert run(stack, *argv, "--max-retries", "2") == 3
+    assert "1 of at most 3 (not retried: the executor declared no effect" in capsys.readouterr().out
+
+
+@pytest.mark.rule("R15")
+def test_max_retries_retries_a_failure_declared_none_and_shows_each_execution(
+    stack: LiveStack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """R15: --max-retries 2 --retry-backoff 0.05: the first execution fails with effect
+    NONE, the second succeeds; the summary shows both executions."""
+    argv = ("submit", "-i", "x", "--param", "fail_executions=1", "--max-retries", "2")
+    assert run(stack, *argv, "--retry-backoff", "0.05", "--wait", "--timeout", "30") == 0
+    out = capsys.readouterr().out
+    print(out)
+    assert "2 of at most 3" in out
+    assert "FAILED EXECUTOR_FAILED, effect NONE" in out and "SUCCEEDED" in out

@@ -263,9 +263,12 @@ class RunBuilder:
         self.ledger_line(op_id, inc.incarnation_id, attempt)
         inc.store.write(op_id, ConfirmStart(inc.incarnation_id, self.tick().timestamp()))
 
-    def ledger_line(self, op_id: str, incarnation_id: str, attempt: int) -> None:
+    def ledger_line(
+        self, op_id: str, incarnation_id: str, attempt: int, execution: int = 1
+    ) -> None:
         started = self.tick().isoformat()
-        append_start(self.ledger, LedgerEntry(op_id, incarnation_id, attempt, 4242, started))
+        entry = LedgerEntry(op_id, incarnation_id, attempt, 4242, started, execution)
+        append_start(self.ledger, entry)
 
     def settle_success(self, op_id: str, inc: Incarnation, output: bytes = b"done") -> None:
         inc.store.write(

@@ -49,6 +49,17 @@ def test_second_start_of_one_operation_is_invariant_1(run: RunBuilder) -> None:
     assert verdict.figures.duplicates == 1
 
 
+@pytest.mark.rule("R15")
+def test_a_retry_inside_the_row_is_not_a_second_start(run: RunBuilder) -> None:
+    """§8.1, R15: the ledger line of execution 2 of the same attempt on the same
+    incarnation (a retry after a failure declared NONE) is not a duplicate."""
+    inc = run.start_runner()
+    run.happy("op-1", inc)
+    run.ledger_line("op-1", inc.incarnation_id, 1, execution=2)
+    verdict = run.verdict()
+    assert 1 not in invariants(verdict) and verdict.figures.duplicates == 0
+
+
 def test_safe_operation_may_run_up_to_max_attempts(run: RunBuilder) -> None:
     """§8.1, §3 SAFE: a SAFE replay to a new incarnation may execute again, within max_attempts."""
     first = run.start_runner()

@@ -50,6 +50,13 @@ HARD_CASES = {
     "R12 a silent executor stopped by its heartbeat timeout": "heartbeat:lapsed",
     "R12 turns ended TIMED_OUT, HEARTBEAT_TIMEOUT": "reason:HEARTBEAT_TIMEOUT",
     "R14 Dispatches refused for an executor not served": "refused:EXECUTOR_NOT_SERVED",
+    "R15 failures declared effect NONE": "finish:failed-none",
+    "R15 failures declared effect APPLIED": "finish:failed-applied",
+    "R15 retries made (an execution after one declared NONE)": "retry:executions",
+    "R15 a stop during the retry wait": "retry:stopped_in_backoff",
+    "R15 runner restart during a retry wait": "retry:died_in_backoff",
+    "R15 crash after a retry's own launch intent": "crash_after_retry_intent",
+    "R15 crash between a retry's start and confirmation": "crash_after_retry_start",
 }
 # Seen in long runs, not required of the CI budget (rare by nature).
 RARE_CASES = {

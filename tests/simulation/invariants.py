@@ -25,11 +25,18 @@ from coordinator_svc.core.model import (
     TurnKind,
 )
 from runner_svc.core.model import OperationRow, RowState, StopReason
+from runner_svc.storage import executions_json
 from tests.simulation.sim_journal import SimJournal
 from tests.simulation.sim_membership import MembershipChecker
 from tests.simulation.sim_runner import RefusedReply, SimRunner
 from tests.simulation.sim_scheduling import SchedulingChecker
-from tests.simulation.world import DispatchRequest, Ledger, served_executors
+from tests.simulation.world import (
+    DispatchRequest,
+    ExecutionEntry,
+    Ledger,
+    served_executors,
+    turn_retry,
+)
 
 _S = OpState
 _TERMINAL = frozenset(
@@ -113,6 +120,10 @@ class Checker:
     _ledger_seen: int = 0
     # The executor each operation's envelope names (R14), as its Dispatches carry it.
     executors: dict[str, str] = field(default_factory=dict)
+    # R15: first executions per operation (invariant 1 counts these: a retry of a
+    # failure declared NONE is the same execution sequence), and retries made.
+    first_starts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    retries: int = 0
 
     # --- hooks from the coordinator -----------------------------------------------
 
@@ -302,6 +313,10 @@ class Checker:
         """Invariants 1, 3 and 6 over the whole world, after every step."""
         for entry in self.ledger.entries[self._ledger_seen :]:
             self.starts[entry.operation_id] += 1
+            if entry.number > 1:
+                self._check_retry(entry)
+                continue
+            self.first_starts[entry.operation_id] += 1
             executor = self.executors.get(entry.operation_id) or "default"
             if executor not in served_executors(entry.runner):
                 raise Violation(
@@ -311,20 +326,74 @@ class Checker:
                 )
             policy, max_attempts = self.policies[entry.operation_id]
             allowed = max_attempts if policy is ReplayPolicy.SAFE else 1
-            if self.starts[entry.operation_id] > allowed:
+            if self.first_starts[entry.operation_id] > allowed:
                 raise Violation(
                     "1 at most once",
                     entry.operation_id,
-                    f"executor start #{self.starts[entry.operation_id]} "
+                    f"executor start #{self.first_starts[entry.operation_id]} "
                     f"(on {entry.runner}/{entry.incarnation_id}, attempt {entry.attempt}); "
                     f"allowed {allowed}",
                 )
         self._ledger_seen = len(self.ledger.entries)
+        self._check_running_retries()
         for op, record in self.journal.operations.items():
             self._check_execution_truth(op, record)
+            if self.policies[op][0] is not ReplayPolicy.SAFE:
+                # SAFE may run on several rows (its submitter said so): each row
+                # records its own executions, and a restored store forgets a row.
+                check_recorded_executions(self.ledger, op, record)
         for runner in self.runners.values():
             for row in runner.store.rows.values():
                 self._check_heartbeat_stop(row)
+
+    def _check_retry(self, entry: ExecutionEntry) -> None:
+        """R15: a later execution of one job only after its previous one ended FAILED
+        with declared effect NONE, never overlapping it, within 1 + max_retries,
+        each with its own launch intent."""
+        op = entry.operation_id
+        self.retries += 1
+        policy = turn_retry(op)
+        if policy is None or entry.number > policy.max_executions:
+            allowed = policy.max_executions if policy is not None else 1
+            raise Violation("R15 retries", op, f"execution {entry.number}; at most {allowed}")
+        previous = [
+            e
+            for e in self.ledger.starts(op)
+            if e.incarnation_id == entry.incarnation_id
+            and e.number == entry.number - 1
+            and e.index < entry.index
+        ]
+        if not previous:
+            raise Violation("R15 retries", op, f"execution {entry.number} with no execution before")
+        before = previous[-1]
+        if before.outcome is None:
+            raise Violation(
+                "R15 overlap", op, f"execution {entry.number} started while {before.number} runs"
+            )
+        if (before.outcome, before.effect) != ("failed", "NONE"):
+            raise Violation(
+                "R15 effect",
+                op,
+                f"execution {entry.number} after execution {before.number} ended "
+                f"{before.outcome} effect {before.effect or 'not declared'}",
+            )
+        if entry.intent_number != entry.number:
+            raise Violation(
+                "R15 intent",
+                op,
+                f"execution {entry.number} started; the row's latest record is "
+                f"{entry.intent_number}",
+            )
+
+    def _check_running_retries(self) -> None:
+        """R15: never two executions of one job at once (checked each step)."""
+        live: dict[tuple[str, str], int] = defaultdict(int)
+        for entry in self.ledger.entries:
+            if entry.outcome is None:
+                live[(entry.operation_id, entry.incarnation_id)] += 1
+        for (op, incarnation), count in live.items():
+            if count > 1:
+                raise Violation("R15 overlap", op, f"{count} executions running on {incarnation}")
 
     @staticmethod
     def _check_heartbeat_stop(row: OperationRow) -> None:
@@ -369,6 +438,52 @@ class Checker:
         for op, record in self.journal.operations.items():
             if not record.state.terminal:
                 raise Violation("2 terminal after heal", op, f"still {record.state}")
+
+
+# Terminal states the coordinator takes from a settled runner row: its execution
+# records are then final and complete (R15).
+_FROM_SETTLED_ROW = frozenset(
+    {
+        "",
+        "EXECUTOR_FAILED",
+        "RESULT_INVALID",
+        "EXECUTOR_UNAVAILABLE",
+        "CANCELLED",
+        "SHUTDOWN",
+        "DEADLINE_EXCEEDED",
+        "BUDGET_EXHAUSTED",
+        "HEARTBEAT_TIMEOUT",
+    }
+)
+
+
+def check_recorded_executions(ledger: Ledger, op: str, record: OperationRecord) -> None:
+    """R15: the coordinator's terminal status is true about executions. It never
+    claims more started executions than ran where it was bound, and, taken from a
+    settled row, records every one that ran there (a second billable execution is
+    never hidden)."""
+    if not record.state.terminal or record.executions is None:
+        return
+    records = executions_json.loads(record.executions.decode())
+    if record.execution_count != len(records):
+        raise Violation("R15 status", op, f"count {record.execution_count}, {len(records)} records")
+    ran = [
+        e
+        for e in ledger.starts(op)
+        if (
+            e.store_id == record.store_id
+            if record.store_id
+            else e.incarnation_id == record.incarnation_id
+        )
+    ]
+    started = sum(1 for r in records if r.execution is Execution.STARTED)
+    if started > len(ran):
+        raise Violation("R15 status", op, f"{started} executions recorded started, {len(ran)} ran")
+    settled_row = record.state in (_S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.TIMED_OUT)
+    if settled_row and (record.error_reason or "") in _FROM_SETTLED_ROW and len(ran) > len(records):
+        raise Violation(
+            "R15 status", op, f"{record.state} records {len(records)} executions; {len(ran)} ran"
+        )
 
 
 def _outcome(record: OperationRecord) -> tuple[object, ...]:

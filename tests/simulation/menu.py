@@ -108,6 +108,10 @@ def actions(sim: Simulator) -> list[Action]:
                     # R12: an executor silent past its heartbeat timeout (no weight
                     # of its own: a new one would change every schedule's draws).
                     acts.append((w["finish"] * 0.5, f"lapse {op}@{name}"))
+            if job.retry_alarm is not None and sim.now >= job.retry_alarm:
+                # R15: a retry timer is due (armed in "backoff"; a broken machine
+                # may arm one in any phase, and the checker must see what follows).
+                acts.append((w["launch"], f"retry {op}@{name}"))
         acts += [(w["watch"], f"watch {op}@{name}") for op in runner.store.rows]
     acts.append((w["advance"], "advance"))
     if sim.membership is not None:
@@ -178,11 +182,12 @@ def complete(sim: Simulator, label: str) -> str:
     if kind == "deliver":
         message = sim.network.in_flight[int(words[1][1:])]
         return f"{label} fail" if message.is_request and rng.random() < 0.04 else label
-    if kind == "launch":
+    if kind in ("launch", "retry"):
         return f"{label} {weighted(rng, LAUNCH_VARIANTS)}"
     if kind == "finish":
-        outcome = "ok" if rng.random() < 0.75 else "failed"
-        return f"{label} {outcome}" + (" unsaved" if rng.random() < 0.03 else "")
+        return f"{label} {_finish_outcome(rng.random())}" + (
+            " unsaved" if rng.random() < 0.03 else ""
+        )
     if kind == "restart":
         return f"{label} {_restart_kind(sim, words[1])}"
     if kind == "watch" and len(sim.coordinators) > 1:
@@ -190,6 +195,16 @@ def complete(sim: Simulator, label: str) -> str:
     if kind == "advance":
         return f"advance {rng.choice(CLOCK_STEPS)}"
     return label
+
+
+def _finish_outcome(roll: float) -> str:
+    """How an executor ends, from one draw (as before R15, so schedules draw alike):
+    a failure may declare effect NONE (retried under a policy, R15) or APPLIED."""
+    if roll < 0.75:
+        return "ok"
+    if roll < 0.87:
+        return "failed-none"
+    return "failed-applied" if roll < 0.92 else "failed"
 
 
 def _restart_kind(sim: Simulator, name: str) -> str:
@@ -220,7 +235,11 @@ def heal_action(sim: Simulator) -> str | None:
             if job.phase == "admitted":
                 return f"launch {op}@{name} confirm"
             if job.phase == "running":
-                return f"finish {op}@{name} {'ok' if rng.random() < 0.75 else 'failed'}"
+                return f"finish {op}@{name} {_finish_outcome(rng.random())}"
+            if job.phase == "backoff" and job.retry_alarm is not None:
+                if sim.now >= job.retry_alarm:
+                    return f"retry {op}@{name} confirm"
+                return f"advance {job.retry_alarm - sim.now + 0.001:.3f}"  # R15: wait it out
             if job.phase == "result_not_saved":
                 return f"restart {name} kept"  # R7: held until restart; an operator restarts it
         if not runner.accepting:
@@ -306,7 +325,7 @@ def enabled(sim: Simulator, label: str) -> bool:
         return words[1] in coordinator.due(include_busy=True)
     if kind == "resume":
         return coordinator.paused
-    if kind in ("launch", "finish", "watch", "lapse"):
+    if kind in ("launch", "finish", "watch", "lapse", "retry"):
         return _runner_step_enabled(sim, kind, words[1])
     if kind == "cancel":
         return words[1] in sim.journal.operations
@@ -327,6 +346,8 @@ def _runner_step_enabled(sim: Simulator, kind: str, where: str) -> bool:
     if kind == "watch":
         return op in runner.store.rows
     job = runner.jobs.get(op)
+    if kind == "retry":
+        return job is not None and job.retry_alarm is not None and sim.now >= job.retry_alarm
     if kind == "lapse":
         return (
             job is not None

@@ -66,6 +66,7 @@ from tests.simulation.world import (
     StatusRequest,
     served_executors,
     stamp_at,
+    turn_retry,
 )
 
 # The real runner's default admission window (ServiceSettings), in microseconds.
@@ -200,10 +201,10 @@ class SimRunner:
 
     # --- process life -----------------------------------------------------------
 
-    def drain(self) -> None:
+    def drain(self, now: float | None = None) -> None:
         """R8: stop admission and record SHUTDOWN as every job's stop reason."""
         self.accepting = False
-        self.job_runner.drain()
+        self.job_runner.drain(now)
         self.store.raise_floor(SEALED_FLOOR)
 
     def restart(self, incarnation_id: str, new_store: SimStore | None) -> None:
@@ -309,6 +310,7 @@ class SimRunner:
             request.attempt,
             draining=not self.accepting,
             heartbeat_seconds=request.heartbeat_seconds,
+            retry=turn_retry(request.operation_id),  # R15: fixed per turn, as its envelope
         )
         return DispatchReply(self.incarnation_id, self.view(row), duplicate=False)
 
@@ -366,9 +368,16 @@ class SimRunner:
         """R12: the job's executor has sent no heartbeat since it started; its alarm fires."""
         return self.job_runner.lapse(operation_id, now)
 
-    def finish(self, operation_id: str, succeeded: bool, now: float, write_fails: bool) -> str:
-        """The executor ended; settle (R7), the slot held if ``write_fails``."""
-        return self.job_runner.finish(operation_id, succeeded, now, write_fails)
+    def finish(
+        self, operation_id: str, succeeded: bool, now: float, write_fails: bool, effect: str = ""
+    ) -> str:
+        """The executor ended; settle (R7), the slot held if ``write_fails``; a failure
+        may declare ``effect`` (R15: NONE is retried on a turn with a retry policy)."""
+        return self.job_runner.finish(operation_id, succeeded, now, write_fails, effect)
+
+    def retry(self, operation_id: str, now: float, *, until: str) -> str:
+        """R15: the job's retry wait is over; its next execution launches."""
+        return self.job_runner.retry(operation_id, now, until=until)
 
     def _write(self, operation_id: str, change: RowEvent, write_fails: bool) -> OperationRow:
         if write_fails:

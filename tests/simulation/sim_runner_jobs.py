@@ -13,6 +13,14 @@ runner crashes (R3: right after the launch intent is durable, or right after
 the executor started, before the confirmation), whether the executor refuses
 to start, how it ends, and whether a step's store writes fail. An executor
 start is the billable event: it goes into the ledger the checker counts.
+
+R15: a failed execution may declare effect NONE or APPLIED (``finish ...
+failed-none`` / ``failed-applied``); on a turn with a retry policy
+(world.turn_retry) the machine then ends the execution without settling and
+waits (phase "backoff"); ``retry`` fires the wait's timer once it is due, and
+the next execution goes through the same launch variants (a crash after its
+own intent, or after its start before the confirmation). A restart during the
+wait kills the job: the row reads INTERRUPTED.
 """
 
 from __future__ import annotations
@@ -24,9 +32,12 @@ from typing import Protocol, assert_never
 from runner_svc.core.admission import SlotPools
 from runner_svc.core.job_lifecycle import (
     ArmLimitTimer,
+    ArmRetryTimer,
     CancelRequested,
     Command,
     DrainStarted,
+    ExecutionEndFailed,
+    ExecutionEndWritten,
     ExecutorFinished,
     ExecutorStarted,
     ExecutorStartFailed,
@@ -40,12 +51,14 @@ from runner_svc.core.job_lifecycle import (
     NoteNotLaunched,
     Phase,
     RecordProcessGroup,
+    RetryTimerFired,
     SettlementWriteFailed,
     SettlementWritten,
     StartExecutor,
     StopExecutor,
     WithdrawConfirmStart,
     WriteConfirmStart,
+    WriteExecutionEnd,
     WriteLaunchIntent,
     WriteSettlement,
     WriteStopReason,
@@ -56,14 +69,17 @@ from runner_svc.core.model import OperationRow, SlotKind, StopReason
 from runner_svc.core.settlement import ReportedOutcome
 from runner_svc.core.transitions import (
     ConfirmStart,
+    EndExecution,
     IllegalRowEvent,
     LaunchIntent,
     RecordStopReason,
+    RetryIntent,
     RowEvent,
     Settle,
 )
 from tests.simulation.world import ExecutionEntry, Ledger
 from turnwire.errors import REASONS
+from turnwire.retry_policy import RetryRule
 
 # What the schedule generator (menu.py) and the heal read off a job: "admitted"
 # may launch, "running" may finish, "result_not_saved" holds its slot until a
@@ -74,6 +90,7 @@ PHASE_NAMES: dict[Phase, str] = {
     Phase.STARTING: "launching",
     Phase.RUNNING: "running",
     Phase.SETTLING: "settling",
+    Phase.BACKOFF: "backoff",
     Phase.SETTLED: "settled",
     Phase.RELEASED: "released",
     Phase.HELD: "result_not_saved",
@@ -112,6 +129,8 @@ class SimJob:
     execution: ExecutionEntry | None = None
     # When its limit timer is armed to wake (R12: the heartbeat), if it is.
     alarm: float | None = None
+    # R15: when its retry timer is armed to wake (in "backoff").
+    retry_alarm: float | None = None
 
     @property
     def phase(self) -> str:
@@ -157,16 +176,18 @@ class SimJobRunner:
         *,
         draining: bool,
         heartbeat_seconds: float | None = None,
+        retry: RetryRule | None = None,
     ) -> None:
         """Register the job of a row just admitted (its slot is reserved). The
         simulated envelopes carry no deadline and no budget; some carry a
-        heartbeat timeout (world.turn_heartbeat)."""
+        heartbeat timeout (world.turn_heartbeat), some a retry policy (R15)."""
         state = admitted(
             self.incarnation_id,
             deadline=None,
             budget_seconds=None,
             heartbeat_seconds=heartbeat_seconds,
             draining=draining,
+            retry=retry,
         )
         self.jobs[operation_id] = SimJob(operation_id, kind, attempt, state)
 
@@ -189,23 +210,45 @@ class SimJobRunner:
             return str(crash)
         return "; ".join(world.notes)
 
-    def finish(self, operation_id: str, succeeded: bool, now: float, write_fails: bool) -> str:
-        """The executor ended; the machine settles it (R7). ``write_fails``: the
-        settlement is not saved and the slot stays held."""
+    def finish(
+        self, operation_id: str, succeeded: bool, now: float, write_fails: bool, effect: str = ""
+    ) -> str:
+        """The executor ended; the machine settles it (R7), or, R15, ends the
+        execution and waits to retry it. ``effect``: what a failure declared
+        ("NONE", "APPLIED", "" nothing). ``write_fails``: its writes are not saved."""
         job = self.jobs[operation_id]
         assert job.execution is not None
         output = f"result:{operation_id}:#{job.execution.index}".encode()
         job.execution.outcome = "succeeded" if succeeded else "failed"
         job.execution.output = output if succeeded else b""
+        job.execution.effect = "" if succeeded else effect
+        job.execution.ended_at = now
         outcome = ReportedOutcome(
             succeeded=succeeded,
             output=output if succeeded else b"",
             error_reason="" if succeeded else "EXECUTOR_FAILED",
             error_message="" if succeeded else "the executor failed",
+            effect="" if succeeded else effect,
         )
         world = _World(now, write_fails=write_fails)
-        self._feed(job, ExecutorFinished(outcome, REASONS), world)
-        return "; ".join([f"executor ended {job.execution.outcome}", *world.notes])
+        self._feed(job, ExecutorFinished(outcome, REASONS, now=now), world)
+        ended = f"executor ended {job.execution.outcome}" + (f" effect {effect}" if effect else "")
+        return "; ".join([ended, *world.notes])
+
+    def retry(self, operation_id: str, now: float, *, until: str) -> str:
+        """R15: the retry wait is over; the next execution's launch intent, start and
+        confirmation, with ``launch``'s crash points (``until``)."""
+        assert until in LAUNCH_UNTIL, until
+        job = self.jobs[operation_id]
+        assert job.retry_alarm is not None and now >= job.retry_alarm
+        job.retry_alarm = None
+        world = _World(now, until=until, launching=True)
+        self.counters["retry:fired"] += 1
+        try:
+            self._feed(job, RetryTimerFired(now=now), world)
+        except CrashPoint as crash:
+            return str(crash)
+        return "; ".join(["retry", *world.notes])
 
     def lapse(self, operation_id: str, now: float) -> str:
         """R12: the executor never heartbeat; its alarm fires at ``now`` (past it).
@@ -221,18 +264,26 @@ class SimJobRunner:
 
     def cancel(self, job: SimJob, row: OperationRow, now: float, write_fails: bool) -> None:
         """A Cancel for this job, with its row as read in the same step (R6)."""
+        if job.state.phase is Phase.BACKOFF:
+            self.counters["retry:stopped_in_backoff"] += 1
         self._feed(job, CancelRequested(row), _World(now, write_fails=write_fails))
 
-    def drain(self) -> None:
-        """R8: every job is told; SHUTDOWN is recorded where no reason exists."""
+    def drain(self, now: float | None = None) -> None:
+        """R8: every job is told; SHUTDOWN is recorded where no reason exists. A job
+        waiting to retry settles now (R15): ``now`` is the settlement's time."""
         for job in list(self.jobs.values()):
-            self._feed(job, DrainStarted(), _World(None))
+            if job.state.phase is Phase.BACKOFF:
+                self.counters["retry:stopped_in_backoff"] += 1
+            self._feed(job, DrainStarted(), _World(now))
 
     def die(self) -> None:
         """The process dies: its executors with it (R10), nothing is settled."""
         for job in self.jobs.values():
+            if job.state.phase is Phase.BACKOFF:
+                self.counters["retry:died_in_backoff"] += 1
             if job.execution is not None and job.execution.outcome is None:
                 job.execution.outcome = "killed"
+                job.execution.ended_at = -1.0  # over: the process group died with it
 
     # --- the interpreter -------------------------------------------------------------
 
@@ -249,8 +300,27 @@ class SimJobRunner:
         match command:
             case NoteNotLaunched():
                 world.notes.append(f"not launched: {command.why}")
+            case WriteExecutionEnd():
+                change = EndExecution(
+                    self.incarnation_id, world.now or 0.0, command.error, command.started_at
+                )
+                if not self._write(op, change, world):
+                    world.notes.append("execution end NOT saved (slot held, no retry)")
+                    return ExecutionEndFailed()
+                self.counters["retry:execution_ended"] += 1
+                return ExecutionEndWritten()
+            case ArmRetryTimer():
+                job.retry_alarm = command.at
+                world.notes.append(f"retry wait until {command.at:g}")
             case WriteLaunchIntent():
-                if not self._write(op, LaunchIntent(self.incarnation_id), world):
+                intent: LaunchIntent | RetryIntent = (
+                    LaunchIntent(self.incarnation_id, world.now or 0.0)
+                    if command.number <= 1
+                    else RetryIntent(self.incarnation_id, world.now or 0.0, command.reason)
+                )
+                if command.number > 1:
+                    self.counters["retry:intent"] += 1
+                if not self._write(op, intent, world):
                     world.notes.append("not launched: launch intent NOT saved (slot held)")
                     return LaunchIntentFailed()
                 if world.until == "intent":
@@ -296,9 +366,19 @@ class SimJobRunner:
             world.notes.append("executor refused to start")
             return ExecutorStartFailed("start refused", may_have_started=False)
         assert world.now is not None
+        row = self.store.rows.get(op)
         job.execution = self.ledger.start(
-            op, self.name, self.incarnation_id, self.store.store_id, job.attempt, world.now
+            op,
+            self.name,
+            self.incarnation_id,
+            self.store.store_id,
+            job.attempt,
+            world.now,
+            number=job.state.execution_number,
+            intent_number=row.executions[-1].number if row is not None and row.executions else 0,
         )
+        if job.state.execution_number > 1:
+            self.counters["retry:executions"] += 1
         started = f"executor started (execution #{job.execution.index})"
         if world.until == "start":
             raise CrashPoint(f"{started}, not confirmed")
@@ -316,6 +396,7 @@ class SimJobRunner:
             result=decision.result,
             error=decision.error,
             started_at=command.started_at,
+            current_execution=command.current_execution,
         )
         if not self._write(job.operation_id, change, world):
             world.notes.append(f"settled {decision.state} NOT SAVED (slot held)")

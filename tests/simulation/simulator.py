@@ -18,7 +18,11 @@ absent):
                                requests only with ``duplicate_requests``)
     launch <op>@<runner> <until>   the launch (R3); ``intent`` / ``start``:
                                the runner crashes after that step and restarts
-    finish <op>@<runner> ok|failed [unsaved]   the executor ends (R7)
+    finish <op>@<runner> ok|failed|failed-none|failed-applied [unsaved]
+                               the executor ends (R7), a failure declaring no
+                               effect or one (R15: NONE may be retried)
+    retry <op>@<runner> <until>   a retry's wait is over: its next execution
+                               launches (R15), with launch's crash points
     lapse <op>@<runner>        its heartbeat timeout passed with no heartbeat (R12):
                                the runner records HEARTBEAT and stops it
     restart <runner> kept|wiped|restored:<k>   crash + restart (§6)
@@ -415,12 +419,12 @@ class Simulator:
         if kind == "dup":
             self.coverage["duplicated"] += 1
             return f"copy m{self.network.duplicate(int(words[1][1:])).id}"
-        if kind in ("launch", "finish", "watch", "lapse"):
+        if kind in ("launch", "finish", "watch", "lapse", "retry"):
             return self._runner_step(kind, words, replica)
         if kind == "restart":
             return self._restart(self.runners[words[1]], words[2])
         if kind == "drain":
-            self.runners[words[1]].drain()
+            self.runners[words[1]].drain(self.now)
             self.coverage["runner_drain"] += 1
             return f"{words[1]} draining"
         if kind == "crash":
@@ -442,14 +446,21 @@ class Simulator:
     def _runner_step(self, kind: str, words: list[str], replica: str) -> str:
         op, _, name = words[1].partition("@")
         runner = self.runners[name]
-        if kind == "launch":
-            result = runner.launch(op, self.now, until=words[2])
+        if kind in ("launch", "retry"):
+            result = (
+                runner.launch(op, self.now, until=words[2])
+                if kind == "launch"
+                else runner.retry(op, self.now, until=words[2])
+            )
             if words[2] in ("intent", "start") and result.startswith(("launch", "executor st")):
-                self.coverage[f"crash_after_{words[2]}"] += 1
+                where = words[2] if kind == "launch" else f"retry_{words[2]}"
+                self.coverage[f"crash_after_{where}"] += 1
                 result += "; " + self._restart(runner, "kept" if runner.durable else "wiped")
             return result
         if kind == "finish":
-            return runner.finish(op, words[2] == "ok", self.now, "unsaved" in words)
+            effect = {"failed-none": "NONE", "failed-applied": "APPLIED"}.get(words[2], "")
+            self.coverage[f"finish:{words[2]}"] += 1
+            return runner.finish(op, words[2] == "ok", self.now, "unsaved" in words, effect)
         if kind == "lapse":
             self.coverage["heartbeat_lapsed"] += 1
             return runner.lapse(op, self.now)

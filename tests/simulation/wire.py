@@ -31,6 +31,7 @@ from coordinator_svc.core.model import Execution, StopReason
 from coordinator_svc.core.runner_view import RunnerOp, RunnerOpState
 from coordinator_svc.core.witness import StoreOpen
 from runner_svc.core.model import OperationRow
+from runner_svc.storage import executions_json
 from tests.simulation.sim_runner import (
     CancelReply,
     DispatchReply,
@@ -81,6 +82,9 @@ def runner_op(row: OperationRow) -> RunnerOp:
         error_reason=row.error.reason if row.error is not None else "",
         error_message=row.error.message if row.error is not None else "",
         released=row.released,
+        # R15: the records as the wire carries them (the core only compares bytes).
+        executions=(executions_json.dumps(row.executions) or "").encode() or None,
+        execution_count=len(row.executions),
     )
 
 

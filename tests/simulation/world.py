@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from turnwire.ids import dispatch_stamp
+from turnwire.retry_policy import RetryRule
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -40,6 +41,13 @@ class ExecutionEntry:
     # None while running; "succeeded" / "failed" / "killed" once over.
     outcome: str | None = None
     output: bytes = b""
+    # R15: its number within its job (1, then each retry), what a failure
+    # declared ("NONE", "APPLIED"; "" nothing), when it ended, and the number of
+    # the row's latest execution record when it started (its own launch intent).
+    number: int = 1
+    effect: str = ""
+    ended_at: float | None = None
+    intent_number: int = 0
 
 
 @dataclass
@@ -58,9 +66,20 @@ class Ledger:
         store_id: str,
         attempt: int,
         now: float,
+        *,
+        number: int = 1,
+        intent_number: int = 0,
     ) -> ExecutionEntry:
         entry = ExecutionEntry(
-            len(self.entries), operation_id, runner, incarnation_id, store_id, attempt, now
+            len(self.entries),
+            operation_id,
+            runner,
+            incarnation_id,
+            store_id,
+            attempt,
+            now,
+            number=number,
+            intent_number=intent_number,
         )
         self.entries.append(entry)
         return entry
@@ -107,6 +126,15 @@ def turn_executor(operation_id: str) -> str:
 def turn_heartbeat(operation_id: str) -> float | None:
     """The heartbeat timeout of a simulated turn: every even one has one."""
     return HEARTBEAT_SECONDS if _number(operation_id) % 2 == 0 else None
+
+
+def turn_retry(operation_id: str) -> RetryRule | None:
+    """R15: the retry policy of a simulated turn: every fourth one (op1, op5, ...)
+    may run its executor twice more after a failure that declared effect NONE."""
+    return RETRY_RULE if _number(operation_id) % 4 == 1 else None
+
+
+RETRY_RULE = RetryRule(max_retries=2, initial_backoff=1.0, max_backoff=4.0, multiplier=2.0)
 
 
 def served_executors(runner: str) -> frozenset[str]:

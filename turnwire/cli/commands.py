@@ -27,6 +27,7 @@ from turnwire.cli.options import (
     parse_pairs,
     positive_float,
 )
+from turnwire.cli.retry_flags import add_retry_flags, retry_from_args
 from turnwire.cli.streaming import StreamResume, print_stream
 from turnwire.client import (
     InputItem,
@@ -139,6 +140,7 @@ def configure_submit(parser: argparse.ArgumentParser) -> None:
         "safe means the turn may run more than once)",
     )
     parser.add_argument("--max-attempts", type=non_negative_int, default=0, metavar="N")
+    add_retry_flags(parser)
     parser.add_argument("--budget-ms", type=non_negative_int, default=0, metavar="MS")
     parser.add_argument(
         "--deadline", type=positive_float, metavar="SECONDS", help="finish within SECONDS from now"
@@ -177,6 +179,7 @@ def turn_from_args(args: argparse.Namespace, stdin: IO[bytes] | None) -> Turn:
         budget_ms=args.budget_ms,
         replay_policy=args.policy,
         max_attempts=args.max_attempts,
+        retry=retry_from_args(args),
     )
 
 

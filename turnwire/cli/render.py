@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from turnwire.cli.render_executions import execution_rows, executions_json
 from turnwire.client import (
     Execution,
     Operation,
@@ -117,6 +118,7 @@ def operation_fields(operation: Operation) -> list[tuple[str, str]]:
         ("state", operation.state.value),
         ("execution", _execution_note(operation)),
         ("attempts", _attempts(operation)),
+        *execution_rows(operation),
         ("runner", _runner(operation)),
         ("pool", operation.pool or None),
         (
@@ -257,6 +259,7 @@ def operation_json(operation: Operation) -> dict[str, Any]:
         "verdict": verdict_json(operation.verdict),
         "requeued_from": operation.requeued_from,
         "requeued_as": operation.requeued_as,
+        **executions_json(operation),
     }
 
 

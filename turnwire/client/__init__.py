@@ -82,6 +82,7 @@ from turnwire.client.admin_values import (
     VerdictRecorded,
 )
 from turnwire.client.aio import AsyncTurnwireClient
+from turnwire.client.executions import ExecutionOutcome, ExecutionRecord, TurnRetry
 from turnwire.client.failures import (
     CheckConnectionSettings,
     CheckCredentials,
@@ -130,6 +131,8 @@ __all__ = [
     "ConnectionSettings",
     "EvidencePage",
     "Execution",
+    "ExecutionOutcome",
+    "ExecutionRecord",
     "FileRef",
     "FixTheRequest",
     "InputItem",
@@ -163,6 +166,7 @@ __all__ = [
     "TurnFields",
     "TurnKind",
     "TurnResult",
+    "TurnRetry",
     "TurnwireClient",
     "TurnwireError",
     "UseANewIdempotencyKey",

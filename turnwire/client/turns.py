@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import TypedDict
 
+from turnwire.client.executions import TurnRetry
 from turnwire.client.values import ReplayPolicy, TurnKind
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2
@@ -75,6 +76,7 @@ class TurnFields(TypedDict, total=False):
     replay_policy: ReplayPolicy | str
     max_attempts: int
     executor: str
+    retry: TurnRetry | None
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,9 @@ class Turn:
     replay_policy: ReplayPolicy = ReplayPolicy.PROBE_FIRST
     max_attempts: int = 0
     executor: str = ""
+    # R15: the runner may run the executor again after a failure that declared
+    # effect NONE; None: one execution, never retried.
+    retry: TurnRetry | None = None
 
     @classmethod
     def build(
@@ -113,6 +118,7 @@ class Turn:
         replay_policy: ReplayPolicy | str = ReplayPolicy.PROBE_FIRST,
         max_attempts: int = 0,
         executor: str = "",
+        retry: TurnRetry | None = None,
     ) -> Turn:
         """A Turn from plain values; ``parameters`` are the model's parameters."""
         if isinstance(model, ModelRef):
@@ -133,6 +139,7 @@ class Turn:
             replay_policy=ReplayPolicy(_enum_name(replay_policy)),
             max_attempts=max_attempts,
             executor=executor,
+            retry=retry,
         )
 
     def to_proto(self) -> coordinator_pb2.Turn:
@@ -168,6 +175,8 @@ class Turn:
             max_attempts=self.max_attempts,
             executor=self.executor,
         )
+        if self.retry is not None:
+            message.retry_policy.CopyFrom(self.retry.to_proto())
         if self.budget_ms:
             message.limits.budget_ms = self.budget_ms
         if self.deadline is not None:

@@ -18,6 +18,7 @@ from typing import TypeVar
 from google.protobuf import descriptor, timestamp_pb2
 
 from turnwire import vocabulary
+from turnwire.client.executions import ExecutionRecord, TurnRetry
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2
 from turnwire.wire_values import utc_datetime
@@ -180,6 +181,13 @@ class Operation:
     # Requeue links (AdminService.RequeueOperation): made from / requeued as.
     requeued_from: str = ""
     requeued_as: str = ""
+    # R15: how many executions of the executor ran (each may have been billed),
+    # each one's record, the one whose outcome is the result (0: none), and
+    # the retry policy the turn was submitted with (None: no retries).
+    execution_count: int = 0
+    executions: tuple[ExecutionRecord, ...] = ()
+    result_execution: int = 0
+    retry: TurnRetry | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -226,6 +234,14 @@ class Operation:
             ),
             requeued_from=message.requeued_from,
             requeued_as=message.requeued_as,
+            execution_count=message.execution_count,
+            executions=tuple(ExecutionRecord.from_proto(e) for e in message.executions),
+            result_execution=message.result_execution,
+            retry=(
+                TurnRetry.from_proto(message.retry_policy)
+                if message.HasField("retry_policy")
+                else None
+            ),
         )
 
 

@@ -105,8 +105,11 @@ class TurnContext:
 
     ``operation_id`` is the same on every attempt of the turn: pass it downstream
     as the idempotency key (an ``Idempotency-Key`` header, a request id), so a
-    provider that supports one never acts twice for this turn. ``attempt`` counts
-    the coordinator's Dispatch attempts (1 for the first).
+    provider that supports one never acts twice for this turn. ``attempt`` is
+    this execution's number: 1 for the first, 2, 3, ... when the runner retries
+    a failure you declared had no effect (``RetryableNoEffect``, PROTOCOL.md R15).
+    (Before R15 it counted the coordinator's Dispatch attempts; a turn runs at
+    most once per row, so without a retry policy it is 1.)
     """
 
     def __init__(self, turn: Turn, channel: TurnChannel) -> None:

@@ -127,7 +127,7 @@ def figures_of(run: RunRecord, *, healed: bool = True) -> Figures:
         by_terminal_state=dict(sorted(terminal.items())),
         non_terminal=len(histories) - sum(terminal.values()),
         executions=run.ledger_lines,
-        duplicates=sum(max(len(h.ledger) - 1, 0) for h in histories),
+        duplicates=sum(max(len(inv.first_executions(h)) - 1, 0) for h in histories),
         lost=sum(inv.is_lost(h, healed=healed) for h in histories),
         replays=sum(inv.is_replay(h, a) for h in histories for a in h.attempts),
         reconciled_without_resend=sum(_reconciles(h) for h in histories),

@@ -50,16 +50,26 @@ def execution_limit(history: OperationHistory) -> int:
 # --- 1. at most one execution start per operation ------------------------------
 
 
+def first_executions(history: OperationHistory) -> list[LedgerEntry]:
+    """The ledger's starts of a row's first execution. A retry inside the row
+    (PROTOCOL.md R15, after a failure declared effect NONE) is the same attempt's
+    execution 2, 3, ... on the incarnation that ran the first: not another start."""
+    firsts = {(e.incarnation_id, e.attempt) for e in history.ledger if e.execution <= 1}
+    return [
+        e for e in history.ledger if e.execution <= 1 or (e.incarnation_id, e.attempt) not in firsts
+    ]
+
+
 def at_most_one_start(history: OperationHistory) -> list[Violation]:
     oid = history.operation_id
     found: list[Violation] = []
-    starts = len(history.ledger)
+    starts = len(first_executions(history))
     limit = execution_limit(history)
     if starts > limit:
         allowed = f"SAFE, max_attempts={limit}" if limit > 1 else "at most 1"
         found.append(Violation(1, oid, f"{starts} executor starts in the ledger ({allowed})"))
     # Even SAFE allows one start per attempt: the same attempt twice is a duplicate.
-    per_attempt = Counter((e.incarnation_id, e.attempt) for e in history.ledger)
+    per_attempt = Counter((e.incarnation_id, e.attempt) for e in first_executions(history))
     for (incarnation, attempt), count in sorted(per_attempt.items()):
         if count > 1 and limit > 1:
             found.append(

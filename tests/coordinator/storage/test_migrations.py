@@ -274,6 +274,10 @@ def test_sqlite_connections_use_the_durable_settings(tmp_path: Path) -> None:
     }
 
 
+# Record fields a later revision added (R15): a journal at 0003 has no such column.
+_ADDED_BY_0008 = frozenset({"executions", "execution_count"})
+
+
 def test_upgrading_to_the_envelope_table_keeps_every_envelope_and_back(empty_url: str) -> None:
     """0004 moves envelopes out of the operations row (issue 12): a journal written
     at 0003 reads back every record unchanged after the upgrade, and after a
@@ -291,6 +295,7 @@ def test_upgrading_to_the_envelope_table_keeps_every_envelope_and_back(empty_url
                 row = {
                     f.name: getattr(getattr(record, f.name), "value", getattr(record, f.name))
                     for f in dataclasses.fields(record)
+                    if f.name not in _ADDED_BY_0008  # not columns at 0003
                 }
                 columns = ", ".join(row)
                 values = ", ".join(f":{name}" for name in row)
@@ -328,3 +333,49 @@ def _columns(url: str, table: str) -> list[dict[str, object]]:
         return list(sa.inspect(engine).get_columns(table))  # type: ignore[arg-type]
     finally:
         engine.dispose()
+
+
+@pytest.mark.rule("R15")
+def test_the_executions_revision_upgrades_a_journal_and_old_operations_read_no_records(
+    empty_url: str,
+) -> None:
+    """0008 (R15) adds ``executions`` and ``execution_count`` to operations: a journal
+    written at 0007 upgrades in place (its guards still refuse rewriting a terminal
+    state), its operations read back with no records and count 0, and a terminal
+    commit can then store a runner's records; the downgrade drops both columns."""
+    config = alembic_config(empty_url)
+    command.upgrade(config, "0007_runner_membership")
+    record = dataclasses.replace(new_operation(7), version=1)
+    engine = sa.create_engine(empty_url)
+    try:
+        with engine.begin() as connection:
+            row = {
+                f.name: getattr(getattr(record, f.name), "value", getattr(record, f.name))
+                for f in dataclasses.fields(record)
+                if f.name not in _ADDED_BY_0008 and f.name != "envelope"
+            }
+            columns = ", ".join(row)
+            values = ", ".join(f":{name}" for name in row)
+            connection.execute(
+                sa.text(f"INSERT INTO operations ({columns}) VALUES ({values})"), row
+            )
+            connection.execute(
+                sa.text("INSERT INTO operation_envelopes (operation_id, envelope) VALUES (:o, :e)"),
+                {"o": record.operation_id, "e": record.envelope},
+            )
+    finally:
+        engine.dispose()
+    command.upgrade(config, "head")
+
+    async def read() -> OperationRecord | None:
+        journal = open_journal(empty_url)
+        try:
+            return await journal.get(record.operation_id)
+        finally:
+            await journal.close()
+
+    stored = asyncio.run(read())
+    assert stored == record
+    assert stored is not None and (stored.executions, stored.execution_count) == (None, 0)
+    command.downgrade(config, "0007_runner_membership")
+    assert not _ADDED_BY_0008 & {c["name"] for c in _columns(empty_url, "operations")}

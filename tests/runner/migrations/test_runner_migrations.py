@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from runner_svc.storage import migrate
+from runner_svc.storage import migrate, rows_sql
 from runner_svc.storage.sqlite_store import make_engine
 from tests.support.runner_process import run_cli
 
@@ -105,5 +106,41 @@ def test_the_declared_effects_revision_keeps_every_trigger_and_reads_old_rows_un
                 "SELECT error_effect, error_retry_after, output_chunks FROM runner_operations"
             ).one()
             assert tuple(row) == (None, None, 0)
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.rule("R15")
+def test_the_executions_revision_upgrades_a_store_in_place_and_old_rows_read_no_records(
+    tmp_path: Path,
+) -> None:
+    """r0007 (R15) adds ``executions`` in place: every trigger survives, a row written
+    at r0006 reads back through the store as no execution records, and the
+    downgrade drops the column again."""
+    path = tmp_path / "runner.db"
+    engine = make_engine(path)
+    try:
+        with engine.connect() as connection:
+            command.upgrade(migrate.alembic_config(connection), "r0006")
+            before = _triggers(connection)
+            connection.exec_driver_sql(
+                "INSERT INTO runner_operations (operation_id, state, execution, incarnation_id,"
+                " sequence, fencing_token, attempt, envelope_digest, released, error_reason)"
+                " VALUES ('op_old', 'FAILED', 'STARTED', 'i', 1, 1, 1, 'd', 0, 'EXECUTOR_FAILED')"
+            )
+            connection.commit()
+            migrate.upgrade_to_head(connection)
+            connection.commit()
+            assert before and _triggers(connection) == before
+            (stored,) = connection.exec_driver_sql("SELECT executions FROM runner_operations").one()
+            assert stored is None
+            row = connection.exec_driver_sql(
+                f"SELECT {', '.join(rows_sql.COLUMNS)} FROM runner_operations"
+            ).one()
+            assert rows_sql.to_row(tuple(row)).executions == ()
+            migrate.downgrade_to(connection, "r0006")
+            connection.commit()
+            columns = {c["name"] for c in sa.inspect(connection).get_columns("runner_operations")}
+            assert "executions" not in columns and _triggers(connection) == before
     finally:
         engine.dispose()

@@ -23,6 +23,7 @@ from runner_svc.core.model import (
     TurnFailure,
     TurnOutput,
 )
+from runner_svc.storage import executions_json
 
 
 def _row(values: Mapping[str, Any]) -> OperationRow:
@@ -54,6 +55,8 @@ def _row(values: Mapping[str, Any]) -> OperationRow:
         started_at=values["started_at"],
         settled_at=values["settled_at"],
         dispatch_stamp=int(values["dispatch_stamp"] or 0),
+        # R15's records: their JSON codec is the column's definition (r0007).
+        executions=executions_json.loads(values["executions"]),
     )
 
 

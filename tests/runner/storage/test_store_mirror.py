@@ -36,6 +36,7 @@ from runner_svc.core.transitions import (
     Tombstone,
 )
 from runner_svc.core.witness import digest_of
+from runner_svc.storage import executions_json
 from runner_svc.storage.mirror import StoreMirror
 from runner_svc.storage.sqlite_store import (
     SqliteRunnerStore,
@@ -307,6 +308,8 @@ def _old_values(row: OperationRow) -> dict[str, Any]:
         "started_at": row.started_at,
         "settled_at": row.settled_at,
         "dispatch_stamp": row.dispatch_stamp,
+        # r0007 (R15): the execution records, in their one JSON encoding.
+        "executions": executions_json.dumps(row.executions),
     }
 
 

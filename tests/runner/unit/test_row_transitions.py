@@ -7,22 +7,26 @@ from dataclasses import replace
 import pytest
 
 from runner_svc.core.model import (
+    DeclaredEffect,
     Execution,
     OperationRow,
     RowState,
     SlotKind,
     StopReason,
+    TurnFailure,
     TurnOutput,
 )
 from runner_svc.core.transitions import (
     SOURCES,
     Admit,
     ConfirmStart,
+    EndExecution,
     IllegalRowEvent,
     LaunchIntent,
     RaiseFencingToken,
     RecordStopReason,
     Release,
+    RetryIntent,
     Settle,
     TakeOver,
     Tombstone,
@@ -67,6 +71,12 @@ EVENTS = {
     "stop": RecordStopReason(StopReason.CANCEL),
     "raise_token": RaiseFencingToken(9),
     "release": Release(),
+    # R15: legal only on a row with executions (tests/runner/unit/test_retries.py);
+    # these rows have none, so both are refused everywhere here.
+    "end_execution": EndExecution(
+        OURS, 4.0, TurnFailure("EXECUTOR_FAILED", effect=DeclaredEffect.NONE)
+    ),
+    "retry_intent": RetryIntent(OURS, 5.0),
 }
 
 # (source state or None, event name, resulting state); every pair not listed is illegal.

@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dturnwire/common/v1/turn.proto\x12\x12turnwire.common.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9f\x01\n\x08ModelRef\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12@\n\nparameters\x18\x03 \x03(\x0b\x32,.turnwire.common.v1.ModelRef.ParametersEntry\x1a\x31\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xc1\x01\n\tInputItem\x12\x0f\n\x07item_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x14\n\x0c\x63ontent_type\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\x0c\x12=\n\x08metadata\x18\x05 \x03(\x0b\x32+.turnwire.common.v1.InputItem.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"N\n\x07\x46ileRef\x12\x0b\n\x03uri\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\x12\n\nmedia_type\x18\x04 \x01(\t\"\xb1\x01\n\x06Limits\x12,\n\x08\x64\x65\x61\x64line\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tbudget_ms\x18\x02 \x01(\x04\x12\x30\n\rqueue_timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11heartbeat_timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xa3\x01\n\nTurnResult\x12\x0e\n\x06output\x18\x01 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x02 \x01(\t\x12>\n\x08metadata\x18\x03 \x03(\x0b\x32,.turnwire.common.v1.TurnResult.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x90\x01\n\tTurnError\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x32\n\x06\x65\x66\x66\x65\x63t\x18\x03 \x01(\x0e\x32\".turnwire.common.v1.DeclaredEffect\x12.\n\x0bretry_after\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"q\n\x0bOutputChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x03 \x01(\t\x12.\n\nemitted_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"6\n\tOutputGap\x12\x14\n\x0c\x61\x66ter_offset\x18\x01 \x01(\x04\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x04*V\n\x08TurnKind\x12\x19\n\x15TURN_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12TURN_KIND_WRITABLE\x10\x01\x12\x17\n\x13TURN_KIND_READ_ONLY\x10\x02*\x87\x01\n\x0cReplayPolicy\x12\x1d\n\x19REPLAY_POLICY_UNSPECIFIED\x10\x00\x12\x1d\n\x19REPLAY_POLICY_PROBE_FIRST\x10\x01\x12!\n\x1dREPLAY_POLICY_NEVER_AUTOMATIC\x10\x02\x12\x16\n\x12REPLAY_POLICY_SAFE\x10\x03*o\n\tExecution\x12\x19\n\x15\x45XECUTION_UNSPECIFIED\x10\x00\x12\x19\n\x15\x45XECUTION_NOT_STARTED\x10\x01\x12\x15\n\x11\x45XECUTION_STARTED\x10\x02\x12\x15\n\x11\x45XECUTION_UNKNOWN\x10\x03*\xa8\x01\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12STOP_REASON_CANCEL\x10\x01\x12\x18\n\x14STOP_REASON_DEADLINE\x10\x02\x12\x16\n\x12STOP_REASON_BUDGET\x10\x03\x12\x18\n\x14STOP_REASON_SHUTDOWN\x10\x04\x12\x19\n\x15STOP_REASON_HEARTBEAT\x10\x05*h\n\x0e\x44\x65\x63laredEffect\x12\x1f\n\x1b\x44\x45\x43LARED_EFFECT_UNSPECIFIED\x10\x00\x12\x18\n\x14\x44\x45\x43LARED_EFFECT_NONE\x10\x01\x12\x1b\n\x17\x44\x45\x43LARED_EFFECT_APPLIED\x10\x02\x42\x9f\x01\n\x16\x64\x65v.turnwire.common.v1B\tTurnProtoP\x01Z7turnwire.dev/clients/go/gen/turnwire/common/v1;commonv1\xaa\x02\x12Turnwire.Common.V1\xca\x02\x12Turnwire\\Common\\V1\xea\x02\x14Turnwire::Common::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dturnwire/common/v1/turn.proto\x12\x12turnwire.common.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9f\x01\n\x08ModelRef\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12@\n\nparameters\x18\x03 \x03(\x0b\x32,.turnwire.common.v1.ModelRef.ParametersEntry\x1a\x31\n\x0fParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xc1\x01\n\tInputItem\x12\x0f\n\x07item_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x14\n\x0c\x63ontent_type\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\x0c\x12=\n\x08metadata\x18\x05 \x03(\x0b\x32+.turnwire.common.v1.InputItem.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"N\n\x07\x46ileRef\x12\x0b\n\x03uri\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\x12\n\nmedia_type\x18\x04 \x01(\t\"\xb1\x01\n\x06Limits\x12,\n\x08\x64\x65\x61\x64line\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tbudget_ms\x18\x02 \x01(\x04\x12\x30\n\rqueue_timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11heartbeat_timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xa3\x01\n\nTurnResult\x12\x0e\n\x06output\x18\x01 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x02 \x01(\t\x12>\n\x08metadata\x18\x03 \x03(\x0b\x32,.turnwire.common.v1.TurnResult.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x90\x01\n\tTurnError\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x32\n\x06\x65\x66\x66\x65\x63t\x18\x03 \x01(\x0e\x32\".turnwire.common.v1.DeclaredEffect\x12.\n\x0bretry_after\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xa2\x01\n\x0bRetryPolicy\x12\x13\n\x0bmax_retries\x18\x01 \x01(\r\x12\x32\n\x0finitial_backoff\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x0bmax_backoff\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1a\n\x12\x62\x61\x63koff_multiplier\x18\x04 \x01(\x01\"\xb4\x03\n\x0f\x45xecutionRecord\x12\x0e\n\x06number\x18\x01 \x01(\r\x12\x30\n\texecution\x18\x02 \x01(\x0e\x32\x1d.turnwire.common.v1.Execution\x12\x35\n\x07outcome\x18\x03 \x01(\x0e\x32$.turnwire.common.v1.ExecutionOutcome\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x32\n\x06\x65\x66\x66\x65\x63t\x18\x06 \x01(\x0e\x32\".turnwire.common.v1.DeclaredEffect\x12.\n\x0bretry_after\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0blaunched_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nded_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cretry_reason\x18\x0b \x01(\t\"G\n\x0c\x45xecutionLog\x12\x37\n\nexecutions\x18\x01 \x03(\x0b\x32#.turnwire.common.v1.ExecutionRecord\"q\n\x0bOutputChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x03 \x01(\t\x12.\n\nemitted_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"6\n\tOutputGap\x12\x14\n\x0c\x61\x66ter_offset\x18\x01 \x01(\x04\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x04*V\n\x08TurnKind\x12\x19\n\x15TURN_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12TURN_KIND_WRITABLE\x10\x01\x12\x17\n\x13TURN_KIND_READ_ONLY\x10\x02*\x87\x01\n\x0cReplayPolicy\x12\x1d\n\x19REPLAY_POLICY_UNSPECIFIED\x10\x00\x12\x1d\n\x19REPLAY_POLICY_PROBE_FIRST\x10\x01\x12!\n\x1dREPLAY_POLICY_NEVER_AUTOMATIC\x10\x02\x12\x16\n\x12REPLAY_POLICY_SAFE\x10\x03*o\n\tExecution\x12\x19\n\x15\x45XECUTION_UNSPECIFIED\x10\x00\x12\x19\n\x15\x45XECUTION_NOT_STARTED\x10\x01\x12\x15\n\x11\x45XECUTION_STARTED\x10\x02\x12\x15\n\x11\x45XECUTION_UNKNOWN\x10\x03*\xa8\x01\n\nStopReason\x12\x1b\n\x17STOP_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12STOP_REASON_CANCEL\x10\x01\x12\x18\n\x14STOP_REASON_DEADLINE\x10\x02\x12\x16\n\x12STOP_REASON_BUDGET\x10\x03\x12\x18\n\x14STOP_REASON_SHUTDOWN\x10\x04\x12\x19\n\x15STOP_REASON_HEARTBEAT\x10\x05*h\n\x0e\x44\x65\x63laredEffect\x12\x1f\n\x1b\x44\x45\x43LARED_EFFECT_UNSPECIFIED\x10\x00\x12\x18\n\x14\x44\x45\x43LARED_EFFECT_NONE\x10\x01\x12\x1b\n\x17\x44\x45\x43LARED_EFFECT_APPLIED\x10\x02*\xb6\x01\n\x10\x45xecutionOutcome\x12!\n\x1d\x45XECUTION_OUTCOME_UNSPECIFIED\x10\x00\x12\x1f\n\x1b\x45XECUTION_OUTCOME_SUCCEEDED\x10\x01\x12\x1c\n\x18\x45XECUTION_OUTCOME_FAILED\x10\x02\x12\x1f\n\x1b\x45XECUTION_OUTCOME_CANCELLED\x10\x03\x12\x1f\n\x1b\x45XECUTION_OUTCOME_TIMED_OUT\x10\x04\x42\x9f\x01\n\x16\x64\x65v.turnwire.common.v1B\tTurnProtoP\x01Z7turnwire.dev/clients/go/gen/turnwire/common/v1;commonv1\xaa\x02\x12Turnwire.Common.V1\xca\x02\x12Turnwire\\Common\\V1\xea\x02\x14Turnwire::Common::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,16 +40,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INPUTITEM_METADATAENTRY']._serialized_options = b'8\001'
   _globals['_TURNRESULT_METADATAENTRY']._loaded_options = None
   _globals['_TURNRESULT_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_TURNKIND']._serialized_start=1220
-  _globals['_TURNKIND']._serialized_end=1306
-  _globals['_REPLAYPOLICY']._serialized_start=1309
-  _globals['_REPLAYPOLICY']._serialized_end=1444
-  _globals['_EXECUTION']._serialized_start=1446
-  _globals['_EXECUTION']._serialized_end=1557
-  _globals['_STOPREASON']._serialized_start=1560
-  _globals['_STOPREASON']._serialized_end=1728
-  _globals['_DECLAREDEFFECT']._serialized_start=1730
-  _globals['_DECLAREDEFFECT']._serialized_end=1834
+  _globals['_TURNKIND']._serialized_start=1897
+  _globals['_TURNKIND']._serialized_end=1983
+  _globals['_REPLAYPOLICY']._serialized_start=1986
+  _globals['_REPLAYPOLICY']._serialized_end=2121
+  _globals['_EXECUTION']._serialized_start=2123
+  _globals['_EXECUTION']._serialized_end=2234
+  _globals['_STOPREASON']._serialized_start=2237
+  _globals['_STOPREASON']._serialized_end=2405
+  _globals['_DECLAREDEFFECT']._serialized_start=2407
+  _globals['_DECLAREDEFFECT']._serialized_end=2511
+  _globals['_EXECUTIONOUTCOME']._serialized_start=2514
+  _globals['_EXECUTIONOUTCOME']._serialized_end=2696
   _globals['_MODELREF']._serialized_start=119
   _globals['_MODELREF']._serialized_end=278
   _globals['_MODELREF_PARAMETERSENTRY']._serialized_start=229
@@ -68,8 +70,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TURNRESULT_METADATAENTRY']._serialized_end=474
   _globals['_TURNERROR']._serialized_start=903
   _globals['_TURNERROR']._serialized_end=1047
-  _globals['_OUTPUTCHUNK']._serialized_start=1049
-  _globals['_OUTPUTCHUNK']._serialized_end=1162
-  _globals['_OUTPUTGAP']._serialized_start=1164
-  _globals['_OUTPUTGAP']._serialized_end=1218
+  _globals['_RETRYPOLICY']._serialized_start=1050
+  _globals['_RETRYPOLICY']._serialized_end=1212
+  _globals['_EXECUTIONRECORD']._serialized_start=1215
+  _globals['_EXECUTIONRECORD']._serialized_end=1651
+  _globals['_EXECUTIONLOG']._serialized_start=1653
+  _globals['_EXECUTIONLOG']._serialized_end=1724
+  _globals['_OUTPUTCHUNK']._serialized_start=1726
+  _globals['_OUTPUTCHUNK']._serialized_end=1839
+  _globals['_OUTPUTGAP']._serialized_start=1841
+  _globals['_OUTPUTGAP']._serialized_end=1895
 # @@protoc_insertion_point(module_scope)

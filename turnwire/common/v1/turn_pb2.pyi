@@ -172,6 +172,30 @@ DECLARED_EFFECT_APPLIED: DeclaredEffect.ValueType  # 2
 """
 Global___DeclaredEffect: _TypeAlias = DeclaredEffect  # noqa: Y015
 
+class _ExecutionOutcome:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ExecutionOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ExecutionOutcome.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EXECUTION_OUTCOME_UNSPECIFIED: _ExecutionOutcome.ValueType  # 0
+    """Not ended yet (running, or its runner ended before it did)."""
+    EXECUTION_OUTCOME_SUCCEEDED: _ExecutionOutcome.ValueType  # 1
+    EXECUTION_OUTCOME_FAILED: _ExecutionOutcome.ValueType  # 2
+    EXECUTION_OUTCOME_CANCELLED: _ExecutionOutcome.ValueType  # 3
+    EXECUTION_OUTCOME_TIMED_OUT: _ExecutionOutcome.ValueType  # 4
+
+class ExecutionOutcome(_ExecutionOutcome, metaclass=_ExecutionOutcomeEnumTypeWrapper):
+    """How one execution of a turn ended (PROTOCOL.md R15)."""
+
+EXECUTION_OUTCOME_UNSPECIFIED: ExecutionOutcome.ValueType  # 0
+"""Not ended yet (running, or its runner ended before it did)."""
+EXECUTION_OUTCOME_SUCCEEDED: ExecutionOutcome.ValueType  # 1
+EXECUTION_OUTCOME_FAILED: ExecutionOutcome.ValueType  # 2
+EXECUTION_OUTCOME_CANCELLED: ExecutionOutcome.ValueType  # 3
+EXECUTION_OUTCOME_TIMED_OUT: ExecutionOutcome.ValueType  # 4
+Global___ExecutionOutcome: _TypeAlias = ExecutionOutcome  # noqa: Y015
+
 @_typing.final
 class ModelRef(_message.Message):
     """Which model serves the turn, and its parameters. Built-in executors read
@@ -441,6 +465,151 @@ class TurnError(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TurnError: _TypeAlias = TurnError  # noqa: Y015
+
+@_typing.final
+class RetryPolicy(_message.Message):
+    """How the runner may run a turn's executor again after a failure that
+    declared no effect downstream (PROTOCOL.md R15). Unset, or max_retries 0:
+    one execution, never retried. Only a failed execution whose executor
+    declared effect NONE is retried; an APPLIED or undeclared failure, a
+    timeout, a stop or a success is final. Retries happen on the runner that
+    holds the turn, under the same operation_id, one execution at a time.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_RETRIES_FIELD_NUMBER: _builtins.int
+    INITIAL_BACKOFF_FIELD_NUMBER: _builtins.int
+    MAX_BACKOFF_FIELD_NUMBER: _builtins.int
+    BACKOFF_MULTIPLIER_FIELD_NUMBER: _builtins.int
+    max_retries: _builtins.int
+    """How many executions may follow the first: 0..10."""
+    backoff_multiplier: _builtins.float
+    """Each wait is the previous one times this (capped at max_backoff); 0 means
+    2.0. At least 1.0, at most 10.0.
+    """
+    @_builtins.property
+    def initial_backoff(self) -> _duration_pb2.Duration:
+        """The wait before the first retry; unset means 1 s. At least 0."""
+
+    @_builtins.property
+    def max_backoff(self) -> _duration_pb2.Duration:
+        """The longest wait between executions; unset means 60 s. At least
+        initial_backoff.
+        """
+
+    def __init__(
+        self,
+        *,
+        max_retries: _builtins.int = ...,
+        initial_backoff: _duration_pb2.Duration | None = ...,
+        max_backoff: _duration_pb2.Duration | None = ...,
+        backoff_multiplier: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["initial_backoff", b"initial_backoff", "max_backoff", b"max_backoff"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backoff_multiplier", b"backoff_multiplier", "initial_backoff", b"initial_backoff", "max_backoff", b"max_backoff", "max_retries", b"max_retries"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RetryPolicy: _TypeAlias = RetryPolicy  # noqa: Y015
+
+@_typing.final
+class ExecutionRecord(_message.Message):
+    """One execution of a turn's executor, as the runner recorded it (R15). A turn
+    without a retry policy has at most one; each retry adds one, numbered 1, 2,
+    3, ... in order; they never overlap.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NUMBER_FIELD_NUMBER: _builtins.int
+    EXECUTION_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    EFFECT_FIELD_NUMBER: _builtins.int
+    RETRY_AFTER_FIELD_NUMBER: _builtins.int
+    LAUNCHED_AT_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    ENDED_AT_FIELD_NUMBER: _builtins.int
+    RETRY_REASON_FIELD_NUMBER: _builtins.int
+    number: _builtins.int
+    """1 for the first execution; ctx.attempt inside the executor."""
+    execution: Global___Execution.ValueType
+    """Did this execution's executor start (R3, per execution): STARTED once
+    confirmed, UNKNOWN with a launch intent alone (the runner ended first).
+    """
+    outcome: Global___ExecutionOutcome.ValueType
+    reason: _builtins.str
+    """The ErrorReason of a failed execution (EXECUTOR_FAILED, ...), empty else."""
+    message: _builtins.str
+    effect: Global___DeclaredEffect.ValueType
+    """What the failed execution's executor declared (R7): a retry follows
+    only NONE.
+    """
+    retry_reason: _builtins.str
+    """Set on a retry: why the runner ran this execution ("execution 1 failed
+    EXECUTOR_FAILED, effect NONE; waited 1.0 s").
+    """
+    @_builtins.property
+    def retry_after(self) -> _duration_pb2.Duration:
+        """With effect NONE: the executor's retry hint, when it gave one."""
+
+    @_builtins.property
+    def launched_at(self) -> _timestamp_pb2.Timestamp:
+        """When the launch intent was written, the executor started, it ended."""
+
+    @_builtins.property
+    def started_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def ended_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        number: _builtins.int = ...,
+        execution: Global___Execution.ValueType = ...,
+        outcome: Global___ExecutionOutcome.ValueType = ...,
+        reason: _builtins.str = ...,
+        message: _builtins.str = ...,
+        effect: Global___DeclaredEffect.ValueType = ...,
+        retry_after: _duration_pb2.Duration | None = ...,
+        launched_at: _timestamp_pb2.Timestamp | None = ...,
+        started_at: _timestamp_pb2.Timestamp | None = ...,
+        ended_at: _timestamp_pb2.Timestamp | None = ...,
+        retry_reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ended_at", b"ended_at", "launched_at", b"launched_at", "retry_after", b"retry_after", "started_at", b"started_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["effect", b"effect", "ended_at", b"ended_at", "execution", b"execution", "launched_at", b"launched_at", "message", b"message", "number", b"number", "outcome", b"outcome", "reason", b"reason", "retry_after", b"retry_after", "retry_reason", b"retry_reason", "started_at", b"started_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecutionRecord: _TypeAlias = ExecutionRecord  # noqa: Y015
+
+@_typing.final
+class ExecutionLog(_message.Message):
+    """Every execution of one turn, oldest first: what the runner row and the
+    coordinator's journal keep (serialized) for R15.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def executions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExecutionRecord]: ...
+    def __init__(
+        self,
+        *,
+        executions: _abc.Iterable[Global___ExecutionRecord] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executions", b"executions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecutionLog: _TypeAlias = ExecutionLog  # noqa: Y015
 
 @_typing.final
 class OutputChunk(_message.Message):

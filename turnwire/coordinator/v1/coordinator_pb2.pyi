@@ -117,6 +117,7 @@ class Turn(_message.Message):
     REPLAY_POLICY_FIELD_NUMBER: _builtins.int
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     EXECUTOR_FIELD_NUMBER: _builtins.int
+    RETRY_POLICY_FIELD_NUMBER: _builtins.int
     pool: _builtins.str
     """The runner pool to route to; empty means "default"."""
     kind: _turn_pb2.TurnKind.ValueType
@@ -139,6 +140,13 @@ class Turn(_message.Message):
     def item_metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
     def limits(self) -> _turn_pb2.Limits: ...
+    @_builtins.property
+    def retry_policy(self) -> _turn_pb2.RetryPolicy:
+        """Whether the runner may run the executor again after a failure that
+        declared no effect (PROTOCOL.md R15). Unset: one execution, no retry.
+        Copied into the envelope.
+        """
+
     def __init__(
         self,
         *,
@@ -152,10 +160,11 @@ class Turn(_message.Message):
         replay_policy: _turn_pb2.ReplayPolicy.ValueType = ...,
         max_attempts: _builtins.int = ...,
         executor: _builtins.str = ...,
+        retry_policy: _turn_pb2.RetryPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "model", b"model"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "model", b"model", "retry_policy", b"retry_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor", b"executor", "files", b"files", "input_items", b"input_items", "item_metadata", b"item_metadata", "kind", b"kind", "limits", b"limits", "max_attempts", b"max_attempts", "model", b"model", "pool", b"pool", "replay_policy", b"replay_policy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor", b"executor", "files", b"files", "input_items", b"input_items", "item_metadata", b"item_metadata", "kind", b"kind", "limits", b"limits", "max_attempts", b"max_attempts", "model", b"model", "pool", b"pool", "replay_policy", b"replay_policy", "retry_policy", b"retry_policy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -189,6 +198,10 @@ class Operation(_message.Message):
     VERDICT_FIELD_NUMBER: _builtins.int
     REQUEUED_FROM_FIELD_NUMBER: _builtins.int
     REQUEUED_AS_FIELD_NUMBER: _builtins.int
+    EXECUTION_COUNT_FIELD_NUMBER: _builtins.int
+    EXECUTIONS_FIELD_NUMBER: _builtins.int
+    RESULT_EXECUTION_FIELD_NUMBER: _builtins.int
+    RETRY_POLICY_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     state: Global___OperationState.ValueType
     execution: _turn_pb2.Execution.ValueType
@@ -224,6 +237,15 @@ class Operation(_message.Message):
     """
     requeued_as: _builtins.str
     """Set on an operation that was requeued: the new operation made from it."""
+    execution_count: _builtins.int
+    """How many executions of the executor ran for this turn (R15): 0 before
+    the first launch, 1 without retries, more when a failure that declared
+    effect NONE was retried. Each one may have been billed separately.
+    """
+    result_execution: _builtins.int
+    """The execution whose outcome is the turn's result (its number); 0 when
+    none ended the turn (no execution ran, or the turn ended otherwise).
+    """
     @_builtins.property
     def last_attempt_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -246,6 +268,14 @@ class Operation(_message.Message):
         operation (AdminService.RecordVerdict, PROTOCOL.md §10). An audit record
         beside the operation: state, execution and events stay as recorded.
         """
+
+    @_builtins.property
+    def executions(self) -> _containers.RepeatedCompositeFieldContainer[_turn_pb2.ExecutionRecord]:
+        """Each execution as the runner recorded it, oldest first (R15)."""
+
+    @_builtins.property
+    def retry_policy(self) -> _turn_pb2.RetryPolicy:
+        """The retry policy the turn was submitted with (unset: none)."""
 
     def __init__(
         self,
@@ -274,10 +304,14 @@ class Operation(_message.Message):
         verdict: Global___OperatorVerdict | None = ...,
         requeued_from: _builtins.str = ...,
         requeued_as: _builtins.str = ...,
+        execution_count: _builtins.int = ...,
+        executions: _abc.Iterable[_turn_pb2.ExecutionRecord] | None = ...,
+        result_execution: _builtins.int = ...,
+        retry_policy: _turn_pb2.RetryPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "error", b"error", "finished_at", b"finished_at", "last_attempt_at", b"last_attempt_at", "result", b"result", "updated_at", b"updated_at", "verdict", b"verdict"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "error", b"error", "finished_at", b"finished_at", "last_attempt_at", b"last_attempt_at", "result", b"result", "retry_policy", b"retry_policy", "updated_at", b"updated_at", "verdict", b"verdict"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "envelope_digest", b"envelope_digest", "error", b"error", "execution", b"execution", "finished_at", b"finished_at", "incarnation_id", b"incarnation_id", "kind", b"kind", "last_attempt_at", b"last_attempt_at", "last_event_sequence", b"last_event_sequence", "max_attempts", b"max_attempts", "operation_id", b"operation_id", "pool", b"pool", "replay_policy", b"replay_policy", "requeued_as", b"requeued_as", "requeued_from", b"requeued_from", "result", b"result", "runner", b"runner", "state", b"state", "stop_reason", b"stop_reason", "updated_at", b"updated_at", "verdict", b"verdict", "waiting_for", b"waiting_for"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt_count", b"attempt_count", "cancel_requested", b"cancel_requested", "created_at", b"created_at", "envelope_digest", b"envelope_digest", "error", b"error", "execution", b"execution", "execution_count", b"execution_count", "executions", b"executions", "finished_at", b"finished_at", "incarnation_id", b"incarnation_id", "kind", b"kind", "last_attempt_at", b"last_attempt_at", "last_event_sequence", b"last_event_sequence", "max_attempts", b"max_attempts", "operation_id", b"operation_id", "pool", b"pool", "replay_policy", b"replay_policy", "requeued_as", b"requeued_as", "requeued_from", b"requeued_from", "result", b"result", "result_execution", b"result_execution", "retry_policy", b"retry_policy", "runner", b"runner", "state", b"state", "stop_reason", b"stop_reason", "updated_at", b"updated_at", "verdict", b"verdict", "waiting_for", b"waiting_for"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -105,6 +105,7 @@ class TurnEnvelope(_message.Message):
     PRINCIPAL_FIELD_NUMBER: _builtins.int
     TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     EXECUTOR_FIELD_NUMBER: _builtins.int
+    RETRY_POLICY_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     kind: _turn_pb2.TurnKind.ValueType
     replay_policy: _turn_pb2.ReplayPolicy.ValueType
@@ -137,6 +138,12 @@ class TurnEnvelope(_message.Message):
         submit changes nothing stored, its own trace context included.
         """
 
+    @_builtins.property
+    def retry_policy(self) -> _turn_pb2.RetryPolicy:
+        """The turn's retry policy (R15): the runner may run the executor again,
+        inside this one row, after a failure that declared effect NONE.
+        """
+
     def __init__(
         self,
         *,
@@ -152,10 +159,11 @@ class TurnEnvelope(_message.Message):
         principal: _builtins.str = ...,
         trace_context: Global___TraceContext | None = ...,
         executor: _builtins.str = ...,
+        retry_policy: _turn_pb2.RetryPolicy | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "model", b"model", "routing", b"routing", "trace_context", b"trace_context"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "model", b"model", "retry_policy", b"retry_policy", "routing", b"routing", "trace_context", b"trace_context"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor", b"executor", "files", b"files", "input_items", b"input_items", "item_metadata", b"item_metadata", "kind", b"kind", "limits", b"limits", "model", b"model", "operation_id", b"operation_id", "principal", b"principal", "replay_policy", b"replay_policy", "routing", b"routing", "trace_context", b"trace_context"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["executor", b"executor", "files", b"files", "input_items", b"input_items", "item_metadata", b"item_metadata", "kind", b"kind", "limits", b"limits", "model", b"model", "operation_id", b"operation_id", "principal", b"principal", "replay_policy", b"replay_policy", "retry_policy", b"retry_policy", "routing", b"routing", "trace_context", b"trace_context"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -234,6 +242,7 @@ class RunnerOperation(_message.Message):
     RESULT_NOT_SAVED_FIELD_NUMBER: _builtins.int
     DISPATCH_STAMP_FIELD_NUMBER: _builtins.int
     OUTPUT_CHUNKS_FIELD_NUMBER: _builtins.int
+    EXECUTIONS_FIELD_NUMBER: _builtins.int
     operation_id: _builtins.str
     state: Global___RunnerOperationState.ValueType
     execution: _turn_pb2.Execution.ValueType
@@ -273,6 +282,12 @@ class RunnerOperation(_message.Message):
     def started_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def settled_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def executions(self) -> _containers.RepeatedCompositeFieldContainer[_turn_pb2.ExecutionRecord]:
+        """Every execution of the executor for this row, oldest first (R15); the
+        last one is the current or final one.
+        """
+
     def __init__(
         self,
         *,
@@ -294,10 +309,11 @@ class RunnerOperation(_message.Message):
         result_not_saved: _builtins.bool = ...,
         dispatch_stamp: _builtins.int = ...,
         output_chunks: _builtins.int = ...,
+        executions: _abc.Iterable[_turn_pb2.ExecutionRecord] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["accepted_at", b"accepted_at", "error", b"error", "result", b"result", "settled_at", b"settled_at", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted_at", b"accepted_at", "attempt", b"attempt", "dispatch_stamp", b"dispatch_stamp", "envelope_digest", b"envelope_digest", "error", b"error", "execution", b"execution", "fencing_token", b"fencing_token", "incarnation_id", b"incarnation_id", "operation_id", b"operation_id", "output_chunks", b"output_chunks", "released", b"released", "result", b"result", "result_not_saved", b"result_not_saved", "sequence", b"sequence", "settled_at", b"settled_at", "started_at", b"started_at", "state", b"state", "stop_reason", b"stop_reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted_at", b"accepted_at", "attempt", b"attempt", "dispatch_stamp", b"dispatch_stamp", "envelope_digest", b"envelope_digest", "error", b"error", "execution", b"execution", "executions", b"executions", "fencing_token", b"fencing_token", "incarnation_id", b"incarnation_id", "operation_id", b"operation_id", "output_chunks", b"output_chunks", "released", b"released", "result", b"result", "result_not_saved", b"result_not_saved", "sequence", b"sequence", "settled_at", b"settled_at", "started_at", b"started_at", "state", b"state", "stop_reason", b"stop_reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
