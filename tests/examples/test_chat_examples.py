@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 
@@ -18,6 +19,7 @@ from tests.examples.chat_stack import API_KEY, EXAMPLES, ChatRun, ChatStack, nee
 from tests.support.runner_process import REPO_ROOT
 from turnwire.client import Execution, OperationState
 from turnwire.common.v1 import turn_pb2
+from turnwire.coordinator.v1 import coordinator_pb2
 from turnwire.runner.v1 import runner_pb2
 
 pytestmark = pytest.mark.timeout(120)
@@ -185,12 +187,59 @@ def test_a_cancel_mid_stream_ends_cancelled_with_the_tokens_declared(
     assert row.error.effect == turn_pb2.DECLARED_EFFECT_APPLIED
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the coordinator does not record the declared effect yet (issue 25 item 4, "
-    "the retry work): its Operation.error carries reason and message only",
-)
 def test_the_coordinators_operation_carries_the_declared_effect(stack: ChatStack) -> None:
-    """The public Operation says NONE for a 429, as the runner's row does."""
+    """The public Operation says NONE for a 429, as the runner's row does (R7)."""
     run = stack.submit_and_wait("chat", model="stub-429", text="hello")
     assert run.proto.error.effect == turn_pb2.DECLARED_EFFECT_NONE
+    assert run.proto.execution_count == 1
+
+
+def _retry_twice(turn: coordinator_pb2.Turn) -> None:
+    turn.retry_policy.max_retries = 2
+    turn.retry_policy.initial_backoff.FromMilliseconds(100)
+
+
+@pytest.mark.rule("R15")
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_429_then_success_with_a_retry_policy_succeeds_after_two_executions(
+    stack: ChatStack, executor: str
+) -> None:
+    """stub-429x1 refuses a key's first request with 429 (Retry-After: 1) and serves
+    the next: with a retry policy the runner runs the executor again, with the same
+    operation id as the Idempotency-Key, and the operation says so: 2 executions,
+    the first FAILED declaring no effect, the second the one that produced the result."""
+    run = stack.submit_and_wait(
+        executor, model="stub-429x1", text="tokens as they come", configure=_retry_twice
+    )
+    assert (run.operation.state, run.operation.execution) == (
+        OperationState.SUCCEEDED,
+        Execution.STARTED,
+    ), run.operation
+    assert run.text == "tokens as they come"
+    op = run.proto
+    assert (op.execution_count, op.result_execution) == (2, 2)
+    first, second = op.executions
+    assert (first.number, first.outcome, first.effect) == (
+        1,
+        turn_pb2.EXECUTION_OUTCOME_FAILED,
+        turn_pb2.DECLARED_EFFECT_NONE,
+    )
+    assert "429" in first.message
+    assert (second.number, second.outcome) == (2, turn_pb2.EXECUTION_OUTCOME_SUCCEEDED)
+    # The provider saw the same key twice: the one request it refused, the one it served.
+    assert stack.stub.keys().count(run.operation_id) == 2
+    # The retry waited for the provider's Retry-After (1 s), not the 100 ms backoff.
+    assert second.launched_at.ToDatetime() - first.ended_at.ToDatetime() >= timedelta(seconds=1)
+
+
+@pytest.mark.rule("R15")
+def test_a_failure_after_tokens_is_not_retried_even_with_a_retry_policy(stack: ChatStack) -> None:
+    """A stream broken after tokens declares APPLIED: the policy allows 2 retries,
+    and none runs; one execution, one request."""
+    run = stack.submit_and_wait(
+        "chat", model="stub-break2", text="one two three four", configure=_retry_twice
+    )
+    assert run.operation.state == OperationState.FAILED, run.operation
+    assert run.proto.execution_count == 1
+    assert run.proto.executions[0].effect == turn_pb2.DECLARED_EFFECT_APPLIED
+    assert len(_requests_for(stack, run)) == 1
