@@ -219,14 +219,18 @@ class SimRunner:
 
     # --- requests ---------------------------------------------------------------
 
-    def handle(self, request: Request, now: float, write_fails: bool) -> Reply:
-        # The real runner raises its floor on a timer; here, before every call
-        # (a draining runner admits nothing more: it seals as soon as it can).
+    def keep_time(self, now: float) -> None:
+        """What the real runner does on its timers, done here before every call: raise
+        the admission floor (a draining runner admits nothing more: it seals as soon as
+        it can) and prune what retention allows (§9). Idempotent for one ``now``."""
         self.store.raise_floor(
             stamp_at(now) - ADMISSION_WINDOW_US if self.accepting else SEALED_FLOOR
         )
         if self.retention is not None:
             prune(self.store, self.retention, now, self.counters)
+
+    def handle(self, request: Request, now: float, write_fails: bool) -> Reply:
+        self.keep_time(now)
         try:
             match request:
                 case StatusRequest():

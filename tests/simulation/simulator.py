@@ -485,6 +485,10 @@ class Simulator:
             coordinator = self.coordinators[message.replica or "c1"]
             return f"{describe(message.body)} -> {coordinator.name}: {coordinator.receive(message)}"
         runner = self.runners[message.to_runner or ""]
+        # The tokens the runner still knows (§8.7): retention runs first, as the real
+        # runner's timer may have just before this call, since a key K4 forgot takes
+        # its highest token with it (PROTOCOL.md K4).
+        runner.keep_time(self.now)
         before = self.checker.fencing_before(runner, message.body)
         reply = runner.handle(message.body, self.now, write_fails)
         self.checker.runner_replied(runner, message.body, before, reply)
