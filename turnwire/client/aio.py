@@ -18,8 +18,8 @@ from turnwire.client.retrying import RetryBudget
 from turnwire.client.streaming import (
     OutputCursor,
     StreamItem,
-    submit_and_watch_request,
-    watch_request,
+    submit_and_watch_opener,
+    watch_opener,
 )
 from turnwire.client.sync import OpenStream, state_number, submit_request
 from turnwire.client.turns import Turn, TurnFields
@@ -171,15 +171,9 @@ class AsyncTurnwireClient(AsyncConnection):
         """See TurnwireClient.stream."""
         deadline = None if timeout is None else self._clock() + timeout
 
-        def open_stream(cursor: OutputCursor, stream_deadline: float | None) -> Any:
-            return self._stub.WatchOperation(
-                watch_request(operation_id, cursor),
-                timeout=stream_deadline,
-                metadata=self._metadata,
-            )
-
         cursor = OutputCursor(after_sequence, after_offset)
-        return self._output(open_stream, operation_id, cursor, deadline)
+        opener = watch_opener(self._stub, self._metadata, operation_id)
+        return self._output(opener, operation_id, cursor, deadline)
 
     def submit_and_stream(
         self,
@@ -194,15 +188,9 @@ class AsyncTurnwireClient(AsyncConnection):
         request = submit_request(turn, idempotency_key, fields)
         deadline = None if timeout is None else self._clock() + timeout
 
-        def open_stream(cursor: OutputCursor, stream_deadline: float | None) -> Any:
-            return self._stub.SubmitAndWatch(
-                submit_and_watch_request(request, cursor),
-                timeout=stream_deadline,
-                metadata=self._metadata,
-            )
-
         label = submission_label(request.idempotency_key)
-        return self._output(open_stream, label, OutputCursor(), deadline)
+        opener = submit_and_watch_opener(self._stub, self._metadata, request)
+        return self._output(opener, label, OutputCursor(), deadline)
 
     async def _output(
         self,

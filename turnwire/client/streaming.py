@@ -14,8 +14,10 @@ the clients only do the I/O around it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from turnwire.client.values import Operation, OperationEvent
 from turnwire.coordinator.v1 import coordinator_pb2
@@ -125,3 +127,31 @@ def submit_and_watch_request(
         stream_output=True,
         after_offset=cursor.offset,
     )
+
+
+# Opens one output stream from a cursor, with its deadline; the client's retry
+# loop calls it again, from the cursor, after a dropped stream (S7). The stub is
+# the blocking or the asyncio one: the two clients share the openers.
+OutputOpener = Callable[[OutputCursor, float | None], Any]
+
+
+def watch_opener(stub: Any, metadata: Sequence[tuple[str, str]], operation_id: str) -> OutputOpener:
+    """WatchOperation for ``operation_id``'s events and output (S1)."""
+
+    def open_stream(cursor: OutputCursor, deadline: float | None) -> Any:
+        request = watch_request(operation_id, cursor)
+        return stub.WatchOperation(request, timeout=deadline, metadata=metadata)
+
+    return open_stream
+
+
+def submit_and_watch_opener(
+    stub: Any, metadata: Sequence[tuple[str, str]], submit: coordinator_pb2.SubmitTurnRequest
+) -> OutputOpener:
+    """SubmitAndWatch for ``submit``, the same key on every reopening (S1)."""
+
+    def open_stream(cursor: OutputCursor, deadline: float | None) -> Any:
+        request = submit_and_watch_request(submit, cursor)
+        return stub.SubmitAndWatch(request, timeout=deadline, metadata=metadata)
+
+    return open_stream

@@ -17,8 +17,8 @@ from turnwire.client.retrying import RetryBudget
 from turnwire.client.streaming import (
     OutputCursor,
     StreamItem,
-    submit_and_watch_request,
-    watch_request,
+    submit_and_watch_opener,
+    watch_opener,
 )
 from turnwire.client.turns import Turn, TurnFields
 from turnwire.client.values import (
@@ -246,15 +246,9 @@ class TurnwireClient(SyncConnection):
         """
         deadline = None if timeout is None else self._clock() + timeout
 
-        def open_stream(cursor: OutputCursor, stream_deadline: float | None) -> Any:
-            return self._stub.WatchOperation(
-                watch_request(operation_id, cursor),
-                timeout=stream_deadline,
-                metadata=self._metadata,
-            )
-
         cursor = OutputCursor(after_sequence, after_offset)
-        return self._output(open_stream, operation_id, cursor, deadline)
+        opener = watch_opener(self._stub, self._metadata, operation_id)
+        return self._output(opener, operation_id, cursor, deadline)
 
     def submit_and_stream(
         self,
@@ -271,15 +265,9 @@ class TurnwireClient(SyncConnection):
         request = submit_request(turn, idempotency_key, fields)
         deadline = None if timeout is None else self._clock() + timeout
 
-        def open_stream(cursor: OutputCursor, stream_deadline: float | None) -> Any:
-            return self._stub.SubmitAndWatch(
-                submit_and_watch_request(request, cursor),
-                timeout=stream_deadline,
-                metadata=self._metadata,
-            )
-
         label = submission_label(request.idempotency_key)
-        return self._output(open_stream, label, OutputCursor(), deadline)
+        opener = submit_and_watch_opener(self._stub, self._metadata, request)
+        return self._output(opener, label, OutputCursor(), deadline)
 
     def _output(
         self,
