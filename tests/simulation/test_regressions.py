@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.simulation.sim_retention import SimRetention
 from tests.simulation.simulator import RunnerSpec, Setup, SimConfig, replay
 
 # Seed 9904 (generator of 2026-11-29), shrunk from 27 steps to 8. The status
@@ -210,3 +211,76 @@ def test_seed_44198_the_fair_order_starts_again_with_a_new_coordinator_process()
     result = replay(SEED_44198_SETUP, SEED_44198_STEPS, SimConfig())
     assert result.violation is None, result.report()
     assert result.coverage["coordinator_restart"] == 2
+
+
+# Seed 39534 (generator of 2026-12-04, retention on), shrunk from 70 steps to 48.
+# Two replicas; c2 gives op6 up (C8b: its Cancel tombstones it), then freezes
+# holding a second Cancel; c1 takes op6 over (token 3) and cancels it too. The
+# runner's eager retention then prunes the settled tombstone and drops its key
+# (K4), and with them the highest token seen. c2 wakes, sends its Cancel with
+# token 2: the runner knows no such id and tombstones it afresh. Harmless (a
+# tombstone runs nothing; op6 is terminal; c2's lease is gone, so its answer is
+# discarded), but the fencing check read the token before retention ran and
+# called it "[7 fencing] ... token 2 after seeing 3".
+SEED_39534_SETUP = Setup(
+    runners=(RunnerSpec("r1", durable=True, slots=2),), operations=4, replicas=2, skew=4.0
+)
+SEED_39534_STEPS = [
+    "submit PROBE_FIRST 8 READ_ONLY",
+    "tick op3 r1 @c1",
+    "deliver m1",
+    "deliver m2",
+    "deliver m3",
+    "advance 6.0",
+    "deliver m5",
+    "deliver m6",
+    "submit PROBE_FIRST 4 WRITABLE",
+    "launch op3@r1 confirm",
+    "advance 35.0",
+    "tick op3 - @c1",
+    "advance 2.5",
+    "tick op4 r1 @c1",
+    "advance 2.5",
+    "tick op3 - @c1",
+    "deliver m7 !pause-after@1",
+    "deliver m8",
+    "submit NEVER_AUTOMATIC 1 WRITABLE",
+    "deliver m11 !pause-before@1",
+    "launch op4@r1 confirm",
+    "submit NEVER_AUTOMATIC 5 WRITABLE",
+    "advance 35.0 !pause-before@2",
+    "tick op3 - @c2",
+    "tick op6 r1 @c2",
+    "deliver m13",
+    "tick op5 r1 @c2",
+    "deliver m15 !crash@2",
+    "deliver m14",
+    "deliver m16",
+    "advance 12.0",
+    "deliver m19 !pause-after@1",
+    "tick op4 - @c2",
+    "deliver m21",
+    "deliver m17",
+    "deliver m23",
+    "deliver m20",
+    "deliver m26",
+    "deliver m27 !pause-after@1",
+    "cancel op6 @c2 !pause-after@1",
+    "advance 35.0",
+    "watch op4@r1 @c1",
+    "resume @c1",
+    "deliver m9",
+    "tick op6 - @c1",
+    "deliver m31",
+    "advance 12.0",
+    "advance 2.5",
+]
+
+
+@pytest.mark.rule("K4", "O4")
+def test_seed_39534_a_token_forgotten_with_its_key_is_not_a_fencing_slip() -> None:
+    """K4: the fencing check (§8.7) counts the tokens the runner still holds; a key
+    retention dropped takes its highest token with it."""
+    result = replay(SEED_39534_SETUP, SEED_39534_STEPS, SimConfig(retention=SimRetention()))
+    assert result.violation is None, result.report()
+    assert result.coverage["retention:key_dropped"] >= 1
