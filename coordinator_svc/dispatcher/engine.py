@@ -2,12 +2,13 @@
 -> perform -> publish).
 
 Theory of operation. Every change to an operation goes through
-:meth:`Dispatcher._step`: under a per-operation lock it loads the record and
-its attempt rows, asks the pure core for a Decision, and commits the Change
-as a compare-and-set. On StaleVersion it reloads and decides again; on
-LeaseLost it sends nothing more for that operation (§5). Only after the
-commit are the decision's commands performed (persist before you send); their
-replies come back as events and the loop goes on (:meth:`_drive`).
+:meth:`Dispatcher._step`: under a per-operation lock it performs one step of
+the driver (``coordinator_svc.driver.step``: load the record and its attempt
+rows, judge who may act, ask the pure core for a Decision, commit the Change
+as a compare-and-set; a stale version decides again, a lost lease sends
+nothing more, §5). Only after the commit are the decision's commands
+performed (persist before you send); their replies come back as events and
+the loop goes on (:meth:`_drive`).
 
 Work arrives from five places: ``store_accepted()`` / ``accepted()`` (a new
 operation: one that can be sent at once has its first attempt written with
@@ -49,9 +50,7 @@ import grpc
 
 from coordinator_svc.config import DispatchTimings, RunnerEndpoint
 from coordinator_svc.core.agenda import Agenda
-from coordinator_svc.core.decide import decide
-from coordinator_svc.core.decision import Context, Decision, nothing
-from coordinator_svc.core.edges import IllegalTransition
+from coordinator_svc.core.decision import Context, Decision
 from coordinator_svc.core.events import (
     CancelRequested,
     Event,
@@ -88,18 +87,18 @@ from coordinator_svc.dispatcher.recovery import bound_to, recover
 from coordinator_svc.dispatcher.replica import CANCEL_MARKED_STATES, ReplicaDuties
 from coordinator_svc.dispatcher.runner_client import RunnerClient
 from coordinator_svc.dispatcher.runner_states import RunnerState, runner_states
-from coordinator_svc.dispatcher.spans import commit_span
+from coordinator_svc.dispatcher.stepping import StepPerformer
 from coordinator_svc.dispatcher.translate import envelope_executor
 from coordinator_svc.dispatcher.visibility import describe_wait, log_transition, note_record
 from coordinator_svc.dispatcher.waiting_room import WaitingRoom
 from coordinator_svc.dispatcher.watching import RunnerWatch
+from coordinator_svc.driver.step import MAX_CAS_RETRIES, NoStep, Replica, Stepped
+from coordinator_svc.driver.step import step as step_machine
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import (
     Journal,
     JournalError,
-    LeaseLost,
     RunnerGateway,
-    StaleVersion,
     Submit,
 )
 from turnwire.crashpoints import crash_point
@@ -110,7 +109,6 @@ from turnwire.transport_security import RunnerCredentials
 log = logging.getLogger("coordinator_svc.dispatcher")
 
 # Bounds on every loop (never spin forever on one operation).
-MAX_CAS_RETRIES = 16
 MAX_STEPS_PER_DRIVE = 64
 LOCK_STRIPES = 1024
 # Consecutive unanswered calls after which a runner gets no grants until it
@@ -212,6 +210,15 @@ class Dispatcher:
             journal, clock, timings.idle_poll, skip=self._looked_after, tick=self._due
         )
         self._replica = ReplicaDuties(self) if ownership is not None else None
+        self._stepper = StepPerformer(
+            journal,
+            ownership,
+            self.metrics,
+            committed=self._committed,
+            marked=feed.publish,
+            hold=self._hold_for_grant,
+            adopted=self._adopted,
+        )
         self._running = False
 
     # --- the API the service uses (coordinator_svc.api.control.DispatchControl) ---
@@ -624,76 +631,55 @@ class Dispatcher:
             status_poll=self._status_poll,
         )
 
-    def _routed(self, record: OperationRecord, event: Event) -> Event:
-        """Only the scheduler routes a QUEUED turn (C6): any other tick holds it
-        for a grant. A grant's own tick carries the runner (slot reserved)."""
-        if not isinstance(event, Tick) or record.state is not OpState.QUEUED:
-            return event
-        if event.route is not None or record.operation_id in self._routing:
-            return event
+    async def _step(self, operation_id: str, event: Event) -> Step | None:
+        """One driver step (``driver.step``: load, who may act, decide, commit),
+        performed under the operation's lock. None if nothing was decided."""
+        replica = None
+        if self._replica is not None:
+            replica = Replica(self._replica.ownership.owner, self._replica.ownership.current())
+        machine = step_machine(
+            operation_id,
+            event,
+            self._context_for,
+            replica=replica,
+            routes_by_grant=True,
+            routing=self._routing.__contains__,
+        )
+        async with self._locks[hash(operation_id) % LOCK_STRIPES]:
+            end = await self._stepper.run(machine)
+        match end:
+            case Stepped(illegal=True):
+                log.error(
+                    "%s: refused %s: %s", operation_id, type(event).__name__, end.decision.note
+                )
+            case Stepped(committed=False):
+                self.metrics.count_tags(end.decision.tags)
+                if end.decision.note:
+                    log.debug("%s %s: %s", operation_id, end.record.state, end.decision.note)
+            case NoStep.LEASES_NOT_CURRENT if self._replica is not None:
+                self._replica.ownership.check_current()  # raises: the drive backs off
+            case NoStep.LEASE_LOST:
+                self.metrics.leases_lost += 1
+                log.warning("%s: lease lost; sending nothing more", operation_id)
+                self._forget(operation_id)
+            case NoStep.GAVE_UP:
+                log.error("%s: gave up after %d stale versions", operation_id, MAX_CAS_RETRIES)
+        return Step(end.record, end.decision) if isinstance(end, Stepped) else None
+
+    def _context_for(self, attempts: tuple[AttemptRecord, ...], record: OperationRecord) -> Context:
+        return self._context(attempts, record)
+
+    def _hold_for_grant(self, record: OperationRecord) -> str:
+        """C6 (the driver's rule): hold a QUEUED turn for a grant; why it waits."""
         self.room.hold(record)
         self._pump()  # a grant for it runs after this step (it waits for the lock)
-        reason = self.room.scheduler.wait_reason(record.operation_id) or "a slot was granted"
-        return Tick(waiting=reason)
+        return self.room.scheduler.wait_reason(record.operation_id) or ""
 
-    async def _step(self, operation_id: str, event: Event) -> Step | None:
-        """Load, decide, commit (CAS; reload on StaleVersion). None if unknown."""
-        lock = self._locks[hash(operation_id) % LOCK_STRIPES]
-        async with lock:
-            for _ in range(MAX_CAS_RETRIES):
-                record = await self._journal.get(operation_id)
-                if record is None:
-                    return None
-                mark: Decision | None = None
-                if self._replica is not None:
-                    taken = await self._replica.take(record, event)
-                    if taken is None:
-                        return None  # another replica's
-                    if isinstance(taken, Decision):
-                        mark = taken  # a cancel stored for its owner (§5)
-                    else:
-                        record = taken
-                note_record(record)
-                attempts: tuple[AttemptRecord, ...] = ()
-                if record.attempt_count:
-                    attempts = tuple(await self._journal.attempts(operation_id))
-                try:
-                    decision = (
-                        mark
-                        if mark is not None
-                        else decide(
-                            record, self._routed(record, event), self._context(attempts, record)
-                        )
-                    )
-                except IllegalTransition as error:
-                    log.error("%s: refused %s: %s", operation_id, type(event).__name__, error)
-                    return Step(record, nothing(str(error)))
-                if decision.change is None:
-                    self.metrics.count_tags(decision.tags)
-                    if decision.note:
-                        log.debug("%s %s: %s", operation_id, record.state, decision.note)
-                    return Step(record, decision)
-                try:
-                    with commit_span(decision.change):
-                        stored = await self._journal.commit(decision.change)
-                except StaleVersion:
-                    self.metrics.stale_versions += 1
-                    continue
-                except LeaseLost:
-                    if mark is not None:
-                        continue  # adopted meanwhile: mark the new owner's row
-                    self.metrics.leases_lost += 1
-                    log.warning("%s: lease lost; sending nothing more", operation_id)
-                    self._forget(operation_id)
-                    return Step(record, nothing("lease lost"))
-                note_record(stored)
-                if mark is not None:
-                    self._feed.publish(operation_id)  # not ours: no slot, no count
-                else:
-                    self._committed(record, stored, decision)
-                return Step(stored, decision)
-        log.error("%s: gave up after %d stale versions", operation_id, MAX_CAS_RETRIES)
-        return None
+    def _adopted(self, record: OperationRecord) -> None:
+        """O3: an adopted operation is counted by this process's scheduler."""
+        self.room.committed(record)
+        if self.room.scheduler.follow(record, routing=False):
+            self._pump()
 
     def _committed(self, before: OperationRecord, after: OperationRecord, d: Decision) -> None:
         op_id = after.operation_id

@@ -27,11 +27,9 @@ from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core import commands as cmd
 from coordinator_svc.core.agenda import Agenda
 from coordinator_svc.core.decide import decide
-from coordinator_svc.core.decide_cancel import mark_requested
 from coordinator_svc.core.decide_member import not_a_member
 from coordinator_svc.core.decision import Context, Decision
 from coordinator_svc.core.events import (
-    CancelRequested,
     Event,
     PreflightAnswer,
     Restarted,
@@ -40,6 +38,7 @@ from coordinator_svc.core.events import (
     Tick,
 )
 from coordinator_svc.core.model import (
+    AttemptRecord,
     Change,
     EventRecord,
     Execution,
@@ -48,8 +47,22 @@ from coordinator_svc.core.model import (
     ReplayPolicy,
     TurnKind,
 )
-from coordinator_svc.core.ownership import Role, role
 from coordinator_svc.dispatcher.first_attempt import first_attempt_now
+from coordinator_svc.driver.step import (
+    Adopted,
+    Claim,
+    Commit,
+    Effect,
+    HoldForGrant,
+    Load,
+    LoadAttempts,
+    Refused,
+    Replica,
+    StepEnd,
+    StepMachine,
+    Stepped,
+)
+from coordinator_svc.driver.step import step as step_machine
 from coordinator_svc.ports import LeaseLost, StaleVersion
 from tests.simulation.sim_journal import SimJournal
 from tests.simulation.sim_membership import SimMembership
@@ -80,6 +93,7 @@ Policy = Callable[[OperationRecord, Event, Context], Decision]
 CALL_TIMEOUTS = {"status": 2.0, "dispatch": 5.0, "cancel": 2.0, "release": 2.0}
 LEASE_TTL = 15.0
 MAX_AGAIN = 6
+MAX_EFFECTS = 256
 
 
 def new_agenda() -> Agenda:
@@ -145,8 +159,11 @@ class SimCoordinator:
     pause_at_commit: Callable[[], str] | None = None
     paused: bool = False
     # What a frozen replica will still do when it wakes up: (operation, event,
-    # decision, committed) in order.
-    pending: list[tuple[str, Event, Decision, bool]] = field(default_factory=list)
+    # the suspended driver step, the effect it waits on or the record its
+    # commit stored, depth) in order.
+    pending: list[tuple[str, Event, StepMachine, Effect | OperationRecord, int]] = field(
+        default_factory=list
+    )
     # The fix proposed for the stale-status bug, applied in the shell: a status
     # answer asked before the operation's latest transition is discarded.
     stale_status_guard: bool = False
@@ -272,59 +289,63 @@ class SimCoordinator:
             self.scheduling.settle(self.record(operation_id), self.busy(operation_id))
 
     def _handle(self, operation_id: str, event: Event, depth: int) -> None:
+        """One step of the shipped driver (``coordinator_svc.driver.step``), its
+        effects performed against this process's journal, then its commands."""
         if depth > MAX_AGAIN:
             raise ShellError(f"{operation_id}: decide-again did not settle")
-        record = self.record(operation_id)
         if self.replica_id:
             self.renew()
-            who = role(
-                record, self.replica_id, at(self.now), cancel=isinstance(event, CancelRequested)
-            )
-            if who is Role.BYSTANDER:
-                self.log.append(f"    {self.replica_id}: lease held by {record.lease_owner}")
-                return
-            if who is Role.CANCEL_MARK:
-                self._mark_cancel(operation_id, event, depth)
-                return
-            if who is Role.ADOPTER:
-                claimed = self._claim(record)
-                if claimed is None:
-                    return
-                if not isinstance(event, Restarted):
-                    # O3: an adopter applies C12 first (DISPATCHING -> DISPATCH_UNKNOWN).
-                    self.handle(operation_id, Restarted(), depth + 1)
-                    claimed = self.record(operation_id)
-                record = claimed
-        ctx = Context(
-            now=at(self.now),
-            attempts=self.journal.attempt_rows(operation_id),
-            replica_id=self.replica_id,
-            lease_ttl=LEASE_TTL,
+        machine = step_machine(
+            operation_id,
+            event,
+            self._context_for,
+            replica=Replica(self.replica_id) if self.replica_id else None,
+            policy=self.policy,
         )
-        decision = self.policy(record, event, ctx)
-        self.log.append(
-            f"    {self.replica_id or 'decide'} {type(event).__name__} on {record.state}: "
-            f"{summary(decision)}"
-        )
-        self._apply(operation_id, event, decision, depth, committed=False)
+        self._run(operation_id, event, machine, next(machine), depth)
 
-    def _mark_cancel(self, operation_id: str, event: Event, depth: int) -> None:
-        """O5: a client's cancel on a replica that does not own the operation:
-        the request is stored for the owner (no lease written, nothing sent)."""
-        record = self.record(operation_id)
-        ctx = Context(now=at(self.now), attempts=self.journal.attempt_rows(operation_id))
-        decision = mark_requested(record, ctx)
-        self.log.append(f"    {self.replica_id} cancel mark on {record.state}: {summary(decision)}")
-        if decision.change is None:
-            return
+    def _context_for(self, attempts: tuple[AttemptRecord, ...], record: OperationRecord) -> Context:
+        return Context(
+            now=at(self.now), attempts=attempts, replica_id=self.replica_id, lease_ttl=LEASE_TTL
+        )
+
+    def _run(
+        self,
+        operation_id: str,
+        event: Event,
+        machine: StepMachine,
+        effect: Effect | OperationRecord,
+        depth: int,
+    ) -> None:
+        """Perform the step's effects until it ends (``effect``: the next one, or
+        the record a commit stored, when a frozen replica resumes after it)."""
         try:
-            stored = self.journal.commit(decision.change)
-        except (LeaseLost, StaleVersion):
-            self.handle(operation_id, event, depth + 1)  # moved on meanwhile: judge again
+            for _ in range(MAX_EFFECTS):
+                if isinstance(effect, OperationRecord):
+                    outcome: object = effect
+                else:
+                    outcome = self._perform_effect(operation_id, event, machine, effect, depth)
+                effect = machine.send(outcome)
+        except StopIteration as done:
+            self._stepped(operation_id, event, done.value, depth)
             return
-        self.counters["cancel_marked_for_owner"] += 1
-        self.agenda.committed(stored, at(self.now))
-        self.observer.committed(decision.change, stored, event)
+        raise ShellError(f"{operation_id}: a step yielded more than {MAX_EFFECTS} effects")
+
+    def _perform_effect(
+        self, operation_id: str, event: Event, machine: StepMachine, effect: Effect, depth: int
+    ) -> object:
+        match effect:
+            case Load():
+                return self.journal.operations.get(effect.operation_id)
+            case LoadAttempts():
+                return self.journal.attempt_rows(effect.operation_id)
+            case Claim(record=record):
+                return self._claim(record)
+            case Commit():
+                return self._commit(operation_id, event, machine, effect, depth)
+            case HoldForGrant() | Adopted():
+                return "" if isinstance(effect, HoldForGrant) else None
+        raise ShellError(f"not a step effect: {effect!r}")  # pragma: no cover
 
     def _claim(self, record: OperationRecord) -> OperationRecord | None:
         """O3: adopt an orphan (a claim is a write); None if it is no longer one."""
@@ -339,46 +360,84 @@ class SimCoordinator:
             )
         return claimed
 
-    def _apply(
-        self, operation_id: str, event: Event, decision: Decision, depth: int, *, committed: bool
-    ) -> None:
-        """Commit (compare-and-set), then send; a lost lease sends nothing (§5)."""
-        change = decision.change
-        stored = self.record(operation_id)
-        if change is not None and not committed:
-            pause = self.pause_at_commit() if self.pause_at_commit is not None else ""
-            if pause == "before":
-                self._freeze(operation_id, event, decision, committed=False)
-            try:
-                stored = self.journal.commit(change)
-            except LeaseLost:
-                self.counters["replica_lease_lost_commit_refused"] += 1
-                self.log.append(f"    {operation_id}: lease lost; nothing sent (§5)")
-                return
-            except StaleVersion:
-                self.counters["replica_stale_version_redecided"] += 1
-                self.log.append(f"    {operation_id}: stale version; decide again")
-                self.handle(operation_id, event, depth + 1)
-                return
-            self.agenda.committed(stored, at(self.now))
-            self.tags.update(decision.tags)
-            self.observer.committed(change, stored, event)
-            if self.crash_after_commit is not None and self.crash_after_commit():
-                raise CoordinatorCrashed(self.name, f"{operation_id}: crashed after the commit")
-            if pause == "after":
-                self._freeze(operation_id, event, decision, committed=True)
-        performed = change.after if change is not None else stored
-        gone = [event for c in decision.commands if (event := self.perform(performed, c))]
-        for event in gone:  # §11 M6: decided once the step's commands are out, as the engine does
-            self.handle(operation_id, event, depth + 1)
+    def _commit(
+        self, operation_id: str, event: Event, machine: StepMachine, effect: Commit, depth: int
+    ) -> OperationRecord | Refused:
+        """A compare-and-set commit; a replica may freeze just before or after it."""
+        change = effect.change
+        if effect.mark:
+            return self._commit_mark(effect, event)
+        pause = self.pause_at_commit() if self.pause_at_commit is not None else ""
+        if pause == "before":
+            self._freeze(operation_id, event, machine, effect, depth, committed=False)
+        try:
+            stored = self.journal.commit(change)
+        except LeaseLost:
+            self.counters["replica_lease_lost_commit_refused"] += 1
+            self.log.append(f"    {operation_id}: lease lost; nothing sent (§5)")
+            return Refused.LEASE_LOST
+        except StaleVersion:
+            self.counters["replica_stale_version_redecided"] += 1
+            self.log.append(f"    {operation_id}: stale version; decide again")
+            return Refused.STALE
+        self.agenda.committed(stored, at(self.now))
+        self.tags.update(effect.decision.tags)
+        self.observer.committed(change, stored, Restarted() if effect.adopting else event)
+        if self.crash_after_commit is not None and self.crash_after_commit():
+            raise CoordinatorCrashed(self.name, f"{operation_id}: crashed after the commit")
+        if pause == "after":
+            self._freeze(operation_id, event, machine, stored, depth, committed=True)
+        return stored
+
+    def _commit_mark(self, effect: Commit, event: Event) -> OperationRecord | Refused:
+        """O5: a client's cancel stored for the owner (no lease written, nothing sent)."""
+        try:
+            stored = self.journal.commit(effect.change)
+        except LeaseLost:
+            return Refused.LEASE_LOST
+        except StaleVersion:
+            return Refused.STALE
+        self.counters["cancel_marked_for_owner"] += 1
+        self.agenda.committed(stored, at(self.now))
+        self.observer.committed(effect.change, stored, event)
+        return stored
+
+    def _stepped(self, operation_id: str, event: Event, end: StepEnd, depth: int) -> None:
+        """The step ended: perform its decision's commands (C4: after the commit)."""
+        if not isinstance(end, Stepped):
+            self.log.append(
+                f"    {self.replica_id or 'decide'} {type(event).__name__}: {end.value}"
+            )
+            return
+        if end.illegal:
+            raise ShellError(f"{operation_id}: {end.decision.note}")
+        decision = end.decision
+        who = self.replica_id or "decide"
+        if end.mark:
+            who = f"{self.replica_id} cancel mark"
+        self.log.append(
+            f"    {who} {type(event).__name__} on {end.record.state}: {summary(decision)}"
+        )
+        if end.mark:
+            return  # only the owner sends
+        gone = [answer for c in decision.commands if (answer := self.perform(end.record, c))]
+        for answer in gone:  # §11 M6: decided once the step's commands are out, as the engine does
+            self.handle(operation_id, answer, depth + 1)
         if decision.again:
             self.handle(operation_id, Tick(), depth + 1)
 
     def _freeze(
-        self, operation_id: str, event: Event, decision: Decision, *, committed: bool
+        self,
+        operation_id: str,
+        event: Event,
+        machine: StepMachine,
+        at_effect: Effect | OperationRecord,
+        depth: int,
+        *,
+        committed: bool,
     ) -> None:
         self.paused = True
-        self.pending.append((operation_id, event, decision, committed))
+        self.pending.append((operation_id, event, machine, at_effect, depth))
         where = "after" if committed else "before"
         raise CoordinatorPaused(self.name, f"{self.name} froze {where} a commit on {operation_id}")
 
@@ -386,8 +445,8 @@ class SimCoordinator:
         """The frozen replica wakes up and carries on where it stopped."""
         self.paused = False
         pending, self.pending = self.pending, []
-        for operation_id, event, decision, committed in pending:
-            self._apply(operation_id, event, decision, 0, committed=committed)
+        for operation_id, event, machine, at_effect, _depth in pending:
+            self._run(operation_id, event, machine, at_effect, 0)
 
     def follow(self, view: tuple[frozenset[str], frozenset[str]]) -> None:
         """The set and the drains as this process now reads them (§11 M5); its
