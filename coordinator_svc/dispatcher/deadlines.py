@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from google.protobuf.message import DecodeError
 
 from coordinator_svc.core.model import OperationRecord
+from coordinator_svc.driver.memory import Limits, Memory
 from turnwire.runner.v1 import runner_pb2
 
 
@@ -23,16 +24,18 @@ class TurnDeadlines:
     turn's own ``limits.queue_timeout`` replaces it, and zero there means none.
     """
 
-    def __init__(self, queue_timeout: float | None = None) -> None:
+    def __init__(self, queue_timeout: float | None = None, memory: Memory | None = None) -> None:
         self._default_queue_timeout = queue_timeout
-        self._known: dict[str, tuple[datetime | None, datetime | None]] = {}
+        # Kept in each operation's memory record (driver.memory), read once.
+        self._memory = memory if memory is not None else Memory()
 
-    def limits(self, record: OperationRecord) -> tuple[datetime | None, datetime | None]:
+    def limits(self, record: OperationRecord) -> Limits:
         if record.state.terminal:
             return None, None
-        known = self._known.get(record.operation_id)
+        known = self._memory.of(record.operation_id).limits
         if known is None:
-            known = self._known[record.operation_id] = self._read(record)
+            known = self._read(record)
+            self._memory.update(record.operation_id, limits=known)
         return known
 
     def of(self, record: OperationRecord) -> datetime | None:
@@ -43,13 +46,13 @@ class TurnDeadlines:
         return min((at for at in self.limits(record) if at is not None), default=None)
 
     def forget(self, operation_id: str) -> None:
-        self._known.pop(operation_id, None)
+        self._memory.update(operation_id, limits=None)
 
     def __contains__(self, operation_id: object) -> bool:
         """Whether this operation's limits are held (tests: memory stays bounded)."""
-        return operation_id in self._known
+        return isinstance(operation_id, str) and self._memory.of(operation_id).limits is not None
 
-    def _read(self, record: OperationRecord) -> tuple[datetime | None, datetime | None]:
+    def _read(self, record: OperationRecord) -> Limits:
         parsed = runner_pb2.TurnEnvelope()
         try:
             parsed.ParseFromString(record.envelope)

@@ -49,7 +49,6 @@ from typing import Any
 import grpc
 
 from coordinator_svc.config import DispatchTimings, RunnerEndpoint
-from coordinator_svc.core.agenda import Agenda
 from coordinator_svc.core.decision import Context, Decision
 from coordinator_svc.core.events import (
     CancelRequested,
@@ -84,7 +83,7 @@ from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.ownership import Ownership
 from coordinator_svc.dispatcher.performing import CommandPerformer
 from coordinator_svc.dispatcher.recovery import bound_to, recover
-from coordinator_svc.dispatcher.replica import CANCEL_MARKED_STATES, ReplicaDuties
+from coordinator_svc.dispatcher.replica import ReplicaDuties
 from coordinator_svc.dispatcher.runner_client import RunnerClient
 from coordinator_svc.dispatcher.runner_states import RunnerState, runner_states
 from coordinator_svc.dispatcher.stepping import StepPerformer
@@ -92,6 +91,9 @@ from coordinator_svc.dispatcher.translate import envelope_executor
 from coordinator_svc.dispatcher.visibility import describe_wait, log_transition, note_record
 from coordinator_svc.dispatcher.waiting_room import WaitingRoom
 from coordinator_svc.dispatcher.watching import RunnerWatch
+from coordinator_svc.driver.agenda import Agenda
+from coordinator_svc.driver.attention import due_scan_ticks, may_tick
+from coordinator_svc.driver.memory import Memory
 from coordinator_svc.driver.step import MAX_CAS_RETRIES, NoStep, Replica, Stepped
 from coordinator_svc.driver.step import step as step_machine
 from coordinator_svc.feed import ChangeFeed
@@ -183,9 +185,10 @@ class Dispatcher:
         # Striped per-operation locks: one load-decide-commit at a time per
         # operation, without a lock object per operation ever seen.
         self._locks = [asyncio.Lock() for _ in range(LOCK_STRIPES)]
-        self._active: set[str] = set()
-        self._agenda = Agenda(timings.backoff_initial, timings.backoff_max)
-        self.deadlines = TurnDeadlines(queue_timeout)
+        # All this process knows of each operation beyond its record (driver.memory).
+        self.memory = Memory()
+        self._agenda = Agenda(timings.backoff_initial, timings.backoff_max, self.memory)
+        self.deadlines = TurnDeadlines(queue_timeout, self.memory)
         self._preflight_first_attempts = preflight_first_attempts
         self._attempt_with_acceptance = not (preflight_first_attempts or queue_before_first_attempt)
         quotas = quotas or Quotas()
@@ -199,8 +202,6 @@ class Dispatcher:
             lambda client: RunnerWatch(client, self, timings),
             self._spawn,
         )
-        # Operations a grant is routing right now (their slot is reserved).
-        self._routing: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._limit = asyncio.Semaphore(max_concurrency)
         # Results first: runner reports get their own lane, never queued
@@ -306,7 +307,7 @@ class Dispatcher:
     ) -> tuple[OperationRecord, bool]:
         assert first.change is not None
         op_id = record.operation_id
-        self._routing.add(op_id)
+        self.memory.update(op_id, routing=True)
         written: Written = asyncio.CancelledError()
         try:
             async with self._locks[hash(op_id) % LOCK_STRIPES]:
@@ -315,7 +316,7 @@ class Dispatcher:
                 )
         finally:
             if not isinstance(written, OperationRecord):
-                self._routing.discard(op_id)
+                self.memory.update(op_id, routing=False)
                 if self.room.scheduler.unbind(op_id):
                     self._pump()
         if isinstance(written, OperationRecord):
@@ -340,7 +341,7 @@ class Dispatcher:
             record,
             self.room.scheduler,
             self.runners,
-            routing=record.operation_id in self._routing,
+            routing=self.memory.of(record.operation_id).routing,
             retry_at=self._agenda.not_before(record.operation_id),
             now=self._clock(),
             trouble=self._calls.trouble,
@@ -400,9 +401,9 @@ class Dispatcher:
 
     def _schedule_tick(self, operation_id: str) -> None:
         # Before start() the due scan has not begun; it will find the operation.
-        if not self._running or operation_id in self._active:
+        if not self._running or not may_tick(self.memory.of(operation_id)):
             return
-        self._active.add(operation_id)
+        self.memory.update(operation_id, driving=True)
         self._spawn(self._drive(operation_id, Tick(), exclusive=True))
 
     def _tick_when_due(self, operation_id: str) -> None:
@@ -478,7 +479,7 @@ class Dispatcher:
             self._backoff(operation_id)
         finally:
             if exclusive:
-                self._active.discard(operation_id)
+                self.memory.update(operation_id, driving=False)
         return last
 
     def _backoff(self, operation_id: str) -> None:
@@ -498,7 +499,7 @@ class Dispatcher:
             return  # stopping: a drive cut short must not start new ones
         self._avoid_unreachable()
         for grant in self.room.grants():
-            self._routing.add(grant.operation_id)
+            self.memory.update(grant.operation_id, routing=True)
             self._spawn(self._drive_grant(grant))
 
     def _avoid_unreachable(self) -> None:
@@ -574,7 +575,7 @@ class Dispatcher:
         try:
             last = await self._drive(op_id, event, first=first)
         finally:
-            self._routing.discard(op_id)
+            self.memory.update(op_id, routing=False)
             # The grant ends here: bound for real (a commit counted it), or
             # not (a preflight that went nowhere, a refusal): free its slot.
             scheduler = self.room.scheduler
@@ -643,7 +644,7 @@ class Dispatcher:
             self._context_for,
             replica=replica,
             routes_by_grant=True,
-            routing=self._routing.__contains__,
+            routing=lambda op_id: self.memory.of(op_id).routing,
         )
         async with self._locks[hash(operation_id) % LOCK_STRIPES]:
             end = await self._stepper.run(machine)
@@ -689,7 +690,7 @@ class Dispatcher:
         self.room.committed(after)
         if after.state.terminal:
             self.deadlines.forget(op_id)
-        if self.room.scheduler.follow(after, routing=op_id in self._routing):
+        if self.room.scheduler.follow(after, routing=self.memory.of(op_id).routing):
             self._pump()
         if d.change is not None and d.change.event is not None:
             log_transition(before, after, d.change.event)
@@ -753,21 +754,15 @@ class Dispatcher:
         self.room.occupancy.forget(op_id)
 
     def _looked_after(self, record: OperationRecord, now: datetime) -> bool:
-        """Not the due scan's to tick: another replica's (its keeper adopts
-        orphans), or a timer waits, its Dispatch reply is on the way, or the
-        scheduler holds it or routes it now. A cancel another replica stored
-        is acted on now (§5: it marks the row and leaves the rest to us)."""
+        """Not the due scan's to tick (the driver's rule: ``attention.due_scan_ticks``)."""
         op_id = record.operation_id
-        if self._replica is not None:
-            if not self._replica.owns(record):
-                return True
-            if record.cancel_requested and record.state in CANCEL_MARKED_STATES:
-                return False
-        return (
-            self._agenda.waiting(op_id, now)
-            or self._calls.dispatching(op_id)
-            or self.room.scheduler.holding(op_id)
-            or op_id in self._routing
+        return not due_scan_ticks(
+            record,
+            self.memory.of(op_id),
+            now,
+            owner=self._replica.ownership.owner if self._replica is not None else None,
+            dispatching=self._calls.dispatching(op_id),
+            held=self.room.scheduler.holding(op_id),
         )
 
     def _due(self, op_id: str) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from coordinator_svc.core.model import OperationRecord, OpState
+from coordinator_svc.core.model import OperationRecord
 from coordinator_svc.dispatcher.ownership import Ownership
 from coordinator_svc.ports import JournalError
 
@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("coordinator_svc.ownership")
 
-# States in which a cancel stored by another replica waits for the owner to act.
-CANCEL_MARKED_STATES = (OpState.QUEUED, OpState.RUNNING, OpState.DISPATCH_UNKNOWN)
 ADOPT_RETRIES = 4
 
 

@@ -25,7 +25,6 @@ from typing import Any, Protocol
 
 from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core import commands as cmd
-from coordinator_svc.core.agenda import Agenda
 from coordinator_svc.core.decide import decide
 from coordinator_svc.core.decide_member import not_a_member
 from coordinator_svc.core.decision import Context, Decision
@@ -48,6 +47,9 @@ from coordinator_svc.core.model import (
     TurnKind,
 )
 from coordinator_svc.dispatcher.first_attempt import first_attempt_now
+from coordinator_svc.driver.agenda import Agenda
+from coordinator_svc.driver.attention import due_scan_ticks
+from coordinator_svc.driver.memory import Memory
 from coordinator_svc.driver.step import (
     Adopted,
     Claim,
@@ -96,9 +98,9 @@ MAX_AGAIN = 6
 MAX_EFFECTS = 256
 
 
-def new_agenda() -> Agenda:
+def new_agenda(memory: Memory) -> Agenda:
     """A process's agenda, with the timings the simulated core decides with."""
-    return Agenda(Context.backoff_initial, Context.backoff_max)
+    return Agenda(Context.backoff_initial, Context.backoff_max, memory)
 
 
 class CoordinatorCrashed(Exception):
@@ -137,7 +139,8 @@ class SimCoordinator:
     calls: dict[int, Call] = field(default_factory=dict)
     # When each operation is looked at next and its streak of fruitless tries:
     # the engine's own rules (core.agenda).
-    agenda: Agenda = field(default_factory=lambda: new_agenda())
+    memory: Memory = field(default_factory=Memory)
+    agenda: Agenda = field(init=False)
     alarms: list[tuple[str, str, str]] = field(default_factory=list)
     tags: Counter[str] = field(default_factory=Counter)
     counters: Counter[str] = field(default_factory=Counter)
@@ -190,6 +193,7 @@ class SimCoordinator:
     # --- client calls -------------------------------------------------------------
 
     def __post_init__(self) -> None:
+        self.agenda = new_agenda(self.memory)
         if self.replica_name:
             self.replica_id = f"{self.replica_name}#{self.epoch}"
 
@@ -547,9 +551,12 @@ class SimCoordinator:
                 continue
             timer = self.agenda.not_before(op)
             timer_due = timer is not None and timer <= now
+            # The engine's due scan rule (driver.attention); busy ones were skipped above.
             scan_due = (
                 record.next_action_at is None or record.next_action_at <= now
-            ) and not self.agenda.waiting(op, now)
+            ) and due_scan_ticks(
+                record, self.memory.of(op), now, owner=None, dispatching=False, held=False
+            )
             if timer_due or scan_due:
                 found.append(op)
         return found
@@ -649,7 +656,8 @@ class SimCoordinator:
             self.journal.expire_leases(f"{self.replica_name}#", self.replica_id, at(self.now))
         self.calls.clear()
         self.known.clear()
-        self.agenda = new_agenda()
+        self.memory = Memory()
+        self.agenda = new_agenda(self.memory)
         self.paused = False
         self.pending = []
         if self.scheduling is not None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator_svc.core.agenda import Agenda
 from coordinator_svc.core.decide_dispatch import (
     CANCELLED_BEFORE_DISPATCH,
     DEFINITE_REFUSALS,
@@ -30,6 +29,7 @@ from coordinator_svc.core.events import (
 from coordinator_svc.core.model import Execution, StopReason
 from coordinator_svc.core.runner_view import RunnerOp, RunnerOpState
 from coordinator_svc.core.witness import StoreOpen
+from coordinator_svc.driver.agenda import Agenda
 from runner_svc.core.model import OperationRow
 from runner_svc.storage import executions_json
 from tests.simulation.sim_runner import (

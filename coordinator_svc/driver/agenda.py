@@ -15,64 +15,67 @@ clock: ``now`` comes in.
 
 from __future__ import annotations
 
-import collections
 from datetime import datetime, timedelta
 
 from coordinator_svc.core.model import OperationRecord, OpState
+from coordinator_svc.driver.memory import Memory
 from turnwire.backoff import backoff_seconds
 
 
 class Agenda:
-    def __init__(self, backoff_initial: float, backoff_max: float) -> None:
+    """Both kept in each operation's memory record (``driver.memory``): the
+    engine passes its own ``memory``; alone (tests, the simulation) it keeps one."""
+
+    def __init__(
+        self, backoff_initial: float, backoff_max: float, memory: Memory | None = None
+    ) -> None:
         self._initial = backoff_initial
         self._cap = backoff_max
-        self._not_before: dict[str, datetime] = {}
-        self._streak: collections.Counter[str] = collections.Counter()
+        self._memory = memory if memory is not None else Memory()
 
     # --- when ---
 
     def not_before(self, operation_id: str) -> datetime | None:
-        return self._not_before.get(operation_id)
+        return self._memory.of(operation_id).not_before
 
     def pending(self) -> list[datetime]:
         """Every time set (a shell that sleeps until the next one reads them)."""
-        return list(self._not_before.values())
+        return [m.not_before for _, m in self._memory.items() if m.not_before is not None]
 
     def waiting(self, operation_id: str, now: datetime) -> bool:
         """True while a later time is set for it (its timer will tick it)."""
-        at = self._not_before.get(operation_id)
+        at = self.not_before(operation_id)
         return at is not None and at > now
 
     def later(self, operation_id: str, at: datetime) -> None:
-        self._not_before[operation_id] = at
+        self._memory.update(operation_id, not_before=at)
 
     def now_due(self, operation_id: str) -> None:
         """Look at it now (woken, granted, or its time came)."""
-        self._not_before.pop(operation_id, None)
+        self._memory.update(operation_id, not_before=None)
 
     def scheduled(self, record: OperationRecord, at: datetime) -> bool:
         """A decision's ScheduleAt: record it; True if the shell must arm a timer
         (the journal's next_action_at would bring it back only later, or never
         for a QUEUED turn, which the due scan leaves to the scheduler)."""
-        self._not_before[record.operation_id] = at
+        self.later(record.operation_id, at)
         queued = record.state is OpState.QUEUED
         return queued or record.next_action_at is None or at < record.next_action_at
 
     # --- why: the streak of fruitless tries ---
 
     def streak(self, operation_id: str) -> int:
-        return self._streak[operation_id]
+        return self._memory.of(operation_id).streak
 
     def failed(self, operation_id: str) -> int:
         """One more fruitless try; the streak now."""
-        self._streak[operation_id] += 1
-        return self._streak[operation_id]
+        return self._memory.update(operation_id, streak=self.streak(operation_id) + 1).streak
 
     def backoff(self, operation_id: str, now: datetime) -> datetime:
         """A step failed (the journal, a bug): try again after the backoff."""
         streak = self.failed(operation_id)
         at = now + timedelta(seconds=backoff_seconds(streak, initial=self._initial, cap=self._cap))
-        self._not_before[operation_id] = at
+        self.later(operation_id, at)
         return at
 
     # --- what a commit changes ---
@@ -82,10 +85,11 @@ class Agenda:
         sent back to QUEUED with a later next_action_at (a refusal's wait, C6a)
         waits until then."""
         op_id = after.operation_id
-        self._streak.pop(op_id, None)
         if after.state.terminal:
-            self._not_before.pop(op_id, None)
+            self._memory.update(op_id, streak=0, not_before=None)
             return
         retry_at = after.next_action_at if after.state is OpState.QUEUED else None
         if retry_at is not None and retry_at > now:
-            self._not_before[op_id] = retry_at
+            self._memory.update(op_id, streak=0, not_before=retry_at)
+        else:
+            self._memory.update(op_id, streak=0)

@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from coordinator_svc.core.agenda import Agenda
 from coordinator_svc.core.model import OpState
+from coordinator_svc.driver.agenda import Agenda
 from tests.coordinator.core.scenario import NOW, bound, queued
 
 
