@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 
@@ -29,12 +28,13 @@ from coordinator_svc.core.events import (
     PreflightAnswer,
     PreflightFailed,
 )
-from coordinator_svc.core.model import Execution, OperationRecord
+from coordinator_svc.core.model import OperationRecord
 from coordinator_svc.core.runner_view import RunnerOp
 from coordinator_svc.dispatcher.batching import StatusBatcher
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.releases import ReleaseCarrier
 from coordinator_svc.dispatcher.runner_client import RunnerClient
+from coordinator_svc.driver.held_reply import MAX_WAITS, Deliver, HeldReplies, HoldTimings
 from coordinator_svc.ports import RunnerGateway
 from turnwire.backoff import backoff_seconds
 from turnwire.crashpoints import crash_point
@@ -93,16 +93,14 @@ class RunnerCalls:
         self._release_tasks: set[asyncio.Task[bool]] = set()
         # Consecutive unanswered calls per runner.
         self.trouble: collections.Counter[str] = collections.Counter()
-        self._inflight: set[str] = set()
-        self._changed: dict[str, asyncio.Event] = {}
-        # Operations whose settled row the watch stream has already delivered
-        # while their Dispatch reply was held: their terminal commit is queued.
-        self._settled_seen: set[str] = set()
-        # The confirmed-start row the watch showed while a Dispatch reply was on
-        # the way, as (incarnation, row): the held reply takes it, so the RUNNING
-        # commit records execution STARTED (R3) without a commit of its own.
-        self._started: dict[str, tuple[str, RunnerOp]] = {}
-        self._start_wake: dict[str, asyncio.Event] = {}
+        # Every Dispatch on the way and its held reply: the driver decides how
+        # long a reply is held and what it says (driver/held_reply.py, C9, R3).
+        self._held = HeldReplies(
+            HoldTimings(settle_grace, timings.start_grace, timings.dispatch_timeout)
+        )
+        # Per held reply, the event its wait sleeps on: only a wake-up, set when
+        # the driver says an input ended the wait.
+        self._wakes: dict[str, asyncio.Event] = {}
         # Clients of members that left, closing after their grace (§11 M5).
         self._closing: dict[asyncio.Task[None], RunnerGateway] = {}
         for runner in runners:
@@ -160,30 +158,24 @@ class RunnerCalls:
 
     def dispatching(self, operation_id: str) -> bool:
         """A Dispatch reply for this operation is on the way (or being held)."""
-        return operation_id in self._inflight
+        return operation_id in self._held
 
     def settled_seen(self, operation_id: str) -> None:
         """The watch delivered a settled row for an operation whose reply is held."""
-        if operation_id in self._changed:
-            self._settled_seen.add(operation_id)
-            wake = self._start_wake.get(operation_id)
-            if wake is not None:
-                wake.set()
+        self._wake(operation_id, self._held.settled_seen(operation_id))
 
     def committed(self, operation_id: str) -> None:
         """Someone committed a change of this operation (ends a settle grace)."""
-        for waiting in (self._changed, self._start_wake):
-            event = waiting.get(operation_id)
-            if event is not None:
-                event.set()
+        self._wake(operation_id, self._held.committed(operation_id))
 
     def started_seen(self, operation_id: str, incarnation_id: str, op: RunnerOp) -> None:
         """The watch showed a confirmed start for an operation whose reply is on the way."""
-        if operation_id in self._inflight:
-            self._started[operation_id] = (incarnation_id, op)
-            wake = self._start_wake.get(operation_id)
-            if wake is not None:
-                wake.set()
+        self._wake(operation_id, self._held.start_seen(operation_id, incarnation_id, op))
+
+    def _wake(self, operation_id: str, wake: bool) -> None:
+        event = self._wakes.get(operation_id) if wake else None
+        if event is not None:
+            event.set()
 
     async def close(self) -> None:
         self.releases.close()
@@ -220,9 +212,10 @@ class RunnerCalls:
     async def dispatch(
         self, record: OperationRecord, command: cmd.Dispatch
     ) -> DispatchAccepted | DispatchRefused | DispatchUnknown:
-        """C5: sent only after its attempt row was committed (C4)."""
+        """C5: sent only after its attempt row was committed (C4). The reply is
+        then held as the driver says (C9, R3: driver/held_reply.py)."""
         op_id = record.operation_id
-        self._inflight.add(op_id)
+        self._held.sending(op_id)
         try:
             # The runner holds its reply up to the settle grace: a short turn's
             # result comes back on it, and the watch does not carry it too. It
@@ -236,58 +229,35 @@ class RunnerCalls:
                 self.releases.give_back(carried)  # the runner may not have seen them
             crash_point("coordinator.after_dispatch_send")
             self._note(command.runner, answered=not isinstance(reply, DispatchUnknown))
-            if isinstance(reply, DispatchAccepted) and not reply.op.settled:
-                await self._grace(op_id, started=reply.op.execution is Execution.STARTED)
-                reply = self._with_start(op_id, reply)
-            return reply
+            loop = asyncio.get_running_loop()
+            self._held.replied(op_id, reply, loop.time())
+            return await self._hold(op_id, loop)
         finally:
-            self._inflight.discard(op_id)
-            self._started.pop(op_id, None)
+            self._held.done(op_id)
 
-    def _with_start(self, operation_id: str, reply: DispatchAccepted) -> DispatchAccepted:
-        """The reply, with the row's confirmed start if the watch showed it meanwhile."""
-        seen = self._started.get(operation_id)
-        if seen is None or seen[0] != reply.incarnation_id or reply.op.settled:
-            return reply
-        return dataclasses.replace(reply, op=seen[1])
-
-    async def _grace(self, operation_id: str, *, started: bool) -> None:
-        """Hold an "accepted, not yet settled" reply for a moment.
-
-        A short turn settles within it and the watch's settled row takes the
-        operation DISPATCHING -> terminal in one commit (the reply is then
-        stale and discarded); a longer one is recorded RUNNING after it, and
-        the hold goes on (``start_grace``) until the watch shows the confirmed
-        start, which the RUNNING commit then carries (R3). A crash meanwhile
-        leaves DISPATCHING, which C12 resolves.
-        """
-        if self._settle_grace <= 0:
-            return
-        changed = self._changed.setdefault(operation_id, asyncio.Event())
+    async def _hold(
+        self, operation_id: str, loop: asyncio.AbstractEventLoop
+    ) -> DispatchAccepted | DispatchRefused | DispatchUnknown:
+        """Perform the driver's waits until it delivers the reply. A crash
+        meanwhile leaves DISPATCHING, which C12 resolves."""
         try:
-            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel
-            # that lands as the event is set, and this must end on shutdown.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._settle_grace):
-                    await changed.wait()
-            seen = started or operation_id in self._started or operation_id in self._settled_seen
-            if not (changed.is_set() or seen):
-                # Longer than the grace: wait for the confirmed start (or a result).
-                wake = self._start_wake.setdefault(operation_id, asyncio.Event())
+            for _ in range(MAX_WAITS):
+                step = self._held.next(operation_id, loop.time())
+                if isinstance(step, Deliver):
+                    return step.reply
+                wake = self._wakes.setdefault(operation_id, asyncio.Event())
+                wake.clear()  # what set it was read by ``next`` just now
+                # asyncio.timeout_at, not wait_for: on 3.11 wait_for can swallow a
+                # cancel that lands as the event is set, and this must end on shutdown.
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._timings.start_grace):
+                    async with asyncio.timeout_at(step.until):
                         await wake.wait()
-            if not changed.is_set() and operation_id in self._settled_seen:
-                # The settled row already arrived and its terminal commit is
-                # only queued behind others (a loaded coordinator): wait for it
-                # rather than write a RUNNING the next commit overwrites.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._timings.dispatch_timeout):
-                        await changed.wait()
+            # Each wait ends a phase, so this is reached only if timers kept firing
+            # before the clock read their deadline: deliver rather than spin.
+            log.warning("%s: Dispatch reply held past %d waits", operation_id, MAX_WAITS)
+            return self._held.cut(operation_id)
         finally:
-            self._changed.pop(operation_id, None)
-            self._start_wake.pop(operation_id, None)
-            self._settled_seen.discard(operation_id)
+            self._wakes.pop(operation_id, None)
 
     async def cancel(
         self, record: OperationRecord, command: cmd.Cancel
