@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -53,20 +53,15 @@ from coordinator_svc.core.decision import Context, Decision
 from coordinator_svc.core.events import (
     CancelRequested,
     Event,
-    RunnerIdentity,
     Tick,
 )
-from coordinator_svc.core.membership import BOUND_STATES, MembershipChange
 from coordinator_svc.core.model import (
     AttemptRecord,
     EventRecord,
     OperationRecord,
     OpState,
-    TurnKind,
 )
 from coordinator_svc.core.quotas import QuotaRefusal, Quotas
-from coordinator_svc.core.routing import NoRunnerForExecutor, executor_refusal, serves
-from coordinator_svc.core.runner_view import RunnerOp
 from coordinator_svc.core.scheduler import Grant
 from coordinator_svc.dispatcher.calls import RunnerCalls
 from coordinator_svc.dispatcher.deadlines import TurnDeadlines
@@ -78,21 +73,18 @@ from coordinator_svc.dispatcher.first_attempt import (
     report_unwritten,
     write_together,
 )
-from coordinator_svc.dispatcher.members import Members
+from coordinator_svc.dispatcher.fleet import Fleet
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.ownership import Ownership
 from coordinator_svc.dispatcher.performing import CommandPerformer
 from coordinator_svc.dispatcher.recovery import bound_to, recover
 from coordinator_svc.dispatcher.replica import ReplicaDuties
-from coordinator_svc.dispatcher.runner_client import RunnerClient
-from coordinator_svc.dispatcher.runner_states import RunnerState, runner_states
 from coordinator_svc.dispatcher.stepping import StepPerformer
 from coordinator_svc.dispatcher.translate import envelope_executor
 from coordinator_svc.dispatcher.visibility import describe_wait, log_transition, note_record
 from coordinator_svc.dispatcher.waiting_room import WaitingRoom
-from coordinator_svc.dispatcher.watching import RunnerWatch
 from coordinator_svc.driver.agenda import Agenda
-from coordinator_svc.driver.attention import due_scan_ticks, may_tick
+from coordinator_svc.driver.attention import due_scan_ticks, may_tick, waits_for_its_time
 from coordinator_svc.driver.memory import Memory
 from coordinator_svc.driver.step import MAX_CAS_RETRIES, NoStep, Replica, Stepped
 from coordinator_svc.driver.step import step as step_machine
@@ -113,9 +105,8 @@ log = logging.getLogger("coordinator_svc.dispatcher")
 # Bounds on every loop (never spin forever on one operation).
 MAX_STEPS_PER_DRIVE = 64
 LOCK_STRIPES = 1024
-# Consecutive unanswered calls after which a runner gets no grants until it
-# answers again (one lost call is not an outage).
-UNREACHABLE_AFTER = 3
+# The states a runner's changed incarnation sends to a status check (C9).
+WATCHED_STATES = (OpState.RUNNING, OpState.CANCELLING, OpState.DISPATCH_UNKNOWN)
 
 
 def utc_now() -> datetime:
@@ -166,7 +157,7 @@ class Dispatcher:
         self._journal = journal
         self._ownership = ownership
         self._timings = timings
-        self._feed = feed
+        self._changes = feed
         self._clock = clock
         self.default_max_attempts = default_max_attempts
         self._status_poll = status_poll if status_poll is not None else timings.status_poll
@@ -189,19 +180,9 @@ class Dispatcher:
         self.memory = Memory()
         self._agenda = Agenda(timings.backoff_initial, timings.backoff_max, self.memory)
         self.deadlines = TurnDeadlines(queue_timeout, self.memory)
-        self._preflight_first_attempts = preflight_first_attempts
         self._attempt_with_acceptance = not (preflight_first_attempts or queue_before_first_attempt)
         quotas = quotas or Quotas()
         self.room = WaitingRoom(runners, quotas, self.deadlines, clock, self.wake)
-        # The runner set and each member's watch stream (§11 M5): changed only
-        # through set_runners.
-        self.members = Members(
-            runners,
-            self._calls,
-            self.room.scheduler,
-            lambda client: RunnerWatch(client, self, timings),
-            self._spawn,
-        )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._limit = asyncio.Semaphore(max_concurrency)
         # Results first: runner reports get their own lane, never queued
@@ -210,7 +191,33 @@ class Dispatcher:
         self._due_scan = DueScan(
             journal, clock, timings.idle_poll, skip=self._looked_after, tick=self._due
         )
-        self._replica = ReplicaDuties(self) if ownership is not None else None
+        self.fleet = Fleet(
+            runners,
+            self._calls,
+            self.room,
+            timings,
+            wake=self.wake,
+            deliver=self.deliver,
+            pump=self._pump,
+            spawn=self._spawn,
+            bound_to=self.bound_to,
+            owns=self._owns,
+            identities_known=not preflight_first_attempts,
+        )
+        self.members = self.fleet.members
+        # What the API and the operator ask of the runners (DispatchControl).
+        self.has_runner_for = self.fleet.has_runner_for
+        self.executor_refusal = self.fleet.executor_refusal
+        self.runner_states = self.fleet.runner_states
+        self.set_runners = self.fleet.set_runners
+        self.watch_on = self.fleet.watch_on
+        self.output_source = self.fleet.output_source
+        self.can_add_runners = self.fleet.can_add_runners
+        self.check_runner_address = self.fleet.check_runner_address
+        self.feed = self.fleet.feed
+        self._replica = (
+            ReplicaDuties(ownership, clock, self.fleet.feed) if ownership is not None else None
+        )
         self._stepper = StepPerformer(
             journal,
             ownership,
@@ -272,12 +279,12 @@ class Dispatcher:
         if self._replica is not None:
             record = self._replica.leased(record)
         if self._running and self._attempt_with_acceptance:
-            self._avoid_unreachable()
+            self.fleet.avoid_unreachable()
             context = self._context((), record)  # reads the turn's limits (kept per turn)
             first = first_attempt_now(
                 record,
                 self.room.scheduler,
-                self._identity_of,
+                self.fleet.identity_of,
                 context,
                 executor=envelope_executor(record.envelope),
             )
@@ -361,35 +368,14 @@ class Dispatcher:
     @property
     def runners(self) -> tuple[RunnerEndpoint, ...]:
         """The members now (§11 M1), by name."""
-        return self.members.endpoints
+        return self.fleet.runners
 
     @property
     def drained(self) -> frozenset[str]:
-        return self.members.drained
+        return self.fleet.drained
 
-    def has_runner_for(self, pool: str, kind: TurnKind) -> bool:
-        return any(serves(r, pool, kind) for r in self.runners)
-
-    def executor_refusal(
-        self, pool: str, kind: TurnKind, executor: str
-    ) -> NoRunnerForExecutor | None:
-        """C6b at submit, from what the members said in their GetRunnerInfo."""
-        return executor_refusal(pool, kind, executor, self.runners, self.room.scheduler.executors)
-
-    def output_source(self, runner: str) -> RunnerClient | None:
-        """This process's client of ``runner``, for relaying its StreamOutput (§12 S5,
-        S8); None when it is not a member here or is an in-process test gateway."""
-        client = self._calls.clients.get(runner)
-        return client if isinstance(client, RunnerClient) else None
-
-    def can_add_runners(self) -> bool:
-        """A runner added now could be called (credentials it accepts: §11 M2)."""
-        return self._calls.can_reach()
-
-    def check_runner_address(self, address: str) -> None:
-        """SecurityConfigError unless this coordinator's runner credentials may
-        reach ``address`` (plaintext: loopback only, as for --runner)."""
-        self._calls.check_address(address)
+    def _owns(self, record: OperationRecord) -> bool:
+        return self._replica is None or self._replica.owns(record)
 
     # --- the loop ---
 
@@ -411,14 +397,6 @@ class Dispatcher:
             return  # rescheduled meanwhile; that schedule has its own timer
         self._agenda.now_due(operation_id)
         self._schedule_tick(operation_id)
-
-    def runner_answered(self, runner: str) -> None:
-        """Any answer from ``runner`` (a watch message too) ends its trouble streak;
-        a runner that had been left out gets grants again."""
-        left_out = self._calls.trouble.get(runner, 0) >= UNREACHABLE_AFTER
-        self._calls.note_answered(runner)
-        if left_out:
-            self._pump()
 
     def deliver(self, operation_id: str, event: Event) -> None:
         """An event from outside a drive (a watch report): handle it in its own
@@ -497,71 +475,15 @@ class Dispatcher:
         """Route every waiting turn that fits a free slot now, fairest first."""
         if not self._running:
             return  # stopping: a drive cut short must not start new ones
-        self._avoid_unreachable()
+        self.fleet.avoid_unreachable()
         for grant in self.room.grants():
             self.memory.update(grant.operation_id, routing=True)
             self._spawn(self._drive_grant(grant))
 
-    def _avoid_unreachable(self) -> None:
-        trouble = self._calls.trouble
-        unreachable = {r for r, n in trouble.items() if n >= UNREACHABLE_AFTER}
-        self.room.scheduler.avoid(unreachable, self.drained)
-
-    async def set_runners(
-        self, runners: Sequence[RunnerEndpoint], drained: Collection[str]
-    ) -> MembershipChange:
-        """The one way the runner set and its drains change (§11 M5, §10 V8): the
-        journal's, read at start, by a replica's poll, or after an operator's call.
-        A member that joined gets its machinery and waiting turns may go to it; one
-        that left loses it, and every operation this process drives that is bound
-        to it is looked at now (M6). A drained runner gets no grant and no first
-        attempt; turns bound there go on; undraining routes at once."""
-        change, drains_changed = await self.members.apply(runners, drained)
-        for runner in change.removed:
-            self._spawn(self._look_at_bound(runner.name))
-        if change or drains_changed:
-            self._pump()
-        return change
-
-    async def _look_at_bound(self, runner: str) -> None:
-        """Wake the operations bound to a runner that left the set (M6): each is
-        decided at once instead of at its next poll. The due scan is the fallback
-        if the journal cannot be read now."""
-        try:
-            bound = await self.bound_to(runner, BOUND_STATES)
-        except JournalError as error:
-            log.warning(
-                "runner %s left the set; its turns wait for the due scan: %s", runner, error
-            )
-            return
-        for record in bound:
-            if runner not in self.members.names and (
-                self._replica is None or self._replica.owns(record)
-            ):
-                self.wake(record.operation_id)
-
-    def runner_states(self) -> list[RunnerState]:
-        """Every member as this coordinator sees it (ListRunners)."""
-        identities = {}
-        watches = list(self.members.watches.values())
-        for watch in watches:
-            known = watch.identity
-            identities[watch.runner] = (
-                None if known is None else (known.incarnation_id, known.store_id)
-            )
-        return runner_states(
-            self.runners,
-            self.room.scheduler,
-            identities,
-            self._calls.trouble,
-            watches,
-            self.drained,
-        )
-
     async def _drive_grant(self, grant: Grant) -> None:
         tick = Tick(
             route=grant.runner,
-            route_identity=self._identity_of(grant.runner),
+            route_identity=self.fleet.identity_of(grant.runner),
             retry_streak=self._agenda.streak(grant.operation_id),
         )
         await self._drive_routed(grant.operation_id, tick)
@@ -587,25 +509,12 @@ class Dispatcher:
             if last is not None and last.state is OpState.QUEUED:
                 self._after_grant_queued(last)
 
-    def _identity_of(self, runner: str) -> RunnerIdentity | None:
-        """The runner's identity if a live watch on it knows it (C2a)."""
-        if self._preflight_first_attempts:
-            return None
-        watch = self.members.watch_on(runner)
-        return watch.identity if watch is not None else None
-
-    def watch_on(self, runner: str) -> RunnerWatch:
-        """The watch stream on ``runner`` (one per member)."""
-        watch = self.members.watch_on(runner)
-        if watch is None:
-            raise KeyError(runner)
-        return watch
-
     def _after_grant_queued(self, record: OperationRecord) -> None:
         """Still QUEUED after its grant: wait out the backoff, or wait again now."""
-        at = self._agenda.not_before(record.operation_id)
-        if at is not None and at > self._clock():
-            self._tick_at(record.operation_id, at)
+        known = self.memory.of(record.operation_id)
+        if waits_for_its_time(known, self._clock()):
+            assert known.not_before is not None
+            self._tick_at(record.operation_id, known.not_before)
         else:
             self.room.hold(record)
             self._pump()
@@ -694,7 +603,7 @@ class Dispatcher:
             self._pump()
         if d.change is not None and d.change.event is not None:
             log_transition(before, after, d.change.event)
-        self._feed.publish(after.operation_id)
+        self._changes.publish(after.operation_id)
         self._calls.committed(after.operation_id)
         if d.change is not None and d.change.new_attempt is not None:
             crash_point("coordinator.after_attempt_commit")
@@ -715,29 +624,6 @@ class Dispatcher:
 
     def _failed(self, operation_id: str) -> int:
         return self._agenda.failed(operation_id)
-
-    def runner_slots(
-        self,
-        runner: str,
-        sizes: Mapping[TurnKind, int],
-        executors: Sequence[str] | None = None,
-    ) -> None:
-        """A runner's pool sizes (its watch read GetRunnerInfo), and the executors
-        it serves when it said (C6b); waiters may now fit."""
-        self.room.scheduler.learned(runner, sizes)
-        if executors is not None:
-            self.room.scheduler.learned_executors(runner, executors)
-        self._pump()
-
-    def dispatching(self, operation_id: str) -> bool:
-        return self._calls.dispatching(operation_id)
-
-    def settled_seen(self, operation_id: str) -> None:
-        self._calls.settled_seen(operation_id)
-
-    def started_seen(self, operation_id: str, incarnation_id: str, op: RunnerOp) -> None:
-        """The watch showed the confirmed start of a row whose Dispatch reply is held."""
-        self._calls.started_seen(operation_id, incarnation_id, op)
 
     # --- recovery and the due scan ---
 

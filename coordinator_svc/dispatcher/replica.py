@@ -14,28 +14,29 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
-from datetime import timedelta
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 
 from coordinator_svc.core.model import OperationRecord
 from coordinator_svc.dispatcher.ownership import Ownership
+from coordinator_svc.driver.inputs import Input, LookAgain
 from coordinator_svc.ports import JournalError
-
-if TYPE_CHECKING:
-    from coordinator_svc.dispatcher.engine import Dispatcher
 
 log = logging.getLogger("coordinator_svc.ownership")
 
-ADOPT_RETRIES = 4
-
 
 class ReplicaDuties:
-    def __init__(self, dispatcher: Dispatcher) -> None:
-        ownership = dispatcher._ownership
-        assert ownership is not None
-        self.ownership: Ownership = ownership
-        self._dispatcher = dispatcher
+    """``feed``: the engine's one entry point (an orphan found: look at it now)."""
+
+    def __init__(
+        self,
+        ownership: Ownership,
+        clock: Callable[[], datetime],
+        feed: Callable[[Input], Awaitable[None]],
+    ) -> None:
+        self.ownership = ownership
+        self._clock = clock
+        self._feed = feed
 
     def owns(self, record: OperationRecord) -> bool:
         return self.ownership.owns(record)
@@ -44,7 +45,7 @@ class ReplicaDuties:
         """A new operation as this replica stores it: under its own lease."""
         own = self.ownership
         own.check_current()
-        now = self._dispatcher._clock()
+        now = self._clock()
         return dataclasses.replace(
             record, lease_owner=own.owner, lease_expires_at=now + timedelta(seconds=own.ttl)
         )
@@ -52,14 +53,13 @@ class ReplicaDuties:
     async def keep_leases(self, running: Callable[[], bool]) -> None:
         """Renew, then adopt the orphans found, every quarter TTL, while ``running()``."""
         own = self.ownership
-        d = self._dispatcher
         while running():
             own.note_lapse()  # before renewing: a process that was paused says so once
             await own.renew()
             if own.current():
                 try:
                     for record in await own.orphans():
-                        d.wake(record.operation_id)
+                        await self._feed(LookAgain(record.operation_id))
                 except JournalError as error:
                     log.warning("replica %s: orphan scan failed: %s", own.owner, error)
             await asyncio.sleep(own.settings.renew_every)

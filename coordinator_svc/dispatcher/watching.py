@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 import grpc
 
 from coordinator_svc.config import DispatchTimings
 from coordinator_svc.core.compatibility import runner_version_problem
-from coordinator_svc.core.events import RunnerIdentity, RunnerReported
-from coordinator_svc.core.model import Execution, OpState
+from coordinator_svc.core.events import RunnerIdentity
 from coordinator_svc.dispatcher.runner_client import describe
 from coordinator_svc.dispatcher.translate import (
     RunnerContractViolation,
@@ -36,30 +34,36 @@ from coordinator_svc.dispatcher.translate import (
     slot_sizes,
     slot_use,
 )
+from coordinator_svc.driver.inputs import (
+    IncarnationSeen,
+    Input,
+    RowReported,
+    RunnerAnswered,
+    RunnerLearned,
+    RunnerPools,
+)
 from coordinator_svc.ports import RunnerGateway, RunnerInfo
 from turnwire.backoff import backoff_seconds
 from turnwire.distribution import version as installed_version
 from turnwire.observability.logs import turn_extra
 from turnwire.runner.v1 import runner_pb2
 
-if TYPE_CHECKING:
-    from coordinator_svc.dispatcher.engine import Dispatcher
-
 log = logging.getLogger("coordinator_svc.dispatcher.watch")
 
 COORDINATOR_VERSION = installed_version()
-_WATCHED_STATES = (OpState.RUNNING, OpState.CANCELLING, OpState.DISPATCH_UNKNOWN)
 # The runner's gate turned us away (R11): a configuration to fix, not a network blip.
 _REFUSED_BY_THE_GATE = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
+# The engine's one entry point for what a watch saw (Dispatcher.feed).
+Feed = Callable[[Input], Awaitable[None]]
+
+
 class RunnerWatch:
-    def __init__(
-        self, client: RunnerGateway, dispatcher: Dispatcher, timings: DispatchTimings
-    ) -> None:
+    def __init__(self, client: RunnerGateway, feed: Feed, timings: DispatchTimings) -> None:
         self._client = client
         self._timings = timings
-        self._dispatcher = dispatcher
+        self._feed = feed
         self._stopped = False
         self.cursor = 0
         self.incarnation: str | None = None
@@ -102,8 +106,8 @@ class RunnerWatch:
                         await asyncio.sleep(self._delay())
                         continue
                     self._up()
-                    self._dispatcher.runner_slots(
-                        self._client.name, info.slot_sizes, info.executors
+                    await self._feed(
+                        RunnerLearned(self._client.name, info.slot_sizes, info.executors)
                     )
                     await self._check_incarnation(info.incarnation_id)
                     self.identity = RunnerIdentity(info.incarnation_id, info.store_id)
@@ -139,7 +143,7 @@ class RunnerWatch:
         problem = runner_version_problem(self._client.name, info.version, COORDINATOR_VERSION)
         if problem is None:
             return False
-        self._dispatcher.runner_slots(self._client.name, {})
+        await self._feed(RunnerLearned(self._client.name, {}))
         await self._check_incarnation(info.incarnation_id)
         self._failures += 1
         if self._failures == 1:  # once per streak: it repeats until someone upgrades
@@ -167,8 +171,8 @@ class RunnerWatch:
     async def _check_incarnation(self, incarnation: str) -> None:
         if incarnation == self.incarnation:
             return
-        # Read first: if the journal fails, nothing changed and this is retried.
-        bound = await self._dispatcher.bound_to(self._client.name, _WATCHED_STATES)
+        # Its turns are read first: if the journal fails, nothing changed and this is retried.
+        await self._feed(IncarnationSeen(self._client.name, incarnation))
         if self.incarnation is not None:
             log.warning(
                 "%s: incarnation changed %s -> %s",
@@ -178,9 +182,6 @@ class RunnerWatch:
             )
         self.incarnation = incarnation
         self.cursor = 0
-        for record in bound:
-            if record.incarnation_id != incarnation:
-                self._dispatcher.wake(record.operation_id)
 
     async def _follow(self) -> None:
         call = self._client.watch(self.cursor)
@@ -188,26 +189,24 @@ class RunnerWatch:
             async for message in call:
                 # A live stream (heartbeats included) means the runner answers:
                 # routing stops avoiding it even if no turn was routed there.
-                self._dispatcher.runner_answered(self._client.name)
+                await self._feed(RunnerAnswered(self._client.name))
                 self._up()
                 if message.incarnation_id != self.incarnation:
                     self.identity = None
                     await self._check_incarnation(message.incarnation_id)
                     return  # re-open from the reset cursor
                 if message.pools:
-                    self._slots(message.pools)
+                    await self._slots(message.pools)
                 if message.HasField("operation"):
-                    self._report(message.incarnation_id, message.operation)
+                    await self._report(message.incarnation_id, message.operation)
         finally:
             call.cancel()
 
-    def _slots(self, pools: Iterable[runner_pb2.SlotPool]) -> None:
+    async def _slots(self, pools: Iterable[runner_pb2.SlotPool]) -> None:
         """The runner's pools as it counts them now (this incarnation's)."""
-        sizes, in_use = slot_sizes(pools), slot_use(pools)
-        if self._dispatcher.room.reported(self._client.name, sizes, in_use):
-            self._dispatcher.runner_slots(self._client.name, sizes)
+        await self._feed(RunnerPools(self._client.name, slot_sizes(pools), slot_use(pools)))
 
-    def _report(self, incarnation: str, operation: runner_pb2.RunnerOperation) -> None:
+    async def _report(self, incarnation: str, operation: runner_pb2.RunnerOperation) -> None:
         self.cursor = max(self.cursor, operation.sequence)
         try:
             op = runner_op(operation)
@@ -221,15 +220,5 @@ class RunnerWatch:
                 ),
             )
             return
-        op_id = operation.operation_id
-        if op.released:
-            return  # released only after our terminal commit: nothing left to do
-        if self._dispatcher.dispatching(op_id):
-            if not op.settled:
-                # The Dispatch reply in flight decides; a confirmed start rides on it (R3).
-                if op.execution is Execution.STARTED:
-                    self._dispatcher.started_seen(op_id, incarnation, op)
-                return
-            self._dispatcher.settled_seen(op_id)
-        report = RunnerReported(self._client.name, incarnation, op)
-        self._dispatcher.deliver(op_id, report)
+        # Which lane it takes is the driver's rule (driver.inputs.route_report).
+        await self._feed(RowReported(self._client.name, incarnation, operation.operation_id, op))

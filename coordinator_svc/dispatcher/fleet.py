@@ -1,0 +1,247 @@
+"""The runners as this coordinator knows them: the set and its drains, each
+member's watch stream, and what the watches report (issue 26: the engine's
+runner-facing half, apart from its per-operation loop).
+
+The watches and the lease keeper tell it what they saw through one entry
+point, :meth:`Fleet.feed` (``driver.inputs``); where an input needs a rule
+(which lane a reported row takes, whether a runner left out of routing is
+back) the driver decides it. What it does to operations goes back through
+the engine's own entry points: ``wake`` (look at it now), ``deliver`` (an
+event for it) and ``pump`` (route what fits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
+from typing import Any
+
+from coordinator_svc.config import DispatchTimings, RunnerEndpoint
+from coordinator_svc.core.events import Event, RunnerIdentity, RunnerReported
+from coordinator_svc.core.membership import BOUND_STATES, MembershipChange
+from coordinator_svc.core.model import OperationRecord, OpState, TurnKind
+from coordinator_svc.core.routing import NoRunnerForExecutor, executor_refusal, serves
+from coordinator_svc.dispatcher.calls import RunnerCalls
+from coordinator_svc.dispatcher.members import Members
+from coordinator_svc.dispatcher.runner_client import RunnerClient
+from coordinator_svc.dispatcher.runner_states import RunnerState, runner_states
+from coordinator_svc.dispatcher.waiting_room import WaitingRoom
+from coordinator_svc.dispatcher.watching import RunnerWatch
+from coordinator_svc.driver.inputs import (
+    IncarnationSeen,
+    Input,
+    LookAgain,
+    ReportLane,
+    RowReported,
+    RunnerAnswered,
+    RunnerLearned,
+    RunnerPools,
+    route_report,
+)
+from coordinator_svc.driver.runners import back_in_routing, unreachable
+from coordinator_svc.ports import JournalError
+
+log = logging.getLogger("coordinator_svc.dispatcher")
+
+# The states a runner's changed incarnation sends to a status check (C9).
+WATCHED_STATES = (OpState.RUNNING, OpState.CANCELLING, OpState.DISPATCH_UNKNOWN)
+
+BoundTo = Callable[[str, Sequence[OpState]], Awaitable[list[OperationRecord]]]
+
+
+class Fleet:
+    """``bound_to(runner, states)``: the journal's open operations bound to a
+    runner; ``owns(record)``: this process drives it (a replica: its lease);
+    ``identities_known``: a never-sent first attempt may bind to the identity
+    a live watch knows (C2a; False: always preflight)."""
+
+    def __init__(
+        self,
+        runners: Sequence[RunnerEndpoint],
+        calls: RunnerCalls,
+        room: WaitingRoom,
+        timings: DispatchTimings,
+        *,
+        wake: Callable[[str], None],
+        deliver: Callable[[str, Event], None],
+        pump: Callable[[], None],
+        spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
+        bound_to: BoundTo,
+        owns: Callable[[OperationRecord], bool],
+        identities_known: bool = True,
+    ) -> None:
+        self._calls = calls
+        self._room = room
+        self._wake = wake
+        self._deliver = deliver
+        self._pump = pump
+        self._spawn = spawn
+        self._bound_to = bound_to
+        self._owns = owns
+        self._identities_known = identities_known
+        # The runner set and each member's watch stream (§11 M5): changed only
+        # through set_runners.
+        self.members = Members(
+            runners,
+            calls,
+            room.scheduler,
+            lambda client: RunnerWatch(client, self.feed, timings),
+            spawn,
+        )
+
+    # --- what the watches and the lease keeper saw ---
+
+    async def feed(self, item: Input) -> None:
+        """The one way the watch streams and the lease keeper tell this process
+        what they saw (``driver.inputs``); a journal read it needs may raise."""
+        match item:
+            case RunnerAnswered(runner=runner):
+                self._answered(runner)
+            case RunnerLearned(runner=runner, sizes=sizes, executors=executors):
+                self._learned(runner, sizes, executors)
+            case RunnerPools(runner=runner, sizes=sizes, in_use=in_use):
+                if self._room.reported(runner, sizes, in_use):
+                    self._learned(runner, sizes, None)
+            case IncarnationSeen(runner=runner, incarnation=incarnation):
+                for record in await self._bound_to(runner, WATCHED_STATES):
+                    if record.incarnation_id != incarnation:
+                        self._wake(record.operation_id)
+            case RowReported():
+                self._reported(item)
+            case LookAgain(operation_id=operation_id):
+                self._wake(operation_id)
+
+    def _answered(self, runner: str) -> None:
+        """Any answer from ``runner`` (a watch message too) ends its trouble streak;
+        a runner that had been left out gets grants again."""
+        left_out = back_in_routing(self._calls.trouble, runner)
+        self._calls.note_answered(runner)
+        if left_out:
+            self._pump()
+
+    def _learned(
+        self, runner: str, sizes: Mapping[TurnKind, int], executors: Sequence[str] | None
+    ) -> None:
+        """A runner's pool sizes, and the executors it serves when it said (C6b);
+        waiters may now fit."""
+        self._room.scheduler.learned(runner, sizes)
+        if executors is not None:
+            self._room.scheduler.learned_executors(runner, executors)
+        self._pump()
+
+    def _reported(self, item: RowReported) -> None:
+        op_id = item.operation_id
+        match route_report(item.row, dispatching=self._calls.dispatching(op_id)):
+            case ReportLane.NOTHING | ReportLane.REPLY_DECIDES:
+                return
+            case ReportLane.START_RIDES_ON_REPLY:
+                self._calls.started_seen(op_id, item.incarnation, item.row)
+                return
+            case ReportLane.SETTLED_WHILE_HELD:
+                self._calls.settled_seen(op_id)
+        self._deliver(op_id, RunnerReported(item.runner, item.incarnation, item.row))
+
+    # --- the set and its drains ---
+
+    @property
+    def runners(self) -> tuple[RunnerEndpoint, ...]:
+        """The members now (§11 M1), by name."""
+        return self.members.endpoints
+
+    @property
+    def drained(self) -> frozenset[str]:
+        return self.members.drained
+
+    def avoid_unreachable(self) -> None:
+        """Routing leaves out runners that stopped answering, and drained ones."""
+        self._room.scheduler.avoid(unreachable(self._calls.trouble), self.drained)
+
+    async def set_runners(
+        self, runners: Sequence[RunnerEndpoint], drained: Collection[str]
+    ) -> MembershipChange:
+        """The one way the runner set and its drains change (§11 M5, §10 V8): the
+        journal's, read at start, by a replica's poll, or after an operator's call.
+        A member that joined gets its machinery and waiting turns may go to it; one
+        that left loses it, and every operation this process drives that is bound
+        to it is looked at now (M6). A drained runner gets no grant and no first
+        attempt; turns bound there go on; undraining routes at once."""
+        change, drains_changed = await self.members.apply(runners, drained)
+        for runner in change.removed:
+            self._spawn(self._look_at_bound(runner.name))
+        if change or drains_changed:
+            self._pump()
+        return change
+
+    async def _look_at_bound(self, runner: str) -> None:
+        """Wake the operations bound to a runner that left the set (M6): each is
+        decided at once instead of at its next poll. The due scan is the fallback
+        if the journal cannot be read now."""
+        try:
+            bound = await self._bound_to(runner, BOUND_STATES)
+        except JournalError as error:
+            log.warning(
+                "runner %s left the set; its turns wait for the due scan: %s", runner, error
+            )
+            return
+        for record in bound:
+            if runner not in self.members.names and self._owns(record):
+                self._wake(record.operation_id)
+
+    # --- what the API and the operator ask ---
+
+    def has_runner_for(self, pool: str, kind: TurnKind) -> bool:
+        return any(serves(r, pool, kind) for r in self.runners)
+
+    def executor_refusal(
+        self, pool: str, kind: TurnKind, executor: str
+    ) -> NoRunnerForExecutor | None:
+        """C6b at submit, from what the members said in their GetRunnerInfo."""
+        return executor_refusal(pool, kind, executor, self.runners, self._room.scheduler.executors)
+
+    def runner_states(self) -> list[RunnerState]:
+        """Every member as this coordinator sees it (ListRunners)."""
+        identities = {}
+        watches = list(self.members.watches.values())
+        for watch in watches:
+            known = watch.identity
+            identities[watch.runner] = (
+                None if known is None else (known.incarnation_id, known.store_id)
+            )
+        return runner_states(
+            self.runners,
+            self._room.scheduler,
+            identities,
+            self._calls.trouble,
+            watches,
+            self.drained,
+        )
+
+    def identity_of(self, runner: str) -> RunnerIdentity | None:
+        """The runner's identity if a live watch on it knows it (C2a)."""
+        if not self._identities_known:
+            return None
+        watch = self.members.watch_on(runner)
+        return watch.identity if watch is not None else None
+
+    def watch_on(self, runner: str) -> RunnerWatch:
+        """The watch stream on ``runner`` (one per member)."""
+        watch = self.members.watch_on(runner)
+        if watch is None:
+            raise KeyError(runner)
+        return watch
+
+    def output_source(self, runner: str) -> RunnerClient | None:
+        """This process's client of ``runner``, for relaying its StreamOutput (§12 S5,
+        S8); None when it is not a member here or is an in-process test gateway."""
+        client = self._calls.clients.get(runner)
+        return client if isinstance(client, RunnerClient) else None
+
+    def can_add_runners(self) -> bool:
+        """A runner added now could be called (credentials it accepts: §11 M2)."""
+        return self._calls.can_reach()
+
+    def check_runner_address(self, address: str) -> None:
+        """SecurityConfigError unless this coordinator's runner credentials may
+        reach ``address`` (plaintext: loopback only, as for --runner)."""
+        self._calls.check_address(address)

@@ -1,0 +1,50 @@
+"""The driver's rules for what the watch streams report (driver.inputs) and
+for runners that stop answering (driver.runners)."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator_svc.core.model import Execution
+from coordinator_svc.core.runner_view import RunnerOpState
+from coordinator_svc.driver.inputs import ReportLane, route_report
+from coordinator_svc.driver.runners import UNREACHABLE_AFTER, back_in_routing, unreachable
+from tests.coordinator.core.scenario import row
+
+
+@pytest.mark.rule("C9")
+def test_a_reported_row_with_no_reply_on_the_way_is_decided() -> None:
+    """C9: with no Dispatch reply held, every unreleased row is decided as a report."""
+    running = row(RunnerOpState.RUNNING, Execution.STARTED)
+    assert route_report(running, dispatching=False) is ReportLane.DECIDE
+
+
+@pytest.mark.rule("R3")
+def test_a_confirmed_start_rides_on_the_held_reply() -> None:
+    """R3: while the Dispatch reply is held, an unsettled row's confirmed start
+    goes to the reply (the RUNNING commit records STARTED); another unsettled
+    row is the reply's to decide."""
+    started = row(RunnerOpState.RUNNING, Execution.STARTED)
+    launching = row(RunnerOpState.RUNNING, Execution.NOT_STARTED)
+    assert route_report(started, dispatching=True) is ReportLane.START_RIDES_ON_REPLY
+    assert route_report(launching, dispatching=True) is ReportLane.REPLY_DECIDES
+
+
+@pytest.mark.rule("C9")
+def test_a_settled_row_ends_the_hold_and_is_decided_and_a_released_one_needs_nothing() -> None:
+    """A settled row while the reply is held ends the wait and is decided at once;
+    a released row (released only after our terminal commit) needs nothing."""
+    done = row(RunnerOpState.SUCCEEDED, Execution.STARTED)
+    assert route_report(done, dispatching=True) is ReportLane.SETTLED_WHILE_HELD
+    released = row(RunnerOpState.SUCCEEDED, Execution.STARTED, released=True)
+    assert route_report(released, dispatching=True) is ReportLane.NOTHING
+    assert route_report(released, dispatching=False) is ReportLane.NOTHING
+
+
+def test_a_runner_is_left_out_of_routing_only_after_a_streak_of_unanswered_calls() -> None:
+    """One lost call is not an outage: only UNREACHABLE_AFTER in a row leave a
+    runner out, and its next answer brings it back."""
+    trouble = {"r1": UNREACHABLE_AFTER - 1, "r2": UNREACHABLE_AFTER}
+    assert unreachable(trouble) == {"r2"}
+    assert back_in_routing(trouble, "r2") and not back_in_routing(trouble, "r1")
+    assert not back_in_routing(trouble, "r3")
