@@ -62,7 +62,6 @@ from coordinator_svc.core.model import (
     OpState,
 )
 from coordinator_svc.core.quotas import QuotaRefusal, Quotas
-from coordinator_svc.core.scheduler import Grant
 from coordinator_svc.dispatcher.calls import RunnerCalls
 from coordinator_svc.dispatcher.deadlines import TurnDeadlines
 from coordinator_svc.dispatcher.due_scan import DueScan
@@ -84,7 +83,8 @@ from coordinator_svc.dispatcher.translate import envelope_executor
 from coordinator_svc.dispatcher.visibility import describe_wait, log_transition, note_record
 from coordinator_svc.dispatcher.waiting_room import WaitingRoom
 from coordinator_svc.driver.agenda import Agenda
-from coordinator_svc.driver.attention import due_scan_ticks, may_tick, waits_for_its_time
+from coordinator_svc.driver.attention import due_scan_ticks, may_tick
+from coordinator_svc.driver.driver import Driver
 from coordinator_svc.driver.memory import Memory
 from coordinator_svc.driver.step import MAX_CAS_RETRIES, NoStep, Replica, Stepped
 from coordinator_svc.driver.step import step as step_machine
@@ -105,8 +105,6 @@ log = logging.getLogger("coordinator_svc.dispatcher")
 # Bounds on every loop (never spin forever on one operation).
 MAX_STEPS_PER_DRIVE = 64
 LOCK_STRIPES = 1024
-# The states a runner's changed incarnation sends to a status check (C9).
-WATCHED_STATES = (OpState.RUNNING, OpState.CANCELLING, OpState.DISPATCH_UNKNOWN)
 
 
 def utc_now() -> datetime:
@@ -178,11 +176,14 @@ class Dispatcher:
         self._locks = [asyncio.Lock() for _ in range(LOCK_STRIPES)]
         # All this process knows of each operation beyond its record (driver.memory).
         self.memory = Memory()
-        self._agenda = Agenda(timings.backoff_initial, timings.backoff_max, self.memory)
         self.deadlines = TurnDeadlines(queue_timeout, self.memory)
         self._attempt_with_acceptance = not (preflight_first_attempts or queue_before_first_attempt)
         quotas = quotas or Quotas()
         self.room = WaitingRoom(runners, quotas, self.deadlines, clock, self.wake)
+        self.driver = Driver(
+            self.room.scheduler, timings.backoff_initial, timings.backoff_max, self.memory
+        )
+        self._agenda: Agenda = self.driver.agenda
         self._tasks: set[asyncio.Task[Any]] = set()
         self._limit = asyncio.Semaphore(max_concurrency)
         # Results first: runner reports get their own lane, never queued
@@ -314,7 +315,7 @@ class Dispatcher:
     ) -> tuple[OperationRecord, bool]:
         assert first.change is not None
         op_id = record.operation_id
-        self.memory.update(op_id, routing=True)
+        self.driver.routed_at_once(op_id)
         written: Written = asyncio.CancelledError()
         try:
             async with self._locks[hash(op_id) % LOCK_STRIPES]:
@@ -322,10 +323,11 @@ class Dispatcher:
                     record, event, submit, self._journal.commit, first.change
                 )
         finally:
-            if not isinstance(written, OperationRecord):
-                self.memory.update(op_id, routing=False)
-                if self.room.scheduler.unbind(op_id):
-                    self._pump()
+            if (
+                not isinstance(written, OperationRecord)
+                and self.driver.grant_ended(op_id, None, self._clock()).freed
+            ):
+                self._pump()
         if isinstance(written, OperationRecord):
             # The attempt is durable (C4): send it, whatever the submit said.
             self.metrics.first_attempts_with_acceptance += 1
@@ -477,16 +479,8 @@ class Dispatcher:
             return  # stopping: a drive cut short must not start new ones
         self.fleet.avoid_unreachable()
         for grant in self.room.grants():
-            self.memory.update(grant.operation_id, routing=True)
-            self._spawn(self._drive_grant(grant))
-
-    async def _drive_grant(self, grant: Grant) -> None:
-        tick = Tick(
-            route=grant.runner,
-            route_identity=self.fleet.identity_of(grant.runner),
-            retry_streak=self._agenda.streak(grant.operation_id),
-        )
-        await self._drive_routed(grant.operation_id, tick)
+            tick = self.driver.granted(grant, self.fleet.identity_of(grant.runner))
+            self._spawn(self._drive_routed(grant.operation_id, tick))
 
     async def _drive_routed(
         self, op_id: str, event: Event | None, first: Step | None = None
@@ -497,27 +491,13 @@ class Dispatcher:
         try:
             last = await self._drive(op_id, event, first=first)
         finally:
-            self.memory.update(op_id, routing=False)
-            # The grant ends here: bound for real (a commit counted it), or
-            # not (a preflight that went nowhere, a refusal): free its slot.
-            scheduler = self.room.scheduler
-            freed = (
-                scheduler.unbind(op_id) if last is None else scheduler.follow(last, routing=False)
-            )
-            if freed:
+            ended = self.driver.grant_ended(op_id, last, self._clock())
+            if ended.wait_until is not None:
+                self._tick_at(op_id, ended.wait_until)
+            elif ended.hold_again and last is not None:
+                self.room.hold(last)
+            if ended.freed or ended.hold_again:
                 self._pump()
-            if last is not None and last.state is OpState.QUEUED:
-                self._after_grant_queued(last)
-
-    def _after_grant_queued(self, record: OperationRecord) -> None:
-        """Still QUEUED after its grant: wait out the backoff, or wait again now."""
-        known = self.memory.of(record.operation_id)
-        if waits_for_its_time(known, self._clock()):
-            assert known.not_before is not None
-            self._tick_at(record.operation_id, known.not_before)
-        else:
-            self.room.hold(record)
-            self._pump()
 
     def _context(
         self, attempts: tuple[AttemptRecord, ...], record: OperationRecord | None = None
@@ -553,7 +533,7 @@ class Dispatcher:
             self._context_for,
             replica=replica,
             routes_by_grant=True,
-            routing=lambda op_id: self.memory.of(op_id).routing,
+            routing=self.driver.routing,
         )
         async with self._locks[hash(operation_id) % LOCK_STRIPES]:
             end = await self._stepper.run(machine)
@@ -588,18 +568,15 @@ class Dispatcher:
     def _adopted(self, record: OperationRecord) -> None:
         """O3: an adopted operation is counted by this process's scheduler."""
         self.room.committed(record)
-        if self.room.scheduler.follow(record, routing=False):
+        if self.driver.adopted(record):
             self._pump()
 
     def _committed(self, before: OperationRecord, after: OperationRecord, d: Decision) -> None:
-        op_id = after.operation_id
         self.metrics.commits += 1
         self.metrics.count_tags(d.tags)
-        self._agenda.committed(after, self._clock())
+        freed = self.driver.committed(after, self._clock())
         self.room.committed(after)
-        if after.state.terminal:
-            self.deadlines.forget(op_id)
-        if self.room.scheduler.follow(after, routing=self.memory.of(op_id).routing):
+        if freed:
             self._pump()
         if d.change is not None and d.change.event is not None:
             log_transition(before, after, d.change.event)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from coordinator_svc.config import RunnerEndpoint
-from coordinator_svc.core.model import OperationRecord, OpState, TurnKind
+from coordinator_svc.core.model import OperationRecord, TurnKind
 from coordinator_svc.core.quotas import Occupancy, QuotaRefusal, Quotas
 from coordinator_svc.core.scheduler import Grant, Scheduler
 from coordinator_svc.dispatcher.deadlines import TurnDeadlines
@@ -102,10 +102,9 @@ class WaitingRoom:
         return not known or before != after
 
     def committed(self, after: OperationRecord) -> None:
-        """Keep counts and the queue in step with a commit this process made."""
+        """Keep the counts in step with a commit this process made (the queue and
+        the slot ledger follow it in the driver: ``Driver.committed``)."""
         self.occupancy.note(after.operation_id, after.principal, after.state)
-        if after.state is not OpState.QUEUED:
-            self.scheduler.drop(after.operation_id)
         if after.state.terminal:
             timer = self._timers.pop(after.operation_id, None)
             if timer is not None:

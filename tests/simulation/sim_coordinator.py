@@ -46,9 +46,11 @@ from coordinator_svc.core.model import (
     ReplayPolicy,
     TurnKind,
 )
+from coordinator_svc.core.scheduler import Scheduler
 from coordinator_svc.dispatcher.first_attempt import first_attempt_now
 from coordinator_svc.driver.agenda import Agenda
 from coordinator_svc.driver.attention import due_scan_ticks
+from coordinator_svc.driver.driver import Driver
 from coordinator_svc.driver.memory import Memory
 from coordinator_svc.driver.step import (
     Adopted,
@@ -98,9 +100,12 @@ MAX_AGAIN = 6
 MAX_EFFECTS = 256
 
 
-def new_agenda(memory: Memory) -> Agenda:
-    """A process's agenda, with the timings the simulated core decides with."""
-    return Agenda(Context.backoff_initial, Context.backoff_max, memory)
+def new_driver(scheduling: SimScheduling | None) -> Driver:
+    """A process's driver (memory, agenda, the scheduler's ledger), with the
+    timings the simulated core decides with; without scheduled schedules its
+    scheduler routes nothing (ticks name their runner)."""
+    scheduler = scheduling.scheduler if scheduling is not None else Scheduler([])
+    return Driver(scheduler, Context.backoff_initial, Context.backoff_max)
 
 
 class CoordinatorCrashed(Exception):
@@ -139,7 +144,8 @@ class SimCoordinator:
     calls: dict[int, Call] = field(default_factory=dict)
     # When each operation is looked at next and its streak of fruitless tries:
     # the engine's own rules (core.agenda).
-    memory: Memory = field(default_factory=Memory)
+    driver: Driver = field(init=False)
+    memory: Memory = field(init=False)
     agenda: Agenda = field(init=False)
     alarms: list[tuple[str, str, str]] = field(default_factory=list)
     tags: Counter[str] = field(default_factory=Counter)
@@ -193,7 +199,7 @@ class SimCoordinator:
     # --- client calls -------------------------------------------------------------
 
     def __post_init__(self) -> None:
-        self.agenda = new_agenda(self.memory)
+        self._new_driver()
         if self.replica_name:
             self.replica_id = f"{self.replica_name}#{self.epoch}"
 
@@ -264,9 +270,10 @@ class SimCoordinator:
         self.observer.granted((record.pool, record.kind), record.principal, waiting)
         self.log.append(f"    granted {op} -> {runner} with its acceptance")
         self.journal.submit(record, first)
+        self.driver.routed_at_once(op)  # its slot is held as a grant's is (C1a)
         stored = self.journal.commit(change)
         self.counters["first_attempt_with_acceptance"] += 1
-        self.agenda.committed(stored, at(self.now))
+        self.driver.committed(stored, at(self.now))
         self.tags.update(decision.tags)
         self.observer.committed(change, stored, Tick(route=runner))
         if self.crash_after_commit is not None and self.crash_after_commit():
@@ -277,6 +284,10 @@ class SimCoordinator:
             self.handle(op, event, 1)
         self._settle(op)
         return True
+
+    def _new_driver(self) -> None:
+        self.driver = new_driver(self.scheduling)
+        self.memory, self.agenda = self.driver.memory, self.driver.agenda
 
     def record(self, operation_id: str) -> OperationRecord:
         return self.journal.operations[operation_id]
@@ -289,8 +300,15 @@ class SimCoordinator:
             self._settle(operation_id)
 
     def _settle(self, operation_id: str) -> None:
-        if self.scheduling is not None:
-            self.scheduling.settle(self.record(operation_id), self.busy(operation_id))
+        """After a step: a grant whose calls are all answered ends (the driver's
+        rule, as in the engine); otherwise the ledger follows the journal."""
+        if self.scheduling is None:
+            return
+        record, busy = self.record(operation_id), self.busy(operation_id)
+        if self.driver.routing(operation_id) and not busy:
+            self.driver.grant_ended(operation_id, record, at(self.now))
+            return
+        self.scheduling.settle(record, busy)
 
     def _handle(self, operation_id: str, event: Event, depth: int) -> None:
         """One step of the shipped driver (``coordinator_svc.driver.step``), its
@@ -384,7 +402,7 @@ class SimCoordinator:
             self.counters["replica_stale_version_redecided"] += 1
             self.log.append(f"    {operation_id}: stale version; decide again")
             return Refused.STALE
-        self.agenda.committed(stored, at(self.now))
+        self.driver.committed(stored, at(self.now))
         self.tags.update(effect.decision.tags)
         self.observer.committed(change, stored, Restarted() if effect.adopting else event)
         if self.crash_after_commit is not None and self.crash_after_commit():
@@ -401,8 +419,7 @@ class SimCoordinator:
             return Refused.LEASE_LOST
         except StaleVersion:
             return Refused.STALE
-        self.counters["cancel_marked_for_owner"] += 1
-        self.agenda.committed(stored, at(self.now))
+        self.counters["cancel_marked_for_owner"] += 1  # not ours: memory unchanged, as the engine
         self.observer.committed(effect.change, stored, event)
         return stored
 
@@ -598,9 +615,7 @@ class SimCoordinator:
             self.observer.granted(slot_class, granted.principal, waiting)
             self.log.append(f"    granted {grant.operation_id} -> {grant.runner}")
         for grant in grants:
-            streak = self.agenda.streak(grant.operation_id)
-            identity = self.known.get(grant.runner)
-            tick = Tick(route=grant.runner, route_identity=identity, retry_streak=streak)
+            tick = self.driver.granted(grant, self.known.get(grant.runner))
             self.handle(grant.operation_id, tick)
         if self.scheduling.scheduler.holding(operation_id):
             self.tick(operation_id, None)  # waits: the core says so; looked at again later
@@ -656,12 +671,11 @@ class SimCoordinator:
             self.journal.expire_leases(f"{self.replica_name}#", self.replica_id, at(self.now))
         self.calls.clear()
         self.known.clear()
-        self.memory = Memory()
-        self.agenda = new_agenda(self.memory)
         self.paused = False
         self.pending = []
         if self.scheduling is not None:
             self.scheduling.reset(self.journal.operations.values())
+        self._new_driver()
         if self.membership is not None:  # read before recovery and the first grant (M5)
             self.members = None
             self.follow(self.membership.view())

@@ -3,12 +3,43 @@
 from __future__ import annotations
 
 import functools
+from collections import Counter
 
 from tests.simulation.budget import HARD_CASES, BudgetResult, run_budget
-from tests.simulation.simulator import SimConfig, run_seed
+from tests.simulation.simulator import RunnerSpec, Setup, SimConfig, replay, run_seed
 
 SEEDS = range(3000)
 CONFIG = SimConfig(steps=70, trace=False)
+
+# A hard case so rare that whether the 3,000 seeds draw it depends on small
+# changes anywhere in the shells (about 1 schedule in 2,000): a kept schedule
+# that exercises it, replayed without the generator, counts for it. §6
+# re-admission by a new incarnation: seed 3920 (2026-12-06), shrunk from 70
+# steps to the 10 that still reach it (r2 drained, then restarted with its
+# store kept, re-admits the row its shutdown stopped before launch).
+READMISSION_SETUP = Setup(
+    runners=(
+        RunnerSpec("r1", durable=True, slots=1),
+        RunnerSpec("r2", durable=True, slots=1),
+        RunnerSpec("r3", durable=False, slots=1),
+    ),
+    operations=2,
+    replicas=2,
+    skew=-20.0,
+)
+READMISSION_STEPS = [
+    "restart r1 wiped",
+    "restart r1 wiped",
+    "restart r1 wiped",
+    "submit PROBE_FIRST 3 WRITABLE",
+    "tick op13 r2 @c1",
+    "deliver m1",
+    "deliver m2",
+    "deliver m3",
+    "drain r2",
+    "restart r2 kept",
+]
+WITNESSES = {"dispatch:take_over": (READMISSION_SETUP, READMISSION_STEPS)}
 
 
 @functools.cache
@@ -29,8 +60,13 @@ def test_every_invariant_holds_across_the_ci_budget() -> None:
 
 
 def test_the_budget_exercises_the_hard_cases() -> None:
-    """Anti-vacuity: replays, reconcile, changed incarnations, tombstones, restarts all happened."""
-    coverage = budget().coverage
+    """Anti-vacuity: replays, reconcile, changed incarnations, tombstones, restarts all
+    happened, in the budget or (the rarest) in a kept schedule that breaks no invariant."""
+    coverage = Counter(budget().coverage)
+    for key, (setup, steps) in WITNESSES.items():
+        witness = replay(setup, steps, CONFIG)
+        assert witness.violation is None, witness.report()
+        coverage[key] += witness.coverage[key]
     counts = {name: coverage[key] for name, key in HARD_CASES.items()}
     print("\n".join(f"  {name}: {count}" for name, count in counts.items()))
     missing = [name for name, count in counts.items() if count == 0]

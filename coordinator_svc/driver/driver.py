@@ -1,0 +1,113 @@
+"""The driver: this process's memory of every operation, and the rules that
+read and change it around each step (issue 26).
+
+One :class:`Driver` per coordinator process holds the memory records
+(``driver.memory``), the agenda that keeps their times and streaks
+(``driver.agenda``) and the scheduler's slot ledger and fair queues
+(``core.scheduler``). The shell tells it what happened (a grant, a commit,
+a grant's end) with the time, and does what it answers (route what fits,
+tick an operation then, hold it for a grant again). The asyncio engine and
+the simulation both run it, so the rules they share are the ones that ship:
+
+- **A grant routes** (C6): the turn's slot is reserved and its step is told
+  so (``routing``) until the grant ends; its Tick carries the runner, the
+  runner's identity when a live watch knows it (C2a) and the streak of
+  fruitless tries (its backoff).
+- **A grant ends** bound for real (a commit counted it) or not (a preflight
+  that went nowhere, a refusal): its slot is freed. A turn still QUEUED then
+  waits out its backoff, or waits for the next grant at once.
+- **A commit** ends the streak, moves the times (a refusal's wait, C6a),
+  drops the turn from the fair queue once it left QUEUED, forgets its time
+  limits once terminal, and keeps the slot ledger in step with the journal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from coordinator_svc.core.events import RunnerIdentity, Tick
+from coordinator_svc.core.model import OperationRecord, OpState
+from coordinator_svc.core.scheduler import Grant, Scheduler
+from coordinator_svc.driver.agenda import Agenda
+from coordinator_svc.driver.attention import waits_for_its_time
+from coordinator_svc.driver.memory import Memory
+
+
+@dataclass(frozen=True)
+class GrantEnd:
+    """What the end of a grant asks of the shell.
+
+    ``freed``: a slot was freed, so route what fits now; ``wait_until``: the
+    turn is still QUEUED and waits out its backoff, tick it then;
+    ``hold_again``: still QUEUED with nothing to wait for, hold it for a
+    grant now."""
+
+    freed: bool
+    wait_until: datetime | None = None
+    hold_again: bool = False
+
+
+class Driver:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        backoff_initial: float,
+        backoff_max: float,
+        memory: Memory | None = None,
+    ) -> None:
+        self.memory = memory if memory is not None else Memory()
+        self.agenda = Agenda(backoff_initial, backoff_max, self.memory)
+        self.scheduler = scheduler
+
+    def routing(self, operation_id: str) -> bool:
+        """A grant is routing it now (its slot reserved: C6)."""
+        return self.memory.of(operation_id).routing
+
+    def granted(self, grant: Grant, identity: RunnerIdentity | None) -> Tick:
+        """C6: a grant routes its turn; the Tick its step decides."""
+        op_id = grant.operation_id
+        self.memory.update(op_id, routing=True)
+        return Tick(
+            route=grant.runner, route_identity=identity, retry_streak=self.agenda.streak(op_id)
+        )
+
+    def routed_at_once(self, operation_id: str) -> None:
+        """C1a: a first attempt written with its acceptance holds its slot as a grant does."""
+        self.memory.update(operation_id, routing=True)
+
+    def grant_ended(
+        self, operation_id: str, last: OperationRecord | None, now: datetime
+    ) -> GrantEnd:
+        """The drive a grant started is over; ``last``: the record as it last saw it
+        (None: never read, so nothing was bound)."""
+        self.memory.update(operation_id, routing=False)
+        scheduler = self.scheduler
+        freed = (
+            scheduler.unbind(operation_id)
+            if last is None
+            else scheduler.follow(last, routing=False)
+        )
+        if last is None or last.state is not OpState.QUEUED:
+            return GrantEnd(freed)
+        known = self.memory.of(operation_id)
+        if waits_for_its_time(known, now):
+            return GrantEnd(freed, wait_until=known.not_before)
+        return GrantEnd(freed, hold_again=True)
+
+    def adopted(self, record: OperationRecord) -> bool:
+        """O3: an operation adopted from a lapsed lease is counted here now; True
+        if that freed a slot."""
+        if record.state is not OpState.QUEUED:
+            self.scheduler.drop(record.operation_id)
+        return self.scheduler.follow(record, routing=False)
+
+    def committed(self, after: OperationRecord, now: datetime) -> bool:
+        """A commit this process made; True if it freed a slot (route what fits)."""
+        op_id = after.operation_id
+        self.agenda.committed(after, now)
+        if after.state is not OpState.QUEUED:
+            self.scheduler.drop(op_id)  # no longer waits in a fair queue
+        if after.state.terminal:
+            self.memory.update(op_id, limits=None)
+        return self.scheduler.follow(after, routing=self.routing(op_id))

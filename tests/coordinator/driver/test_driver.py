@@ -1,0 +1,97 @@
+"""The driver's grant and commit rules (coordinator_svc.driver.driver): what a
+grant reserves, what its end frees, and what a commit moves, with the real
+scheduler (core.scheduler) and no clock but the one passed in."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+
+from coordinator_svc.config import RunnerEndpoint
+from coordinator_svc.core.events import RunnerIdentity
+from coordinator_svc.core.model import OpState, TurnKind
+from coordinator_svc.core.scheduler import Scheduler
+from coordinator_svc.driver.driver import Driver
+from tests.coordinator.core.scenario import INC_A, NOW, RUNNER, STORE, bound, queued
+
+
+def driver_with_one_slot() -> Driver:
+    scheduler = Scheduler([RunnerEndpoint(RUNNER, "127.0.0.1:1")])
+    scheduler.learned(RUNNER, {TurnKind.WRITABLE: 1, TurnKind.READ_ONLY: 1})
+    return Driver(scheduler, backoff_initial=0.1, backoff_max=1.0)
+
+
+def granted_turn(driver: Driver) -> str:
+    record = queued()
+    driver.scheduler.hold(record.operation_id, record.principal, record.pool, record.kind)
+    (grant,) = driver.scheduler.grants()
+    tick = driver.granted(grant, RunnerIdentity(INC_A, STORE))
+    assert tick.route == RUNNER and tick.route_identity == RunnerIdentity(INC_A, STORE)
+    return grant.operation_id
+
+
+@pytest.mark.rule("C6")
+def test_a_grant_reserves_its_slot_until_it_ends() -> None:
+    """C6: while a grant routes a turn, its step is told so and its slot stays
+    reserved; a grant that ends with nothing bound frees the slot."""
+    driver = driver_with_one_slot()
+    op = granted_turn(driver)
+    assert driver.routing(op)
+    assert driver.scheduler.in_use(RUNNER, TurnKind.WRITABLE) == 1
+    ended = driver.grant_ended(op, None, NOW)
+    assert ended.freed and not driver.routing(op)
+    assert driver.scheduler.in_use(RUNNER, TurnKind.WRITABLE) == 0
+
+
+@pytest.mark.rule("C6a")
+def test_a_turn_still_queued_after_its_grant_waits_out_its_backoff_or_waits_again() -> None:
+    """C6a: a refused turn back in QUEUED with a later time waits until then; with
+    none, it is held for the next grant at once."""
+    driver = driver_with_one_slot()
+    op = granted_turn(driver)
+    later = NOW + timedelta(seconds=3)
+    refused = queued(next_action_at=later, attempt_count=1)
+    driver.committed(refused, NOW)
+    ended = driver.grant_ended(op, refused, NOW)
+    assert ended.freed and ended.wait_until == later and not ended.hold_again
+    plain = driver_with_one_slot()
+    op = granted_turn(plain)
+    ended = plain.grant_ended(op, queued(), NOW)
+    assert ended.hold_again and ended.wait_until is None
+
+
+def test_a_bound_turn_keeps_its_slot_after_its_grant_and_its_end_frees_it() -> None:
+    """The slot ledger follows the journal: a write-ahead binds the slot, the
+    grant's end keeps it, the terminal commit frees it (route what fits)."""
+    driver = driver_with_one_slot()
+    op = granted_turn(driver)
+    sent = bound(OpState.DISPATCHING)
+    assert not driver.committed(sent, NOW)
+    assert not driver.grant_ended(op, sent, NOW).freed
+    assert driver.scheduler.in_use(RUNNER, TurnKind.WRITABLE) == 1
+    done = dataclasses.replace(bound(OpState.SUCCEEDED), finished_at=NOW)
+    assert driver.committed(done, NOW)
+    assert driver.scheduler.in_use(RUNNER, TurnKind.WRITABLE) == 0
+    assert len(driver.memory) == 0
+
+
+def test_a_commit_ends_the_streak_and_leaves_nothing_of_an_ended_turn() -> None:
+    """A commit ends the streak of fruitless tries; a terminal one forgets the
+    turn's times and limits: nothing of it stays in memory."""
+    driver = driver_with_one_slot()
+    driver.agenda.failed("op_1")
+    driver.memory.update("op_1", limits=(None, NOW))
+    driver.committed(bound(OpState.RUNNING), NOW)
+    assert driver.agenda.streak("op_1") == 0
+    driver.committed(dataclasses.replace(bound(OpState.FAILED), finished_at=NOW), NOW)
+    assert "op_1" not in driver.memory
+
+
+@pytest.mark.rule("O3")
+def test_an_adopted_operation_is_counted_in_the_slot_ledger() -> None:
+    """O3: an operation adopted bound to a runner holds a slot there from now on."""
+    driver = driver_with_one_slot()
+    driver.adopted(bound(OpState.DISPATCH_UNKNOWN))
+    assert driver.scheduler.in_use(RUNNER, TurnKind.WRITABLE) == 1
