@@ -34,12 +34,13 @@ import pytest
 
 from tests.contract.repo_copy import in_ci
 from tests.support import runner_access
-from tests.support.runner_process import REPO_ROOT, RunnerProcess
+from tests.support.runner_process import REPO_ROOT, runner_process
 from turnwire.client import Operation, TurnwireClient
 from turnwire.client.sync import new_idempotency_key
 from turnwire.client.turns import Turn
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
+from turnwire.testing.processes import ServiceProcess
 from turnwire.testing.stack import Stack, StackThread
 
 EXAMPLES = REPO_ROOT / "examples"
@@ -118,7 +119,7 @@ class _Coordinator(StackThread):
 class ChatStack:
     """The stub, a runner process and a coordinator; every part ended on exit."""
 
-    def __init__(self, stub: Any, runner: RunnerProcess, coordinator: _Coordinator) -> None:
+    def __init__(self, stub: Any, runner: ServiceProcess, coordinator: _Coordinator) -> None:
         self.stub = stub
         self.runner = runner
         self._coordinator = coordinator
@@ -133,7 +134,7 @@ class ChatStack:
         """Start everything (a part that fails to start ends those before it)."""
         need_node()
         stub = load_stub_server().StubServer(api_key=API_KEY).start()
-        runner: RunnerProcess | None = None
+        runner: ServiceProcess | None = None
         try:
             runner_env = {
                 "PYTHONPATH": f"{REPO_ROOT}:{EXAMPLES / 'http'}",
@@ -141,7 +142,7 @@ class ChatStack:
                 "OPENAI_API_KEY": API_KEY,
                 **(env or {}),
             }
-            runner = RunnerProcess.start(
+            runner = runner_process(
                 directory / "runner.db", directory, extra_args=EXECUTORS, env=runner_env
             )
             coordinator = _Coordinator(directory, runner.address).__enter__()

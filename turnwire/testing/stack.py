@@ -16,8 +16,9 @@ executor's ledger. Nothing is mocked; nothing listens beyond loopback.
 tests that call it from synchronous code (the blocking client, the CLI).
 
 Runners demand a shared secret of their coordinator (issue 11): a fresh one
-per stack unless ``secret`` (or ``access`` and ``credentials``) is given;
-``stack.credentials`` is what a test presents to call a runner itself.
+per stack unless ``secret`` (or ``access``, the runners' rule, and optionally
+``credentials``, what the coordinators present) is given; ``stack.credentials``
+is what a test presents to call a runner itself.
 """
 
 from __future__ import annotations
@@ -71,10 +72,12 @@ class Stack:
     ) -> None:
         self.directory = directory
         self.journal_url = journal_url or f"sqlite:///{directory / 'journal.db'}"
-        if access is None or credentials is None:
+        if access is None:
             shared = secret or new_secret()
-            access = access or RunnerAccess(secret=shared)
+            access = RunnerAccess(secret=shared)
             credentials = credentials or RunnerCredentials(secret=shared)
+        if credentials is None:  # what the runners accept, as local tools present it
+            credentials = RunnerCredentials.for_access(access)
         self.access = access
         self.credentials = credentials
         self.runners: dict[str, RunningRunner] = {}
