@@ -144,7 +144,9 @@ class Rig:
         store: str | None = None,
         listen: str = "127.0.0.1:0",
         slots: int = 4,
+        **config: Any,
     ) -> RunningRunner:
+        """A metered runner on the rig's ledger; ``config``: more RunnerConfig fields."""
         return await self.stack.start_runner(
             name,
             store_path=self.tmp / f"{store or name}.db",
@@ -152,6 +154,7 @@ class Rig:
             writable_slots=slots,
             executor="metered",
             ledger_path=self.ledger,
+            **config,
         )
 
     async def sized_dispatcher(self, slots: int, **options: Any) -> Dispatcher:
