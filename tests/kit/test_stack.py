@@ -42,6 +42,24 @@ def test_a_turn_runs_end_to_end_and_close_stops_every_server(tmp_path: Path) -> 
         assert _refused(address), address
 
 
+def test_a_postgresql_journal_runs_the_same_turn(tmp_path: Path, postgres_url: str) -> None:
+    """Given a PostgreSQL URL the stack migrates that journal and its coordinator
+    runs a turn on it exactly as on its SQLite file."""
+
+    async def scenario() -> None:
+        async with Stack(tmp_path, journal_url=postgres_url) as stack:
+            await stack.start_runner("r1", executor="echo")
+            token = stack.add_token("alice")
+            coordinator = await stack.start_coordinator()
+            assert coordinator.config.journal_url == postgres_url
+            async with AsyncTurnwireClient(coordinator.address, token) as client:
+                done = await client.submit_and_wait(items=["hi"], model="builtin/echo")
+            assert done.state.name == "SUCCEEDED", done
+
+    asyncio.run(scenario())
+    assert not (tmp_path / "journal.db").exists()
+
+
 def test_a_stack_thread_serves_synchronous_callers_and_stops_on_exit(tmp_path: Path) -> None:
     """StackThread runs the stack on its own loop: the blocking client reaches it, and
     leaving the with block stops the servers and the loop."""
