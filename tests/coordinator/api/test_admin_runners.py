@@ -11,7 +11,6 @@ import grpc
 import pytest
 
 from coordinator_svc.api.runner_set import RunnerFlagConflict
-from coordinator_svc.app import start_coordinator
 from coordinator_svc.config import parse_runner_spec
 from tests.coordinator.api.admin_rig import STEP, A, Deployment, Q, deployment
 from tests.coordinator.api.harness import bearer, turn, typed_error
@@ -178,7 +177,7 @@ def test_a_flag_that_disagrees_with_the_journal_stops_the_start(tmp_path: Path) 
             await rig.stop_coordinator()
             moved = rig.config(runners=(parse_runner_spec("r1=127.0.0.1:9"),))
             with pytest.raises(RunnerFlagConflict) as refused:
-                await start_coordinator(moved)
+                await rig.stack.start_coordinator(moved)
             text = str(refused.value)
             assert "127.0.0.1:9" in text and rig.runners["r1"].address in text
             assert "turnwire admin runners" in text
