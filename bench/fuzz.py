@@ -50,11 +50,15 @@ from tests.security.fuzz_hints import Known, Target  # noqa: E402
 from tests.security.rpc_fuzz import Method, Outcome, classify  # noqa: E402
 from turnwire.coordinator.v1 import coordinator_pb2 as C  # noqa: E402
 from turnwire.coordinator.v1 import coordinator_pb2_grpc  # noqa: E402
-from turnwire.launcher import ManagedProcess, python_module  # noqa: E402
+from turnwire.launcher import ManagedProcess  # noqa: E402
 from turnwire.ledger import read_ledger  # noqa: E402
 from turnwire.runner.v1 import runner_pb2 as R  # noqa: E402
 from turnwire.runner.v1 import runner_pb2_grpc  # noqa: E402
 from turnwire.secure_channels import runner_sync_channel  # noqa: E402
+from turnwire.testing.processes import (  # noqa: E402
+    start_coordinator_process,
+    start_runner_process,
+)
 from turnwire.transport_security import (  # noqa: E402
     SECRET_HEADER,
     RunnerCredentials,
@@ -276,22 +280,22 @@ def start_processes(root: Path) -> tuple[dict[str, ManagedProcess], RunnerCreden
     credentials = RunnerCredentials(secret=read_secret_file(secret_file))
     token = add_token(root / "tokens", "fuzz", scopes={Scope.ADMIN})
     processes: dict[str, ManagedProcess] = {}
-    runner = ManagedProcess("runner", python_module(
-        "runner_svc", "serve", "--listen", "127.0.0.1:0", "--store", str(root / "runner.db"),
-        "--executor", "metered", "--ledger", str(root / "ledger.jsonl"), "--drain-seconds", "2",
-        "--plaintext", "--coordinator-secret-file", str(secret_file), "--log-level", "WARNING",
-    ), root / "runner.log", root / "runner.addr")  # fmt: skip
+    quiet = ("--log-level", "WARNING")
+    runner = start_runner_process(
+        root / "runner.db", root, executor="metered", ledger_path=root / "ledger.jsonl",
+        flags=("--drain-seconds", "2", "--plaintext", "--coordinator-secret-file",
+               str(secret_file), *quiet),
+        timeout=START_TIMEOUT,
+    )  # fmt: skip
     processes["runner"] = runner
-    runner.start(START_TIMEOUT)
     runner.wait_healthy(START_TIMEOUT, lambda a: runner_sync_channel(credentials, a))
-    coordinator = ManagedProcess("coordinator", python_module(
-        "coordinator_svc", "serve", "--listen", "127.0.0.1:0",
-        "--journal-url", f"sqlite:///{root / 'journal.db'}", "--migrate",
-        "--tokens-file", str(root / "tokens"), "--runner", f"r1={runner.address}",
-        "--plaintext", "--runner-secret-file", str(secret_file), "--log-level", "WARNING",
-    ), root / "coordinator.log", root / "coordinator.addr")  # fmt: skip
+    coordinator = start_coordinator_process(
+        f"sqlite:///{root / 'journal.db'}", root,
+        flags=("--tokens-file", str(root / "tokens"), "--runner", f"r1={runner.address}",
+               "--plaintext", "--runner-secret-file", str(secret_file), *quiet),
+        timeout=START_TIMEOUT,
+    )  # fmt: skip
     processes["coordinator"] = coordinator
-    coordinator.start(START_TIMEOUT)
     coordinator.wait_healthy(START_TIMEOUT)
     return processes, credentials, token
 

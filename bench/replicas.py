@@ -5,7 +5,7 @@
 
 For each replica count it starts a fresh throwaway PostgreSQL cluster
 (tests/support/postgres.py) and a fresh deployment on it
-(tests/replicas/cluster.py ``ReplicaCluster``: N ``python -m coordinator_svc
+(turnwire/testing/replicas.py ``ReplicaCluster``: N ``python -m coordinator_svc
 serve --replica-id replica-i --lease-ttl T`` processes and M runners with
 the no-op ``echo`` executor, every process its own), then, after a warm-up,
 runs ``--rounds`` measured rounds. In each round this process (the client)
@@ -86,11 +86,11 @@ from e2e_processes import (  # noqa: E402
     wait_quiet,
 )
 
-from tests.replicas.cluster import OPEN, ReplicaCluster  # noqa: E402
 from tests.support.postgres import ClusterStartError, PostgresCluster, missing_binary  # noqa: E402
 from turnwire.client import AsyncTurnwireClient  # noqa: E402
 from turnwire.client.failures import TurnwireError  # noqa: E402
 from turnwire.launcher import LaunchError, ManagedProcess  # noqa: E402
+from turnwire.testing.replicas import OPEN, ReplicaCluster  # noqa: E402
 
 PAYLOAD = b"x" * 256  # e2e.py's echo payload
 RPC_TIMEOUT = 10.0  # one client call

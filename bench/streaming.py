@@ -51,7 +51,8 @@ from turnwire.client import (  # noqa: E402
     RetryPolicy,
 )
 from turnwire.client.aio import AsyncTurnwireClient  # noqa: E402
-from turnwire.launcher import ManagedProcess, python_module  # noqa: E402
+from turnwire.launcher import ManagedProcess  # noqa: E402
+from turnwire.testing.processes import start_runner_process  # noqa: E402
 
 EXECUTOR = "python:streaming_executor:tick"
 
@@ -85,25 +86,20 @@ class Report:
 
 def start_runner(area: Scratch, slots: int) -> ManagedProcess:
     (area.root / "runner").mkdir()
-    argv = python_module(
-        "runner_svc", "serve",
-        "--listen", "127.0.0.1:0",
-        "--store", str(area.root / "runner" / "store.db"),
-        "--executor", EXECUTOR,
-        "--writable-slots", str(slots),
-        "--read-only-slots", "1",
-        "--plaintext", "--coordinator-secret-file", str(area.runner_secret_file),
-        "--log-level", "WARNING",
-    )  # fmt: skip
-    process = ManagedProcess(
-        "runner",
-        argv,
-        area.root / "logs" / "runner.log",
-        area.root / "runner.addr",
+    process = start_runner_process(
+        area.root / "runner" / "store.db",
+        area.root / "logs",
+        executor=EXECUTOR,
+        flags=(
+            "--writable-slots", str(slots),
+            "--read-only-slots", "1",
+            "--plaintext", "--coordinator-secret-file", str(area.runner_secret_file),
+            "--log-level", "WARNING",
+        ),
         env={"PYTHONPATH": os.pathsep.join((str(BENCH_DIR), str(REPO)))},
-    )
+        timeout=60.0,
+    )  # fmt: skip
     area.processes.append(process)
-    process.start(60.0)
     process.wait_healthy(60.0, area.open_runner_channel)
     return process
 

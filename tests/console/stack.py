@@ -1,7 +1,7 @@
 """A live coordinator with its console, and one runner, on 127.0.0.1:0 (in-process).
 
-Served from a background event loop, as tests/sdk/live_stack.py does; the
-tests talk to it over real sockets (HTTP to the console, gRPC to the API).
+turnwire.testing's Stack served by a StackThread, as tests/sdk/live_stack.py
+does; the tests talk to it over real sockets (HTTP to the console, gRPC to the API).
 Three tokens: ``ADMIN_TOKEN`` (principal ``ops``, scope admin), ``TENANT_TOKEN``
 (``alice``, the default submit/read/cancel) for submitting turns, and the
 same tenant token is what a non-admin caller presents to the console.
@@ -14,7 +14,6 @@ the reconcile deadline (0.5 s here) ends the turn TIMED_OUT, UNKNOWN (C8).
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import time
@@ -22,11 +21,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from coordinator_svc.config import CoordinatorConfig, DispatchTimings, RunnerEndpoint
+from coordinator_svc.api.tokens_file import Scope
+from coordinator_svc.config import DispatchTimings
 from tests.support import runner_access
-from tests.support.background_loop import BackgroundLoop
 from tests.support.fault_interceptor import DROP_RESPONSE, Fault, FaultInterceptor
 from turnwire.client import TurnwireClient
+from turnwire.testing.stack import Stack, StackThread
 
 ADMIN_TOKEN = "tok-ops-console-admin"
 TENANT_TOKEN = "tok-alice-console"
@@ -34,14 +34,12 @@ TENANT_TOKEN = "tok-alice-console"
 _SILENCED = ("GetOperationStatus", "BatchGetOperationStatus", "WatchOperations", "Cancel")
 
 
-class ConsoleStack(BackgroundLoop):
+class ConsoleStack(StackThread):
     """One runner (echo executor), one coordinator with ``--console-listen 127.0.0.1:0``."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        super().__init__()
-        self._runner: Any = None
-        self._coordinator: Any = None
+        super().__init__(Stack(directory, secret=runner_access.SECRET))
         # The first Dispatch's reply is lost and the runner goes silent (make_ambiguous).
         self.faults = FaultInterceptor()
         self.faults.faults.append(
@@ -53,51 +51,18 @@ class ConsoleStack(BackgroundLoop):
         self.console_address = ""
 
     async def _start(self) -> None:
-        from coordinator_svc.app import start_coordinator
-        from coordinator_svc.storage.schema import migrate
-        from runner_svc.app import RunnerConfig, start_runner
-
-        self._runner = await start_runner(
-            RunnerConfig(
-                store_path=self.directory / "runner.db",
-                access=runner_access.ACCESS,
-                executor="echo",
-            )
-        )
-        tokens = self.directory / "tokens"
-        lines = [
-            ("ops", ADMIN_TOKEN, " scopes=admin"),
-            ("alice", TENANT_TOKEN, ""),
-        ]
-        tokens.write_text(
-            "".join(
-                f"{principal} {hashlib.sha256(token.encode()).hexdigest()}{scopes}\n"
-                for principal, token, scopes in lines
-            )
-        )
-        tokens.chmod(0o600)
-        journal_url = f"sqlite:///{self.directory / 'journal.db'}"
-        migrate(journal_url)
-        config = CoordinatorConfig(
-            listen="127.0.0.1:0",
-            journal_url=journal_url,
-            runners=(RunnerEndpoint(name="r1", address=self._runner.address),),
-            tokens_file=str(tokens),
-            runner_credentials=runner_access.CREDENTIALS,
+        await self.stack.start_runner("r1", executor="echo")
+        self.stack.add_token("ops", ADMIN_TOKEN, scopes={Scope.ADMIN})
+        self.stack.add_token("alice", TENANT_TOKEN)
+        coordinator = await self.stack.start_coordinator(
+            interceptors=self.faults.all(),
             timings=replace(DispatchTimings(), reconcile_deadline=0.5, backoff_max=0.2),
             console_listen="127.0.0.1:0",
         )
-        self._coordinator = await start_coordinator(config, interceptors=self.faults.all())
-        self.address = self._coordinator.address
-        assert self._coordinator.console is not None
-        self.console_url = self._coordinator.console.url
-        self.console_address = self._coordinator.console.address
-
-    async def _stop(self) -> None:
-        if self._coordinator is not None:
-            await self._coordinator.stop()
-        if self._runner is not None:
-            await self._runner.stop(drain=False)
+        self.address = coordinator.address
+        assert coordinator.console is not None
+        self.console_url = coordinator.console.url
+        self.console_address = coordinator.console.address
 
     def client(self) -> TurnwireClient:
         return TurnwireClient(self.address, TENANT_TOKEN)

@@ -64,15 +64,16 @@ def test_runner_core_importing_generated_wire_types_is_reported(tmp_path: Path) 
     assert "runner_svc.core.leak_by_test -> turnwire.faults.v1.faults_pb2" in output
 
 
-def test_shared_package_importing_coordinator_outside_testing_is_reported(tmp_path: Path) -> None:
-    """Only turnwire.testing (the journal conformance suite) may import the coordinator."""
+def test_shared_package_importing_a_service_outside_testing_is_reported(tmp_path: Path) -> None:
+    """Only turnwire.testing (the test kit) may import the services; any other shared
+    module importing the coordinator or the runner is reported."""
     root = copy_python_packages(tmp_path)
     _add_module(root, "turnwire.leak_by_test", "import coordinator_svc.ports\n")
-    _add_module(root, "turnwire.testing.runner_leak_by_test", "import runner_svc\n")
+    _add_module(root, "turnwire.runner_leak_by_test", "import runner_svc\n")
     code, output = _lint_imports(root)
     assert code != 0, output
     assert "turnwire.leak_by_test -> coordinator_svc.ports" in output
-    assert "turnwire.testing.runner_leak_by_test -> runner_svc" in output
+    assert "turnwire.runner_leak_by_test -> runner_svc" in output
 
 
 def test_importing_the_conformance_suite_outside_it_is_reported(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@
   ``chat=python:openai_chat:chat`` (examples/http on its PYTHONPATH) and
   ``chat-js=subprocess+framed:exec node examples/framed/chat_stream.mjs``, with
   OPENAI_BASE_URL and OPENAI_API_KEY in its environment (where secrets go);
-- the coordinator: in process, served from a background loop (tests/sdk's
-  LiveStack does the same), over real gRPC on 127.0.0.1:0.
+- the coordinator: in process (turnwire.testing's Stack, served by a
+  StackThread, as tests/sdk's LiveStack is), over real gRPC on 127.0.0.1:0.
 
 ``submit_and_wait`` names the executor on the turn (``Turn.executor``) and takes a
 ``configure`` hook for any other field of the proto Turn (a retry policy, say).
@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import shutil
 import sys
@@ -34,15 +33,15 @@ import grpc
 import pytest
 
 from tests.contract.repo_copy import in_ci
-from tests.sdk.live_stack import coordinator_app_or_skip
 from tests.support import runner_access
-from tests.support.background_loop import BackgroundLoop
-from tests.support.runner_process import REPO_ROOT, RunnerProcess
+from tests.support.runner_process import REPO_ROOT, runner_process
 from turnwire.client import Operation, TurnwireClient
 from turnwire.client.sync import new_idempotency_key
 from turnwire.client.turns import Turn
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
+from turnwire.testing.processes import ServiceProcess
+from turnwire.testing.stack import Stack, StackThread
 
 EXAMPLES = REPO_ROOT / "examples"
 TOKEN = "tok-chat-examples"
@@ -104,43 +103,23 @@ def _read_output(
     return chunks, None
 
 
-class _Coordinator(BackgroundLoop):
+class _Coordinator(StackThread):
+    """The in-process coordinator (turnwire.testing's Stack) sent to the runner process."""
+
     def __init__(self, directory: Path, runner_address: str) -> None:
-        self._app = coordinator_app_or_skip()
-        super().__init__()
-        self._directory = directory
-        self._runner_address = runner_address
-        self._coordinator: Any = None
+        super().__init__(Stack(directory, secret=runner_access.SECRET))
+        self.stack.runner_at("r1", runner_address)
         self.address = ""
 
     async def _start(self) -> None:
-        from coordinator_svc.config import CoordinatorConfig, RunnerEndpoint
-        from coordinator_svc.storage.schema import migrate
-
-        tokens = self._directory / "tokens"
-        tokens.write_text(f"alice {hashlib.sha256(TOKEN.encode()).hexdigest()}\n")
-        tokens.chmod(0o600)  # the coordinator refuses a tokens file others may read
-        journal_url = f"sqlite:///{self._directory / 'journal.db'}"
-        migrate(journal_url)
-        config = CoordinatorConfig(
-            listen="127.0.0.1:0",
-            journal_url=journal_url,
-            runners=(RunnerEndpoint(name="r1", address=self._runner_address),),
-            tokens_file=str(tokens),
-            runner_credentials=runner_access.CREDENTIALS,
-        )
-        self._coordinator = await self._app.start_coordinator(config)
-        self.address = self._coordinator.address
-
-    async def _stop(self) -> None:
-        if self._coordinator is not None:
-            await self._coordinator.stop()
+        self.stack.add_token("alice", TOKEN)
+        self.address = (await self.stack.start_coordinator()).address
 
 
 class ChatStack:
     """The stub, a runner process and a coordinator; every part ended on exit."""
 
-    def __init__(self, stub: Any, runner: RunnerProcess, coordinator: _Coordinator) -> None:
+    def __init__(self, stub: Any, runner: ServiceProcess, coordinator: _Coordinator) -> None:
         self.stub = stub
         self.runner = runner
         self._coordinator = coordinator
@@ -155,7 +134,7 @@ class ChatStack:
         """Start everything (a part that fails to start ends those before it)."""
         need_node()
         stub = load_stub_server().StubServer(api_key=API_KEY).start()
-        runner: RunnerProcess | None = None
+        runner: ServiceProcess | None = None
         try:
             runner_env = {
                 "PYTHONPATH": f"{REPO_ROOT}:{EXAMPLES / 'http'}",
@@ -163,7 +142,7 @@ class ChatStack:
                 "OPENAI_API_KEY": API_KEY,
                 **(env or {}),
             }
-            runner = RunnerProcess.start(
+            runner = runner_process(
                 directory / "runner.db", directory, extra_args=EXECUTORS, env=runner_env
             )
             coordinator = _Coordinator(directory, runner.address).__enter__()

@@ -13,7 +13,7 @@ import pytest
 from tests.contract.repo_copy import in_ci
 from tests.runner.live import dispatch_request, envelope
 from tests.runner.process.test_runner_process import stub_for
-from tests.support.runner_process import REPO_ROOT, RunnerProcess
+from tests.support.runner_process import REPO_ROOT, runner_process
 from turnwire.common.v1 import turn_pb2
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
 
@@ -47,7 +47,7 @@ def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[runner_pb2_grpc
         "--executor", "hello=subprocess+framed:sh examples/framed/hello.sh",
     ]  # fmt: skip
     path = {"PYTHONPATH": f"{REPO_ROOT}:{EXAMPLES / 'python'}"}
-    with RunnerProcess.start(work / "r.db", work, extra_args=flags, env=path) as process:
+    with runner_process(work / "r.db", work, extra_args=flags, env=path) as process:
         channel, stub = stub_for(process.address)
         try:
             yield stub

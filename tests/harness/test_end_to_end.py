@@ -1,25 +1,22 @@
 """The oracle after a real run: coordinator + runner (metered) + client, with lost messages.
 
-Real grpc.aio servers on 127.0.0.1:0, a real SQLite journal and runner
-store, the metered ledger; the coordinator's calls to the runner go through
+turnwire.testing's Stack: real grpc.aio servers on 127.0.0.1:0, a real SQLite
+journal and runner store, the metered ledger; the coordinator's calls to the runner go through
 a fault interceptor that loses one Dispatch reply and one Dispatch request.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from pathlib import Path
 
-from coordinator_svc.app import start_coordinator
-from coordinator_svc.config import CoordinatorConfig, DispatchTimings, RunnerEndpoint
-from coordinator_svc.storage import migrate
-from runner_svc.app import RunnerConfig, start_runner
+from coordinator_svc.config import DispatchTimings
 from tests.support import runner_access
 from tests.support.fault_interceptor import DROP_REQUEST, DROP_RESPONSE, Fault, FaultInterceptor
 from turnwire.client import AsyncTurnwireClient, OperationState
 from turnwire.harness import Status, check_run
 from turnwire.harness.oracle_cli import main_check
+from turnwire.testing.stack import Stack
 
 TOKEN = "tok-oracle-e2e"
 TIMINGS = DispatchTimings(
@@ -33,55 +30,35 @@ TIMINGS = DispatchTimings(
 WAIT_SECONDS = 20.0
 
 
-async def _run(tmp_path: Path, journal_url: str, store: Path, ledger: Path) -> None:
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"alice {hashlib.sha256(TOKEN.encode()).hexdigest()}\n")
-    tokens.chmod(0o600)  # the coordinator refuses a tokens file others may read
-    runner = await start_runner(
-        RunnerConfig(
-            store_path=store,
-            access=runner_access.ACCESS,
-            executor="metered",
-            ledger_path=ledger,
-            drain_seconds=1.0,
-        )
-    )
+async def _run(stack: Stack) -> None:
+    await stack.start_runner(executor="metered", ledger_path=stack.ledger)
+    stack.add_token("alice", TOKEN)
     # Dispatch #1 (first turn): the runner accepts, the reply is lost -> reconcile.
     # Dispatch #2 (second turn): the request is lost -> preflight absent -> one replay.
     faults = FaultInterceptor(
         Fault("Dispatch", DROP_RESPONSE, nth=1), Fault("Dispatch", DROP_REQUEST, nth=2)
     )
-    config = CoordinatorConfig(
-        journal_url=journal_url,
-        runners=(RunnerEndpoint("r1", runner.address),),
-        tokens_file=str(tokens),
-        timings=TIMINGS,
-        runner_credentials=runner_access.CREDENTIALS,
-    )
-    try:
-        coordinator = await start_coordinator(config, interceptors=[faults])
-        try:
-            async with AsyncTurnwireClient(coordinator.address, TOKEN) as client:
-                for output in ("first", "second"):
-                    submitted = await client.submit(
-                        items=["hello"], model="test/metered", parameters={"output": output}
-                    )
-                    done = await client.wait(submitted.operation.operation_id, WAIT_SECONDS)
-                    assert done.state is OperationState.SUCCEEDED
-        finally:
-            await coordinator.stop()
-    finally:
-        await runner.stop(drain=False)
+    coordinator = await stack.start_coordinator(interceptors=[faults], timings=TIMINGS)
+    async with AsyncTurnwireClient(coordinator.address, TOKEN) as client:
+        for output in ("first", "second"):
+            submitted = await client.submit(
+                items=["hello"], model="test/metered", parameters={"output": output}
+            )
+            done = await client.wait(submitted.operation.operation_id, WAIT_SECONDS)
+            assert done.state is OperationState.SUCCEEDED
     assert all(fault.fired for fault in faults.faults)
 
 
 def test_real_run_with_lost_dispatch_messages_passes_the_oracle(tmp_path: Path) -> None:
     """§8 1-6 after a real run: lost reply reconciled without resend, lost request replayed once."""
-    journal_url = f"sqlite:///{tmp_path / 'journal.db'}"
-    migrate(journal_url)
-    store = tmp_path / "runner.db"
-    ledger = tmp_path / "ledger.jsonl"
-    asyncio.run(_run(tmp_path, journal_url, store, ledger))
+    stack = Stack(tmp_path, secret=runner_access.SECRET)
+
+    async def run() -> None:
+        async with stack:
+            await _run(stack)
+
+    asyncio.run(run())
+    journal_url, store, ledger = stack.journal_url, tmp_path / "r1.db", stack.ledger
 
     verdict = check_run(journal_url, [store], ledger)
     assert verdict.violations == ()

@@ -17,15 +17,11 @@ from typing import Any
 import grpc
 import pytest
 
-from coordinator_svc.api.auth import add_token
-from coordinator_svc.app import start_coordinator
-from coordinator_svc.config import CoordinatorConfig, RunnerEndpoint
-from coordinator_svc.storage import migrate
-from runner_svc.app import RunnerConfig, start_runner
 from tests.coordinator.api.harness import bearer, submit_request
 from tests.support import runner_access
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from turnwire.observability.logs import log_handler
+from turnwire.testing.stack import Stack
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,33 +78,18 @@ def _two_turns(
     returns them by principal, and the runner's incarnation."""
 
     async def scenario() -> tuple[dict[str, coordinator_pb2.Operation], str]:
-        runner = await start_runner(
-            RunnerConfig(store_path=tmp_path / "runner.db", access=runner_access.ACCESS)
-        )
-        try:
-            journal_url = f"sqlite:///{tmp_path / 'journal.db'}"
-            migrate(journal_url)
-            tokens = tmp_path / "tokens"
-            alice, bob = add_token(tokens, "alice"), add_token(tokens, "bob")
-            config = CoordinatorConfig(
-                listen="127.0.0.1:0",
-                journal_url=journal_url,
-                runners=(RunnerEndpoint(name="r1", address=runner.address),),
-                tokens_file=str(tokens),
-                runner_credentials=runner_access.CREDENTIALS,
-            )
-            coordinator = await start_coordinator(config)
-            try:
-                async with grpc.aio.insecure_channel(coordinator.address) as channel:
-                    stub: Any = coordinator_pb2_grpc.TurnServiceStub(channel)
-                    ran = await asyncio.gather(
-                        _run_to_end(stub, "logs-a", alice), _run_to_end(stub, "logs-b", bob)
-                    )
-                # The Releases go after the terminal commits (C10): their lines too.
-                await _until_logged(captured, *(f"release {op.operation_id}" for op in ran))
-            finally:
-                await coordinator.stop()
-        finally:
+        async with Stack(tmp_path, secret=runner_access.SECRET) as stack:
+            runner = await stack.start_runner("r1", executor="echo")
+            alice, bob = stack.add_token("alice"), stack.add_token("bob")
+            coordinator = await stack.start_coordinator()
+            async with grpc.aio.insecure_channel(coordinator.address) as channel:
+                stub: Any = coordinator_pb2_grpc.TurnServiceStub(channel)
+                ran = await asyncio.gather(
+                    _run_to_end(stub, "logs-a", alice), _run_to_end(stub, "logs-b", bob)
+                )
+            # The Releases go after the terminal commits (C10): their lines too.
+            await _until_logged(captured, *(f"release {op.operation_id}" for op in ran))
+            await stack.stop_coordinator()
             await runner.stop(drain=True)
         return {"alice": ran[0], "bob": ran[1]}, runner.incarnation_id
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import runner_access
-from tests.support.runner_process import REPO_ROOT, RunnerProcess
+from tests.support.runner_process import REPO_ROOT, runner_process
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,9 +24,7 @@ START_TIMEOUT = 20.0
 
 
 def test_a_runner_writing_to_a_file_logs_json_lines_naming_itself(tmp_path: Path) -> None:
-    with RunnerProcess.start(
-        tmp_path / "store.db", tmp_path, extra_args=["--name", "r-file"]
-    ) as runner:
+    with runner_process(tmp_path / "store.db", tmp_path, extra_args=["--name", "r-file"]) as runner:
         runner.terminate()
         assert runner.wait(20) == 0
         output = runner.output()

@@ -22,12 +22,8 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator_svc.api.auth import add_token
-from coordinator_svc.app import start_coordinator
-from coordinator_svc.config import CoordinatorConfig, DispatchTimings, RunnerEndpoint
+from coordinator_svc.config import DispatchTimings
 from coordinator_svc.core.quotas import PrincipalLimits
-from coordinator_svc.storage import migrate
-from runner_svc.app import RunnerConfig, start_runner
 from tests.coordinator.api.harness import bearer, submit_request
 from tests.support import runner_access
 from tests.support.fault_interceptor import DROP_RESPONSE, Fault, FaultInterceptor
@@ -38,6 +34,7 @@ from turnwire.observability.metrics_check import (
     RUNNER_FAMILIES,
     missing_families,
 )
+from turnwire.testing.stack import Stack
 from turnwire.vocabulary import TurnKind
 
 pytestmark = pytest.mark.timeout(60)
@@ -115,32 +112,20 @@ async def _until_the_coordinator_heard(coordinator: Any) -> None:
 
 def _live_run(tmp_path: Path) -> Scrapes:
     async def scenario() -> Scrapes:
-        runner = await start_runner(
-            RunnerConfig(
-                store_path=tmp_path / "runner.db",
-                access=runner_access.ACCESS,
+        async with Stack(tmp_path, secret=runner_access.SECRET) as stack:
+            runner = await stack.start_runner(
+                "r1",
+                executor="echo",
                 writable_slots=WRITABLE_SLOTS,
                 read_only_slots=0,  # bob's read-only turn can only wait
                 metrics_listen="127.0.0.1:0",
             )
-        )
-        try:
-            journal_url = f"sqlite:///{tmp_path / 'journal.db'}"
-            migrate(journal_url)
-            tokens = tmp_path / "tokens"
-            alice, bob = add_token(tokens, "alice"), add_token(tokens, "bob")
-            coordinator = await start_coordinator(
-                CoordinatorConfig(
-                    listen="127.0.0.1:0",
-                    journal_url=journal_url,
-                    runners=(RunnerEndpoint(name="r1", address=runner.address),),
-                    tokens_file=str(tokens),
-                    runner_credentials=runner_access.CREDENTIALS,
-                    metrics_listen="127.0.0.1:0",
-                    metrics_address_file=str(tmp_path / "coordinator-metrics.addr"),
-                    # Bob may have one turn queued: his replay of it comes at his limit.
-                    principal_quotas=(("bob", PrincipalLimits(max_queued=1)),),
-                )
+            alice, bob = stack.add_token("alice"), stack.add_token("bob")
+            coordinator = await stack.start_coordinator(
+                metrics_listen="127.0.0.1:0",
+                metrics_address_file=str(tmp_path / "coordinator-metrics.addr"),
+                # Bob may have one turn queued: his replay of it comes at his limit.
+                principal_quotas=(("bob", PrincipalLimits(max_queued=1)),),
             )
             try:
                 assert coordinator.metrics is not None and runner.metrics is not None
@@ -180,9 +165,8 @@ def _live_run(tmp_path: Path) -> Scrapes:
                     ),
                 )
             finally:
-                await coordinator.stop()
-        finally:
-            await runner.stop(drain=True)
+                await stack.stop_coordinator()
+                await runner.stop(drain=True)
         return Scrapes(coordinator_text, runner_text, runner.incarnation_id, not_found)
 
     return asyncio.run(scenario())
@@ -293,42 +277,25 @@ def _ambiguous_run(tmp_path: Path) -> tuple[str, coordinator_pb2.Operation]:
     )
 
     async def scenario() -> tuple[str, coordinator_pb2.Operation]:
-        runner = await start_runner(
-            RunnerConfig(store_path=tmp_path / "runner.db", access=runner_access.ACCESS)
-        )
-        try:
-            journal_url = f"sqlite:///{tmp_path / 'journal.db'}"
-            migrate(journal_url)
-            tokens = tmp_path / "tokens"
-            alice = add_token(tokens, "alice")
-            coordinator = await start_coordinator(
-                CoordinatorConfig(
-                    listen="127.0.0.1:0",
-                    journal_url=journal_url,
-                    runners=(RunnerEndpoint(name="r1", address=runner.address),),
-                    tokens_file=str(tokens),
-                    runner_credentials=runner_access.CREDENTIALS,
-                    timings=DispatchTimings(
-                        preflight_timeout=0.3,
-                        backoff_initial=0.05,
-                        backoff_max=0.2,
-                        idle_poll=0.1,
-                        reconcile_deadline=1.0,
-                    ),
-                    metrics_listen="127.0.0.1:0",
-                ),
+        async with Stack(tmp_path, secret=runner_access.SECRET) as stack:
+            await stack.start_runner("r1", executor="echo")
+            alice = stack.add_token("alice")
+            coordinator = await stack.start_coordinator(
                 interceptors=faults.all(),
+                timings=DispatchTimings(
+                    preflight_timeout=0.3,
+                    backoff_initial=0.05,
+                    backoff_max=0.2,
+                    idle_poll=0.1,
+                    reconcile_deadline=1.0,
+                ),
+                metrics_listen="127.0.0.1:0",
             )
-            try:
-                assert coordinator.metrics is not None
-                async with grpc.aio.insecure_channel(coordinator.address) as channel:
-                    stub: Any = coordinator_pb2_grpc.TurnServiceStub(channel)
-                    ended = await _run_to_end(stub, "metrics-unknown", alice)
-                text = await asyncio.to_thread(_get, coordinator.metrics.url)
-            finally:
-                await coordinator.stop(grace=0.5)
-        finally:
-            await runner.stop(drain=False)
+            assert coordinator.metrics is not None
+            async with grpc.aio.insecure_channel(coordinator.address) as channel:
+                stub: Any = coordinator_pb2_grpc.TurnServiceStub(channel)
+                ended = await _run_to_end(stub, "metrics-unknown", alice)
+            text = await asyncio.to_thread(_get, coordinator.metrics.url)
         return text, ended
 
     return asyncio.run(scenario())

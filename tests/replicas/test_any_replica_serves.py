@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.replicas.cluster import ReplicaCluster
 from turnwire.client.aio import AsyncTurnwireClient
 from turnwire.client.values import Operation, OperationState
+from turnwire.testing.replicas import ReplicaCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from coordinator_svc.api.runner_set import RUNNER_SET_POLL_SECONDS
-from tests.replicas.cluster import ReplicaCluster
 from tests.replicas.workload import Workload, assert_clean
 from turnwire.client import AsyncAdminClient
+from turnwire.testing.replicas import ReplicaCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(240)]
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from tests.support import runner_access
+from turnwire.testing.processes import ServiceProcess, start_coordinator_process
 
 TIMEOUT = 60
 
@@ -25,33 +26,10 @@ def _serve(journal: str, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def _start(journal: str, address_file: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [*_serve(journal), "--address-file", str(address_file)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(),
-    )  # fmt: skip
-
-
-def _wait_address(proc: subprocess.Popen[str], address_file: Path) -> None:
-    import time
-
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        if address_file.exists() and address_file.read_text().strip():
-            return
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        time.sleep(0.05)
-    raise AssertionError("the first coordinator never announced its address")
-
-
-def _end(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-    try:
-        proc.wait(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=TIMEOUT)
+def _start(journal: str, work: Path, name: str) -> ServiceProcess:
+    return start_coordinator_process(
+        journal, work, flags=runner_access.coordinator_flags(), name=name, timeout=TIMEOUT
+    )
 
 
 def test_a_second_coordinator_on_one_sqlite_journal_is_refused_until_the_first_stops(
@@ -60,9 +38,7 @@ def test_a_second_coordinator_on_one_sqlite_journal_is_refused_until_the_first_s
     """The second exits 1 naming the file, the holder's PID and what to do, and
     changes nothing; once the first stops, a coordinator starts on it again."""
     journal = f"sqlite:///{tmp_path / 'journal.db'}"
-    first = _start(journal, tmp_path / "first.addr")
-    try:
-        _wait_address(first, tmp_path / "first.addr")
+    with _start(journal, tmp_path, "first") as first:
         before = (tmp_path / "journal.db").stat().st_mtime_ns
         second = subprocess.run(
             _serve(journal), capture_output=True, text=True, timeout=TIMEOUT, env=_env()
@@ -73,14 +49,9 @@ def test_a_second_coordinator_on_one_sqlite_journal_is_refused_until_the_first_s
         assert f"pid {first.pid}" in message
         assert "PostgreSQL" in message
         assert (tmp_path / "journal.db").stat().st_mtime_ns == before
-    finally:
-        _end(first)
-    assert first.returncode == 0
-    again = _start(journal, tmp_path / "again.addr")
-    try:
-        _wait_address(again, tmp_path / "again.addr")
-    finally:
-        _end(again)
+        assert first.terminate(timeout=TIMEOUT) == 0, first.output()
+    with _start(journal, tmp_path, "again") as again:
+        assert again.terminate(timeout=TIMEOUT) == 0, again.output()
 
 
 def test_a_replica_id_on_a_sqlite_journal_is_a_usage_error(tmp_path: Path) -> None:

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.replicas.cluster import LEASE_TTL, OPEN, ReplicaCluster
 from tests.replicas.workload import Workload, assert_clean
 from tests.support.tcp_partition import TcpPartition
+from turnwire.testing.replicas import LEASE_TTL, OPEN, ReplicaCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.replicas.cluster import ReplicaCluster
 from tests.streaming.emitters import chunk_text
 from turnwire.client import Operation, OperationState, OutputChunk, OutputGap, StreamItem
 from turnwire.client.aio import AsyncTurnwireClient
+from turnwire.testing.replicas import ReplicaCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 

@@ -16,10 +16,10 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from tests.replicas.cluster import ReplicaCluster
 from turnwire.client.aio import AsyncTurnwireClient
 from turnwire.client.failures import TurnwireError
 from turnwire.harness.oracle import Verdict, check_run
+from turnwire.testing.replicas import ReplicaCluster
 
 SUBMIT_TRIES = 40
 CALL_TIMEOUT = 3.0

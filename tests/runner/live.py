@@ -1,7 +1,7 @@
 """Test support for the runner: envelopes, requests, and a live in-process runner.
 
-A live runner is the real thing: real SQLite file, real grpc.aio server on
-127.0.0.1:0, a real channel. Nothing is mocked.
+A live runner is the real thing (turnwire.testing's Stack): real SQLite file,
+real grpc.aio server on 127.0.0.1:0, a real channel. Nothing is mocked.
 """
 
 from __future__ import annotations
@@ -10,19 +10,20 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from runner_svc.app import RunnerConfig, RunningRunner, start_runner
+from runner_svc.app import RunningRunner
 from runner_svc.executors import Executor
 from runner_svc.service import ServiceSettings
 from tests.support import runner_access
 from turnwire.common.v1 import turn_pb2
 from turnwire.ids import new_operation_id, sha256_hex, stamp_now
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
+from turnwire.testing.stack import Stack
 
 WRITABLE = turn_pb2.TURN_KIND_WRITABLE
 READ_ONLY = turn_pb2.TURN_KIND_READ_ONLY
@@ -166,16 +167,18 @@ async def live_runner(
     drain: bool = True,
     **config: object,
 ) -> AsyncIterator[Live]:
-    """A started runner with a channel to it; always stopped afterwards."""
-    base = RunnerConfig(store_path=store_path, access=runner_access.ACCESS, drain_seconds=5.0)
-    runner = await start_runner(
-        replace(base, **config),  # type: ignore[arg-type]
-        settings=settings,
-        executor=executor_override,
-    )
-    channel = runner_access.aio_channel(runner.address)
-    try:
-        yield Live(runner, channel, runner_pb2_grpc.RunnerServiceStub(channel), store_path)
-    finally:
-        await channel.close()
-        await runner.stop(drain=drain)
+    """A started runner (turnwire.testing's Stack) with a channel to it; always stopped
+    afterwards (drained first when ``drain``)."""
+    async with Stack(store_path.parent, secret=runner_access.SECRET) as stack:
+        runner = await stack.start_runner(
+            store_path.stem,
+            settings=settings,
+            executor_override=executor_override,
+            **({"store_path": store_path, "drain_seconds": 5.0} | config),
+        )
+        channel = runner_access.aio_channel(runner.address)
+        try:
+            yield Live(runner, channel, runner_pb2_grpc.RunnerServiceStub(channel), store_path)
+        finally:
+            await channel.close()
+            await runner.stop(drain=drain)  # before the stack's own (undrained) stop

@@ -1,9 +1,9 @@
 """A real coordinator + runner for the operator's tests, with an admin token and
 a way to make a turn whose execution is UNKNOWN.
 
-Like live_stack.LiveStack (127.0.0.1:0, served from a background event loop,
-called over real channels from the test thread, everything stopped in
-``__exit__``), plus:
+Like live_stack.LiveStack (turnwire.testing's Stack on 127.0.0.1:0, served by a
+StackThread, called over real channels from the test thread, everything
+stopped in ``__exit__``), plus:
 
 - principal "ops" holds ADMIN_TOKEN (scope admin) beside the tenants alice
   (TOKEN) and bob (OTHER_TOKEN), written before the coordinator starts;
@@ -16,16 +16,16 @@ called over real channels from the test thread, everything stopped in
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import time
 from pathlib import Path
-from typing import Any
 
-from tests.sdk.live_stack import OTHER_TOKEN, TOKEN, coordinator_app_or_skip
+from coordinator_svc.api.tokens_file import Scope
+from coordinator_svc.config import DispatchTimings
+from tests.sdk.live_stack import OTHER_TOKEN, TOKEN
 from tests.support import runner_access
-from tests.support.background_loop import BackgroundLoop
 from tests.support.fault_interceptor import DROP_REQUEST, DROP_RESPONSE, Fault, FaultInterceptor
-from turnwire.client import Operation, TurnwireClient
+from turnwire.client import AdminClient, Operation, TurnwireClient
+from turnwire.testing.stack import Stack, StackThread
 
 ADMIN_TOKEN = "tok-ops-admin-e2e"
 # What the coordinator asks the runner about a Dispatch it lost track of; while
@@ -39,59 +39,26 @@ _STATUS_CALLS = (
 )
 
 
-class AdminStack(BackgroundLoop):
+class AdminStack(StackThread):
     """One runner "r1" (built-in echo executor) and one coordinator with tenants and an admin."""
 
     def __init__(self, directory: Path) -> None:
-        self._directory = directory
-        self._app = coordinator_app_or_skip()
-        super().__init__()
-        self._runner: Any = None
-        self._extra: list[Any] = []
-        self._coordinator: Any = None
+        super().__init__(Stack(directory, secret=runner_access.SECRET))
         self._faults = FaultInterceptor()
         self.address = ""
         self.runner_address = ""
 
     async def _start(self) -> None:
-        from coordinator_svc.config import CoordinatorConfig, DispatchTimings, RunnerEndpoint
-        from coordinator_svc.storage.schema import migrate
-        from runner_svc.app import RunnerConfig, start_runner
-
-        self._runner = await start_runner(
-            RunnerConfig(
-                store_path=self._directory / "runner.db",
-                access=runner_access.ACCESS,
-                executor="echo",
-            )
-        )
-        self.runner_address = self._runner.address
-        tokens = self._directory / "tokens"
-        lines = [
-            f"{principal} {hashlib.sha256(token.encode()).hexdigest()}{scopes}\n"
-            for principal, token, scopes in (
-                ("alice", TOKEN, ""),
-                ("bob", OTHER_TOKEN, ""),
-                ("ops", ADMIN_TOKEN, " scopes=admin"),
-            )
-        ]
-        tokens.write_text("".join(lines))
-        tokens.chmod(0o600)  # the coordinator refuses a tokens file others may read
-        journal_url = f"sqlite:///{self._directory / 'journal.db'}"
-        migrate(journal_url)
-        config = CoordinatorConfig(
-            listen="127.0.0.1:0",
-            journal_url=journal_url,
-            runners=(RunnerEndpoint(name="r1", address=self._runner.address),),
-            tokens_file=str(tokens),
-            runner_credentials=runner_access.CREDENTIALS,
+        self.runner_address = (await self.stack.start_runner("r1", executor="echo")).address
+        self.stack.add_token("alice", TOKEN)
+        self.stack.add_token("bob", OTHER_TOKEN)
+        self.stack.add_token("ops", ADMIN_TOKEN, scopes={Scope.ADMIN})
+        coordinator = await self.stack.start_coordinator(
+            interceptors=self._faults.all(),
             # An unreachable runner ends an ambiguous turn within about a second.
             timings=dataclasses.replace(DispatchTimings(), reconcile_deadline=0.5),
         )
-        self._coordinator = await self._app.start_coordinator(
-            config, interceptors=self._faults.all()
-        )
-        self.address = self._coordinator.address
+        self.address = coordinator.address
 
     def unknown_turn(self, text: str, *, reached_the_runner: bool, timeout: float = 30.0) -> str:
         """Submit a turn (as alice) whose one Dispatch is lost, the runner silent
@@ -112,7 +79,7 @@ class AdminStack(BackgroundLoop):
         async def heal() -> None:
             self._faults.unblock()
 
-        self._run(arm())
+        self.call(arm())
         try:
             with TurnwireClient(self.address, TOKEN) as client:
                 submitted = client.submit(
@@ -120,7 +87,7 @@ class AdminStack(BackgroundLoop):
                 )
                 final = client.wait(submitted.operation.operation_id, timeout=timeout)
         finally:
-            self._run(heal())
+            self.call(heal())
         assert (final.state.value, final.execution.value) == ("TIMED_OUT", "UNKNOWN"), final
         return final.operation_id
 
@@ -132,8 +99,6 @@ class AdminStack(BackgroundLoop):
 
     def wait_answering(self, timeout: float = 15.0) -> None:
         """Until the coordinator has its live view of r1 again (after unknown_turn)."""
-        from turnwire.client import AdminClient
-
         deadline = time.monotonic() + timeout
         with AdminClient(self.address, ADMIN_TOKEN) as admin:
             while True:
@@ -146,24 +111,4 @@ class AdminStack(BackgroundLoop):
 
     def extra_runner(self, name: str) -> str:
         """Start another echo runner the coordinator was not started with; its address."""
-        from runner_svc.app import RunnerConfig, start_runner
-
-        async def start() -> Any:
-            return await start_runner(
-                RunnerConfig(
-                    store_path=self._directory / f"{name}.db",
-                    access=runner_access.ACCESS,
-                    executor="echo",
-                )
-            )
-
-        runner = self._run(start())
-        self._extra.append(runner)
-        return str(runner.address)
-
-    async def _stop(self) -> None:
-        if self._coordinator is not None:
-            await self._coordinator.stop()
-        for runner in (self._runner, *self._extra):
-            if runner is not None:
-                await runner.stop(drain=False)
+        return self.call(self.stack.start_runner(name, executor="echo")).address

@@ -1,8 +1,9 @@
 """The live stack the hostile-input suites share (tests/security/test_hostile_*.py).
 
 A real runner (metered executor, ledger) and a real coordinator on a SQLite
-journal, on 127.0.0.1, started per case; ``Stack.assert_unharmed`` checks that
-nothing was stored that should not be and that a normal turn still succeeds.
+journal, on 127.0.0.1, started per case on turnwire.testing's Stack;
+``Stack.assert_unharmed`` checks that nothing was stored that should not be and
+that a normal turn still succeeds.
 """
 
 from __future__ import annotations
@@ -19,11 +20,9 @@ from typing import Any
 import grpc
 import pytest
 
-from coordinator_svc.api.auth import Scope, add_token
-from coordinator_svc.app import RunningCoordinator, start_coordinator
-from coordinator_svc.config import CoordinatorConfig, RunnerEndpoint
-from coordinator_svc.storage import migrate
-from runner_svc.app import RunnerConfig, RunningRunner, start_runner
+from coordinator_svc.api.auth import Scope
+from coordinator_svc.app import RunningCoordinator
+from runner_svc.app import RunningRunner
 from tests.support import runner_access
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2 as C
@@ -31,6 +30,7 @@ from turnwire.coordinator.v1 import coordinator_pb2_grpc
 from turnwire.errors import TypedError, error_info
 from turnwire.ledger import read_ledger
 from turnwire.limits import MessageLimits
+from turnwire.testing.stack import Stack as KitStack
 
 LIMIT = 64 * 1024  # the runners' receive limit R of these stacks: small keeps sizes cheap
 SERVICE = "/turnwire.coordinator.v1.TurnService"
@@ -144,43 +144,19 @@ class Stack:
 async def live_stack(
     tmp: Path, *, runner_limit: int = LIMIT, coordinator_limit: int = LIMIT
 ) -> AsyncIterator[Stack]:
-    config = RunnerConfig(
-        store_path=tmp / "runner.db",
-        access=runner_access.ACCESS,
-        executor="metered",
-        ledger_path=tmp / "ledger.jsonl",
-        drain_seconds=1.0,
-        max_receive_bytes=runner_limit,
-    )
-    runner = await start_runner(config)
-    try:
-        journal_url = f"sqlite:///{tmp / 'journal.db'}"
-        migrate(journal_url)
-        path = tmp / "tokens"
-        expired = datetime.now(UTC) - timedelta(minutes=1)
-        tokens = {
-            "alice": add_token(path, "alice"),
-            "bob": add_token(path, "bob"),
-            "alice-reader": add_token(path, "alice", scopes={Scope.READ}),
-            "alice-expired": add_token(path, "alice", expires_at=expired),
-        }
-        coordinator = await start_coordinator(
-            CoordinatorConfig(
-                journal_url=journal_url,
-                tokens_file=str(path),
-                runners=(RunnerEndpoint("r1", runner.address),),
-                runner_credentials=runner_access.CREDENTIALS,
-                limits=MessageLimits(coordinator_limit),
-            )
+    async with KitStack(tmp, secret=runner_access.SECRET) as kit:
+        runner = await kit.start_runner(
+            executor="metered", ledger_path=kit.ledger, max_receive_bytes=runner_limit
         )
-        try:
-            options = (("grpc.max_send_message_length", 8 * 1024 * 1024),)
-            async with grpc.aio.insecure_channel(coordinator.address, options=options) as channel:
-                yield Stack(tmp, runner, coordinator, tokens, channel)
-        finally:
-            await coordinator.stop(grace=1.0)
-    finally:
-        await runner.stop()
+        expired = datetime.now(UTC) - timedelta(minutes=1)
+        kit.add_token("alice")
+        kit.add_token("bob")
+        kit.add_token("alice", scopes={Scope.READ}, label="alice-reader")
+        kit.add_token("alice", expires_at=expired, label="alice-expired")
+        coordinator = await kit.start_coordinator(limits=MessageLimits(coordinator_limit))
+        options = (("grpc.max_send_message_length", 8 * 1024 * 1024),)
+        async with grpc.aio.insecure_channel(coordinator.address, options=options) as channel:
+            yield Stack(tmp, runner, coordinator, dict(kit.tokens), channel)
 
 
 def run(tmp: Path, scenario: Callable[[Stack], Awaitable[None]], **limits: int) -> None:

@@ -25,19 +25,17 @@ from typing import Any
 import grpc
 import pytest
 
-from coordinator_svc.api.auth import add_token
 from coordinator_svc.api.call_limits import CallLimits
 from coordinator_svc.api.errors import ApiError
-from coordinator_svc.app import RunningCoordinator, start_coordinator
-from coordinator_svc.config import CallLimitSettings, CoordinatorConfig, RunnerEndpoint
-from coordinator_svc.storage import migrate
-from runner_svc.app import RunnerConfig, start_runner
+from coordinator_svc.app import RunningCoordinator
+from coordinator_svc.config import CallLimitSettings
 from tests.coordinator.api.harness import submit_request
 from tests.support import runner_access
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2 as C
 from turnwire.coordinator.v1 import coordinator_pb2_grpc
 from turnwire.errors import error_info
+from turnwire.testing.stack import Stack
 
 
 def bearer(token: str) -> tuple[tuple[str, str], ...]:
@@ -105,35 +103,12 @@ async def _refused_watch(stub: Any, token: str, operation_id: str) -> Any:
 async def _live(tmp_path: Path, limits: CallLimitSettings | None = None) -> AsyncIterator[Live]:
     """A real runner (the sleep executor) and a coordinator routing to it, with tokens for
     alice and bob and a channel to the coordinator; everything stopped afterwards."""
-    tokens_file = tmp_path / "tokens"
-    tokens = {name: add_token(tokens_file, name) for name in ("alice", "bob")}
-    journal_url = f"sqlite:///{tmp_path / 'journal.db'}"
-    migrate(journal_url)
-    runner = await start_runner(
-        RunnerConfig(
-            store_path=tmp_path / "runner.db",
-            access=runner_access.ACCESS,
-            executor="sleep",
-            drain_seconds=0.5,
-        )
-    )
-    try:
-        coordinator = await start_coordinator(
-            CoordinatorConfig(
-                journal_url=journal_url,
-                tokens_file=str(tokens_file),
-                runners=(RunnerEndpoint("r1", runner.address),),
-                runner_credentials=runner_access.CREDENTIALS,
-                call_limits=limits or CallLimitSettings(),
-            )
-        )
-        try:
-            async with grpc.aio.insecure_channel(coordinator.address) as channel:
-                yield Live(coordinator, coordinator_pb2_grpc.TurnServiceStub(channel), tokens)
-        finally:
-            await coordinator.stop()  # idempotent: a test may have stopped it already
-    finally:
-        await runner.stop(drain=False)
+    async with Stack(tmp_path, secret=runner_access.SECRET) as stack:
+        await stack.start_runner(executor="sleep", drain_seconds=0.5)
+        tokens = {name: stack.add_token(name) for name in ("alice", "bob")}
+        coordinator = await stack.start_coordinator(call_limits=limits or CallLimitSettings())
+        async with grpc.aio.insecure_channel(coordinator.address) as channel:
+            yield Live(coordinator, coordinator_pb2_grpc.TurnServiceStub(channel), tokens)
 
 
 @dataclass

@@ -27,24 +27,19 @@ database. Budget: about 25 s on 2 cores (``EXAMPLES`` per method and path).
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
 import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator_svc.api.auth import Scope, add_token
-from coordinator_svc.app import RunningCoordinator, start_coordinator
-from coordinator_svc.config import CoordinatorConfig, RunnerEndpoint
-from coordinator_svc.storage import migrate
-from runner_svc.app import RunnerConfig, RunningRunner, start_runner
+from coordinator_svc.api.auth import Scope
+from coordinator_svc.app import RunningCoordinator
+from runner_svc.app import RunningRunner
 from tests.security import fuzz_hints, rpc_fuzz
 from tests.security.fuzz_hints import Known, Target
 from tests.security.rpc_fuzz import Method, Outcome, classify
@@ -56,12 +51,12 @@ from turnwire.errors import TypedError
 from turnwire.ledger import read_ledger
 from turnwire.runner.v1 import runner_pb2 as R
 from turnwire.runner.v1 import runner_pb2_grpc
+from turnwire.testing.stack import Stack, StackThread
 from turnwire.transport_security import SECRET_HEADER
 
 EXAMPLES = 100  # per method and path: 13 methods x 2 paths
 STREAM_TIMEOUT = 0.3
 UNARY_TIMEOUT = 10.0
-_T = TypeVar("_T")
 
 FUZZ_SETTINGS = settings(
     max_examples=EXAMPLES,
@@ -78,10 +73,9 @@ def bearer(token: str) -> tuple[tuple[str, str], ...]:
 
 @dataclass
 class Servers:
-    """A runner and a coordinator on an event loop in a background thread."""
+    """A runner and a coordinator on turnwire.testing's Stack, served from its own thread."""
 
-    loop: asyncio.AbstractEventLoop
-    thread: threading.Thread
+    served: StackThread
     runner: RunningRunner
     coordinator: RunningCoordinator
     ledger: Path
@@ -89,51 +83,20 @@ class Servers:
     known: Known
 
     def alive(self) -> bool:
-        return self.thread.is_alive() and self.loop.is_running()
-
-
-def _in_thread(coroutine: Coroutine[Any, Any, _T], loop: asyncio.AbstractEventLoop) -> _T:
-    return asyncio.run_coroutine_threadsafe(coroutine, loop).result(60)
+        return self.served.serving()
 
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
-    tmp = tmp_path_factory.mktemp("fuzz")
-    ledger, tokens = tmp / "ledger.jsonl", tmp / "tokens"
-    token = add_token(tokens, "fuzz", scopes={Scope.ADMIN})
-    journal_url = f"sqlite:///{tmp / 'journal.db'}"
-    migrate(journal_url)
-    runner_config = RunnerConfig(
-        store_path=tmp / "runner.db",
-        access=runner_access.ACCESS,
-        executor="metered",
-        ledger_path=ledger,
-        drain_seconds=2.0,
-    )
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="fuzz-servers", daemon=True)
-    thread.start()
-    try:
-        runner = _in_thread(start_runner(runner_config), loop)
-        try:
-            coordinator_config = CoordinatorConfig(
-                journal_url=journal_url,
-                tokens_file=str(tokens),
-                runners=(RunnerEndpoint("r1", runner.address),),
-                runner_credentials=runner_access.CREDENTIALS,
-            )
-            coordinator = _in_thread(start_coordinator(coordinator_config), loop)
-            try:
-                known = Known(incarnation_id=runner.incarnation_id)
-                yield Servers(loop, thread, runner, coordinator, ledger, token, known)
-            finally:
-                _in_thread(coordinator.stop(grace=1.0), loop)
-        finally:
-            _in_thread(runner.stop(), loop)
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
+    stack = Stack(tmp_path_factory.mktemp("fuzz"), secret=runner_access.SECRET)
+    with StackThread(stack) as served:
+        token = stack.add_token("fuzz", scopes={Scope.ADMIN})
+        runner = served.call(
+            stack.start_runner(executor="metered", ledger_path=stack.ledger, drain_seconds=2.0)
+        )
+        coordinator = served.call(stack.start_coordinator())
+        known = Known(incarnation_id=runner.incarnation_id)
+        yield Servers(served, runner, coordinator, stack.ledger, token, known)
 
 
 # --- the oracle can fail ------------------------------------------------------------------

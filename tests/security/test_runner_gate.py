@@ -21,13 +21,14 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from runner_svc.app import RunnerConfig, RunningRunner, start_runner
+from runner_svc.app import RunningRunner
 from tests.runner.live import dispatch_request, envelope
 from turnwire.certs import issue_deployment
 from turnwire.errors import error_info
 from turnwire.ledger import read_ledger
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
 from turnwire.secure_channels import channel_credentials, runner_aio_channel
+from turnwire.testing.stack import Stack
 from turnwire.transport_security import (
     SECRET_HEADER,
     RunnerAccess,
@@ -118,18 +119,12 @@ def test_the_cases_cover_every_rpc_of_the_runner_service() -> None:
 
 @asynccontextmanager
 async def _runner(tmp_path: Path, access: RunnerAccess) -> AsyncIterator[RunningRunner]:
-    config = RunnerConfig(
-        store_path=tmp_path / "runner.db",
-        access=access,
-        executor="metered",
-        ledger_path=tmp_path / "ledger.jsonl",
-        drain_seconds=1.0,
-    )
-    runner = await start_runner(config)
-    try:
+    async with Stack(tmp_path, access=access) as stack:
+        runner = await stack.start_runner(
+            "runner", executor="metered", ledger_path=stack.ledger, drain_seconds=1.0
+        )
         yield runner
-    finally:
-        await runner.stop()
+        await runner.stop()  # drained, as a runner is told to stop
 
 
 async def _refused(call: Call, channel: grpc.aio.Channel, metadata: Any) -> grpc.aio.AioRpcError:

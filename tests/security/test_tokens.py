@@ -26,14 +26,13 @@ import grpc
 import pytest
 
 from coordinator_svc.api.auth import Scope, TokenEntry, TokensFileError, add_token, parse_tokens
-from coordinator_svc.app import RunningCoordinator, start_coordinator
-from coordinator_svc.config import CoordinatorConfig, RunnerEndpoint
-from coordinator_svc.storage import migrate
+from coordinator_svc.app import RunningCoordinator
 from tests.coordinator.api.harness import submit_request
 from tests.support import runner_access
 from turnwire.coordinator.v1 import coordinator_pb2 as C
 from turnwire.coordinator.v1 import coordinator_pb2_grpc
 from turnwire.errors import error_info
+from turnwire.testing.stack import Stack
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "ab" * 32
@@ -128,24 +127,15 @@ def _coordinator_cli(*args: str) -> subprocess.CompletedProcess[str]:
 async def _coordinator(
     tmp_path: Path, tokens: Path, reload_seconds: float = 0.1
 ) -> AsyncIterator[tuple[RunningCoordinator, Any]]:
-    journal_url = f"sqlite:///{tmp_path / 'journal.db'}"
-    migrate(journal_url)
     # A runner nobody answers at: turns are accepted and stay QUEUED, which is all
     # these tests need (everything they check happens before a Dispatch would).
-    running = await start_coordinator(
-        CoordinatorConfig(
-            journal_url=journal_url,
-            tokens_file=str(tokens),
-            tokens_reload_seconds=reload_seconds,
-            runners=(RunnerEndpoint("r1", f"127.0.0.1:{_closed_port()}"),),
-            runner_credentials=runner_access.CREDENTIALS,
+    async with Stack(tmp_path, secret=runner_access.SECRET) as stack:
+        stack.runner_at("r1", f"127.0.0.1:{_closed_port()}")
+        running = await stack.start_coordinator(
+            tokens_file=str(tokens), tokens_reload_seconds=reload_seconds
         )
-    )
-    try:
         async with grpc.aio.insecure_channel(running.address) as channel:
             yield running, coordinator_pb2_grpc.TurnServiceStub(channel)
-    finally:
-        await running.stop()
 
 
 def _closed_port() -> int:

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -19,13 +18,13 @@ import pytest
 
 from coordinator_svc.app import start_coordinator
 from coordinator_svc.config import CoordinatorConfig, RunnerEndpoint
-from coordinator_svc.storage import migrate
 from runner_svc.app import RunnerConfig, start_runner
 from tests.support import runner_access
 from turnwire.certs import issue_deployment
 from turnwire.client import AsyncTurnwireClient
 from turnwire.client.failures import CheckConnectionSettings
 from turnwire.secure_channels import channel_credentials
+from turnwire.testing.stack import Stack
 from turnwire.transport_security import (
     RunnerAccess,
     RunnerCredentials,
@@ -209,47 +208,31 @@ def test_a_turn_runs_over_tls_end_to_end(tmp_path: Path) -> None:
             certs / f"{name}.pem", certs / f"{name}.key", certs / "ca.pem"
         )
 
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"alice {hashlib.sha256(TOKEN.encode()).hexdigest()}\n")
-    tokens.chmod(0o600)
-    journal_url = f"sqlite:///{tmp_path / 'journal.db'}"
-    migrate(journal_url)
+    coordinator_tls = material("coordinator")
+    stack = Stack(
+        tmp_path,
+        access=RunnerAccess(tls=material("runner-1")),
+        credentials=RunnerCredentials(tls=coordinator_tls),
+    )
 
     async def scenario() -> None:
-        runner = await start_runner(
-            RunnerConfig(
-                store_path=tmp_path / "runner.db", access=RunnerAccess(tls=material("runner-1"))
-            )
-        )
-        coordinator_tls = material("coordinator")
-        try:
-            coordinator = await start_coordinator(
-                CoordinatorConfig(
-                    journal_url=journal_url,
-                    runners=(RunnerEndpoint("r1", runner.address),),
-                    tokens_file=str(tokens),
-                    tls=coordinator_tls,
-                    runner_credentials=RunnerCredentials(tls=coordinator_tls),
+        async with stack:
+            runner = await stack.start_runner("r1", executor="echo")
+            stack.add_token("alice", TOKEN)
+            coordinator = await stack.start_coordinator(tls=coordinator_tls)
+            trust = channel_credentials(coordinator_tls, present_certificate=False)
+            async with AsyncTurnwireClient(coordinator.address, TOKEN, credentials=trust) as client:
+                done = await client.submit_and_wait(
+                    items=["over tls"], model="builtin/echo", idempotency_key="tls-1"
                 )
-            )
-            try:
-                trust = channel_credentials(coordinator_tls, present_certificate=False)
-                async with AsyncTurnwireClient(
-                    coordinator.address, TOKEN, credentials=trust
-                ) as client:
-                    done = await client.submit_and_wait(
-                        items=["over tls"], model="builtin/echo", idempotency_key="tls-1"
-                    )
-                    assert done.state.name == "SUCCEEDED", done
-                async with AsyncTurnwireClient(
-                    coordinator.address, TOKEN, retries=0, timeout=3
-                ) as plaintext:
-                    with pytest.raises(CheckConnectionSettings, match="speaks TLS"):
-                        await plaintext.get(done.operation_id)
-            finally:
-                await coordinator.stop()
-        finally:
-            await runner.stop()
+                assert done.state.name == "SUCCEEDED", done
+            async with AsyncTurnwireClient(
+                coordinator.address, TOKEN, retries=0, timeout=3
+            ) as plaintext:
+                with pytest.raises(CheckConnectionSettings, match="speaks TLS"):
+                    await plaintext.get(done.operation_id)
+            await stack.stop_coordinator()
+            await runner.stop()  # drained, as a runner is told to stop
         assert runner.gate.refused == 0
 
     asyncio.run(scenario())

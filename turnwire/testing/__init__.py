@@ -86,6 +86,23 @@ is safe.
 
 Adding a case: see ``turnwire.testing.journal_conformance``. The record
 builders the cases use are public too (``turnwire.testing.records``).
+
+The test kit
+============
+
+Turnwire's own tests stand the system up in one of two ways, both here:
+
+- ``turnwire.testing.stack``: ``Stack``, runners and coordinators in one event
+  loop (real gRPC on 127.0.0.1:0, SQLite files in one directory or a PostgreSQL
+  URL), and ``StackThread`` to serve one to synchronous code;
+- ``turnwire.testing.processes``: ``ServiceProcess``, each service its own
+  process ended by its PID (``turnwire.testing.replicas``: coordinator replicas
+  on one PostgreSQL journal, on the same launcher as ``turnwire up``).
+
+``turnwire.testing.runner_gateway.InProcessRunner`` is the one fake of the
+coordinator's runner-gateway port: a real runner called in process, passing
+the contract suite the gRPC adapter passes. These import both services, so
+install Turnwire whole (not the client extra alone) to use them.
 """
 
 import pytest

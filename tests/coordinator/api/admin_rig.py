@@ -1,28 +1,27 @@
 """The admin tests' deployment: real echo runners and a real coordinator on 127.0.0.1:0.
 
-Runners are in-process (real gRPC servers, real stores); the coordinator runs
-on a real journal (a SQLite file by default, or a PostgreSQL URL). An UNKNOWN
-turn is made the way the dispatcher tests make one: the Dispatch reply is
-lost (fault interceptor) and the runner then stays unreachable until the
+turnwire.testing's in-process Stack: runners are real gRPC servers with real
+stores; the coordinator runs on a real journal (a SQLite file by default, or a
+PostgreSQL URL). An UNKNOWN turn is made the way the dispatcher tests make
+one: the Dispatch reply is lost (fault interceptor) and the runner then stays unreachable until the
 reconcile deadline (C8), so the turn ends TIMED_OUT, UNKNOWN.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from coordinator_svc.api.auth import Scope, add_token
-from coordinator_svc.app import RunningCoordinator, start_coordinator
-from coordinator_svc.config import CoordinatorConfig, DispatchTimings, parse_runner_spec
-from coordinator_svc.storage import migrate
-from runner_svc.app import RunnerConfig, RunningRunner, start_runner
+from coordinator_svc.api.auth import Scope
+from coordinator_svc.app import RunningCoordinator
+from coordinator_svc.config import CoordinatorConfig, DispatchTimings
+from runner_svc.app import RunningRunner
 from tests.coordinator.api.harness import bearer, submit_request
 from tests.support import runner_access
 from tests.support.fault_interceptor import DROP_RESPONSE, Fault, FaultInterceptor
@@ -33,6 +32,7 @@ from turnwire.coordinator.v1 import (
     coordinator_pb2,
     coordinator_pb2_grpc,
 )
+from turnwire.testing.stack import COORDINATOR, Stack
 
 STEP = 10.0  # seconds any one call may take
 UNREACHABLE = (
@@ -58,15 +58,29 @@ def lose_dispatch_reply_then_unreachable() -> FaultInterceptor:
 
 @dataclass
 class Deployment:
-    """Runners + a coordinator on one SQLite journal, and stubs for two callers."""
+    """Runners + a coordinator on one journal (turnwire.testing's Stack), and stubs for
+    two callers."""
 
-    tmp: Path
-    journal_url: str
-    runners: dict[str, RunningRunner] = field(default_factory=dict)
-    coordinator: RunningCoordinator | None = None
+    stack: Stack
     tenant_token: str = ""
     admin_token: str = ""
     channel: Any = None
+
+    @property
+    def tmp(self) -> Path:
+        return self.stack.directory
+
+    @property
+    def journal_url(self) -> str:
+        return self.stack.journal_url
+
+    @property
+    def runners(self) -> dict[str, RunningRunner]:
+        return self.stack.runners
+
+    @property
+    def coordinator(self) -> RunningCoordinator | None:
+        return self.stack.coordinators.get(COORDINATOR)
 
     @property
     def tenant(self) -> tuple[tuple[str, str], ...]:
@@ -86,31 +100,25 @@ class Deployment:
 
     def config(self, **fields: Any) -> CoordinatorConfig:
         """A coordinator on this journal, serving every runner started so far."""
-        specs = [f"{name}={r.address};pool=default" for name, r in sorted(self.runners.items())]
-        values: dict[str, Any] = {
-            "listen": "127.0.0.1:0",
-            "journal_url": self.journal_url,
-            "runners": tuple(parse_runner_spec(s) for s in specs),
-            "tokens_file": str(self.tmp / "tokens"),
-            "timings": DispatchTimings(preflight_timeout=0.5, backoff_initial=0.05, idle_poll=0.2),
-            "runner_credentials": runner_access.CREDENTIALS,
-        }
-        values.update(fields)
-        return CoordinatorConfig(**values)
+        timings = DispatchTimings(preflight_timeout=0.5, backoff_initial=0.05, idle_poll=0.2)
+        return self.stack.coordinator_config(**({"timings": timings} | fields))
 
-    async def start_coordinator(self, **options: Any) -> RunningCoordinator:
-        fields = {"timings": options.pop("timings")} if "timings" in options else {}
+    async def start_runner(self, name: str) -> RunningRunner:
+        """An echo runner ``name``; coordinators started from now on are sent to it."""
+        return await self.stack.start_runner(name, drain_seconds=0.5)
+
+    async def start_coordinator(
+        self, *, interceptors: Sequence[grpc.aio.ClientInterceptor] = (), **fields: Any
+    ) -> RunningCoordinator:
         config = self.config(**fields)
-        self.coordinator = await start_coordinator(config, **options)
+        coordinator = await self.stack.start_coordinator(config, interceptors=interceptors)
         if self.channel is not None:
             await self.channel.close()
-        self.channel = grpc.aio.insecure_channel(self.coordinator.address)
-        return self.coordinator
+        self.channel = grpc.aio.insecure_channel(coordinator.address)
+        return coordinator
 
     async def stop_coordinator(self) -> None:
-        if self.coordinator is not None:
-            await self.coordinator.stop(grace=0.5)
-            self.coordinator = None
+        await self.stack.stop_coordinator(grace=0.5)
 
     async def submit(self, key: str) -> Q.Operation:
         reply = await self.turns.SubmitTurn(submit_request(key), metadata=self.tenant, timeout=STEP)
@@ -146,27 +154,18 @@ class Deployment:
 async def deployment(
     tmp_path: Path, runners: tuple[str, ...] = ("r1",), journal_url: str = ""
 ) -> AsyncIterator[Deployment]:
-    url = journal_url or f"sqlite:///{tmp_path / 'journal.db'}"
-    migrate(url)
-    rig = Deployment(tmp_path, url)
-    rig.tenant_token = add_token(tmp_path / "tokens", "alice")
-    rig.admin_token = add_token(tmp_path / "tokens", "ops", scopes=[Scope.ADMIN])
-    try:
-        for name in runners:
-            rig.runners[name] = await start_runner(
-                RunnerConfig(
-                    store_path=tmp_path / f"{name}.db",
-                    access=runner_access.ACCESS,
-                    drain_seconds=0.5,
-                )
-            )
-        yield rig
-    finally:
-        if rig.channel is not None:
-            await rig.channel.close()
-        await rig.stop_coordinator()
-        for runner in rig.runners.values():
-            await runner.stop(drain=False)
+    async with Stack(tmp_path, journal_url=journal_url, secret=runner_access.SECRET) as stack:
+        stack.migrate()  # before any coordinator: a test may start its own on rig.config()
+        rig = Deployment(stack)
+        rig.tenant_token = stack.add_token("alice")
+        rig.admin_token = stack.add_token("ops", scopes=[Scope.ADMIN])
+        try:
+            for name in runners:
+                await rig.start_runner(name)
+            yield rig
+        finally:
+            if rig.channel is not None:
+                await rig.channel.close()
 
 
 async def unknown_turn(rig: Deployment, key: str = "ambiguous") -> Q.Operation:

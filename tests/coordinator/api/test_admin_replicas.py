@@ -15,7 +15,6 @@ import grpc
 import pytest
 
 from coordinator_svc.api.runner_set import RUNNER_SET_POLL_SECONDS
-from coordinator_svc.app import start_coordinator
 from tests.coordinator.api.admin_rig import STEP, deployment
 from tests.coordinator.api.harness import submit_request
 from turnwire.coordinator.v1 import admin_pb2, admin_pb2_grpc, coordinator_pb2, coordinator_pb2_grpc
@@ -28,8 +27,11 @@ def test_a_drain_asked_of_one_replica_is_honoured_by_the_other(
 ) -> None:
     async def scenario() -> None:
         async with deployment(tmp_path, runners=("r1", "r2"), journal_url=postgres_url) as rig:
-            a = await start_coordinator(rig.config(replica_id="replica-a"))
-            b = await start_coordinator(rig.config(replica_id="replica-b"))
+            # Two replicas on one journal; the stack stops both, whatever happens.
+            a, b = [
+                await rig.stack.start_coordinator(rig.config(replica_id=name), name=name)
+                for name in ("replica-a", "replica-b")
+            ]
             try:
                 async with (
                     grpc.aio.insecure_channel(a.address) as to_a,

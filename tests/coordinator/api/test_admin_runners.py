@@ -11,12 +11,9 @@ import grpc
 import pytest
 
 from coordinator_svc.api.runner_set import RunnerFlagConflict
-from coordinator_svc.app import start_coordinator
 from coordinator_svc.config import parse_runner_spec
-from runner_svc.app import RunnerConfig, start_runner
 from tests.coordinator.api.admin_rig import STEP, A, Deployment, Q, deployment
 from tests.coordinator.api.harness import bearer, turn, typed_error
-from tests.support import runner_access
 from turnwire.common.v1 import turn_pb2
 
 pytestmark = pytest.mark.timeout(120)
@@ -24,13 +21,7 @@ pytestmark = pytest.mark.timeout(120)
 
 async def start_extra_runner(rig: Deployment, name: str) -> str:
     """A runner the coordinator was not started with (no --runner flag for it)."""
-    running = await start_runner(
-        RunnerConfig(
-            store_path=rig.tmp / f"{name}.db", access=runner_access.ACCESS, drain_seconds=0.5
-        )
-    )
-    rig.runners[name] = running
-    return running.address
+    return (await rig.start_runner(name)).address
 
 
 async def runners(rig: Deployment) -> list[A.Runner]:
@@ -186,7 +177,7 @@ def test_a_flag_that_disagrees_with_the_journal_stops_the_start(tmp_path: Path) 
             await rig.stop_coordinator()
             moved = rig.config(runners=(parse_runner_spec("r1=127.0.0.1:9"),))
             with pytest.raises(RunnerFlagConflict) as refused:
-                await start_coordinator(moved)
+                await rig.stack.start_coordinator(moved)
             text = str(refused.value)
             assert "127.0.0.1:9" in text and rig.runners["r1"].address in text
             assert "turnwire admin runners" in text

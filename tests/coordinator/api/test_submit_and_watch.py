@@ -11,13 +11,10 @@ from typing import Any
 import grpc
 import pytest
 
-from coordinator_svc.api.auth import add_token
-from coordinator_svc.app import start_coordinator
-from coordinator_svc.config import CoordinatorConfig, RunnerEndpoint
 from coordinator_svc.core.model import EventRecord, Execution, OperationRecord, OpState
 from coordinator_svc.core.quotas import PrincipalLimits, Quotas
 from coordinator_svc.ports import Journal
-from coordinator_svc.storage import FakeJournal, migrate
+from coordinator_svc.storage import FakeJournal
 from tests.coordinator.api.conftest import Store
 from tests.coordinator.api.harness import (
     ALICE,
@@ -34,6 +31,7 @@ from tests.support import runner_access
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from turnwire.errors import TypedError, error_info
+from turnwire.testing.stack import Stack
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -478,35 +476,17 @@ def test_a_turn_runs_to_succeeded_through_a_real_runner(tmp_path: Path) -> None:
     """Issue 10 end to end: a real coordinator (SQLite journal, its dispatcher) and a real
     runner (echo executor). One call accepts the turn and streams it to SUCCEEDED; the
     same call again replays the same operation with the same events."""
-    from runner_svc.app import RunnerConfig, start_runner
 
     async def scenario() -> None:
-        runner = await start_runner(
-            RunnerConfig(store_path=tmp_path / "runner.db", access=runner_access.ACCESS)
-        )
-        try:
-            journal_url = f"sqlite:///{tmp_path / 'journal.db'}"
-            migrate(journal_url)
-            tokens = tmp_path / "tokens"
-            config = CoordinatorConfig(
-                listen="127.0.0.1:0",
-                journal_url=journal_url,
-                runners=(RunnerEndpoint(name="r1", address=runner.address),),
-                tokens_file=str(tokens),
-                runner_credentials=runner_access.CREDENTIALS,
-            )
-            token = add_token(tokens, "alice")
-            coordinator = await start_coordinator(config)
-            try:
-                async with grpc.aio.insecure_channel(coordinator.address) as channel:
-                    stub: Any = coordinator_pb2_grpc.TurnServiceStub(channel)
-                    request = _S.SubmitAndWatchRequest(submit=submit_request("e2e-1"))
-                    ran = await _drain(stub.SubmitAndWatch(request, metadata=bearer(token)))
-                    again = await _drain(stub.SubmitAndWatch(request, metadata=bearer(token)))
-            finally:
-                await coordinator.stop()
-        finally:
-            await runner.stop(drain=False)
+        async with Stack(tmp_path, secret=runner_access.SECRET) as stack:
+            await stack.start_runner("r1", executor="echo")
+            token = stack.add_token("alice")
+            coordinator = await stack.start_coordinator()
+            async with grpc.aio.insecure_channel(coordinator.address) as channel:
+                stub: Any = coordinator_pb2_grpc.TurnServiceStub(channel)
+                request = _S.SubmitAndWatchRequest(submit=submit_request("e2e-1"))
+                ran = await _drain(stub.SubmitAndWatch(request, metadata=bearer(token)))
+                again = await _drain(stub.SubmitAndWatch(request, metadata=bearer(token)))
         assert _sequences(ran) == list(range(1, len(ran) + 1))
         assert ran[0].event.to_state == _S.OPERATION_STATE_QUEUED
         assert not any(m.replayed for m in ran)

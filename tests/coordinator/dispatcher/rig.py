@@ -1,6 +1,6 @@
-"""A dispatcher against real runners (runner_svc.app.start_runner on
-127.0.0.1:0, metered executor writing a real ledger) and a real journal
-(FakeJournal, or SqlJournal on a tmp SQLite file).
+"""A dispatcher against real runners (turnwire.testing's Stack: runner_svc's
+start_runner on 127.0.0.1:0, metered executor writing a real ledger) and a
+real journal (FakeJournal, or SqlJournal on a tmp SQLite file).
 
 Operations are put in the journal the way the API does (journal.submit with
 the envelope built once), then ``dispatcher.wake``.
@@ -32,12 +32,13 @@ from coordinator_svc.dispatcher import Dispatcher, utc_now
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import Journal
 from coordinator_svc.storage import migrate, open_journal
-from runner_svc.app import RunnerConfig, RunningRunner, start_runner
+from runner_svc.app import RunningRunner
 from tests.support import runner_access
 from turnwire.common.v1 import turn_pb2
 from turnwire.ids import new_operation_id, sha256_hex
 from turnwire.ledger import count_starts, read_ledger
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
+from turnwire.testing.stack import Stack
 
 TIMINGS = DispatchTimings(
     preflight_timeout=2.0,
@@ -120,13 +121,21 @@ class Rig:
     tmp: Path
     journal: Journal
     interceptors: Sequence[grpc.aio.ClientInterceptor] = ()
-    runners: dict[str, RunningRunner] = field(default_factory=dict)
     dispatcher: Dispatcher | None = None
     feed: ChangeFeed = field(default_factory=ChangeFeed)
 
+    def __post_init__(self) -> None:
+        # The runners: turnwire.testing's in-process Stack (no coordinator app: the
+        # tests build the Dispatcher themselves, on ``journal``).
+        self.stack = Stack(self.tmp, secret=runner_access.SECRET)
+
+    @property
+    def runners(self) -> dict[str, RunningRunner]:
+        return self.stack.runners
+
     @property
     def ledger(self) -> Path:
-        return self.tmp / "ledger.jsonl"
+        return self.stack.ledger
 
     async def start_runner(
         self,
@@ -135,19 +144,18 @@ class Rig:
         store: str | None = None,
         listen: str = "127.0.0.1:0",
         slots: int = 4,
+        **config: Any,
     ) -> RunningRunner:
-        config = RunnerConfig(
+        """A metered runner on the rig's ledger; ``config``: more RunnerConfig fields."""
+        return await self.stack.start_runner(
+            name,
             store_path=self.tmp / f"{store or name}.db",
-            access=runner_access.ACCESS,
             listen=listen,
             writable_slots=slots,
             executor="metered",
             ledger_path=self.ledger,
-            drain_seconds=1.0,
+            **config,
         )
-        runner = await start_runner(config)
-        self.runners[name] = runner
-        return runner
 
     async def sized_dispatcher(self, slots: int, **options: Any) -> Dispatcher:
         """One runner r1 with ``slots`` writable slots and a started dispatcher that has
@@ -251,8 +259,7 @@ class Rig:
     async def close(self) -> None:
         if self.dispatcher is not None:
             await self.dispatcher.stop()
-        for runner in self.runners.values():
-            await runner.stop(drain=False)
+        await self.stack.close()
         await self.journal.close()
 
 

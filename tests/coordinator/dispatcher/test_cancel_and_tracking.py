@@ -1,5 +1,5 @@
 """Cancel (C11) and tracking (C9) through the dispatcher, with real runners
-(and one scripted runner for a contract violation a real runner never shows)."""
+(and the fake gateway scripted for a contract violation a real runner never shows)."""
 
 from __future__ import annotations
 
@@ -8,39 +8,36 @@ from pathlib import Path
 
 import pytest
 
-from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core.model import Execution, OpState, StopReason
 from coordinator_svc.storage import FakeJournal
 from tests.coordinator.dispatcher.rig import Rig, sqlite_journal
-from tests.coordinator.dispatcher.scripted_runner import ScriptedRunner
 from tests.support.fault_interceptor import DROP_REQUEST, Fault, FaultInterceptor
 from turnwire.runner.v1 import runner_pb2
+from turnwire.testing.runner_gateway import InProcessRunner
 
 
 @pytest.mark.rule("C9")
 def test_acknowledged_operation_that_disappears_is_a_protocol_error(tmp_path: Path) -> None:
-    """C9: acknowledged, then absent on the same incarnation: PROTOCOL_ERROR (DISAPPEARED)."""
+    """C9: acknowledged, then absent on the same incarnation: PROTOCOL_ERROR (DISAPPEARED),
+    its execution what the runner last reported (STARTED: the ledger shows its one start)."""
 
     async def scenario() -> None:
-        scripted = ScriptedRunner()
         rig = Rig(tmp_path, FakeJournal())
         try:
-            address = await scripted.start()
-            dispatcher = rig.make_dispatcher(
-                extra=[RunnerEndpoint("scripted", address)], status_poll=0.2
-            )
+            running = await rig.start_runner()
+            gateway = InProcessRunner("r1", running.service)
+            dispatcher = rig.make_dispatcher(gateways={"r1": gateway}, status_poll=0.2)
             await dispatcher.start()
-            op_id = await rig.submit()
+            op_id = await rig.submit({"sleep_ms": "30000"})  # still running when forgotten
             await rig.wait_for(op_id, lambda r: r.state is OpState.RUNNING)
-            scripted.rows.clear()  # the runner forgets what it acknowledged
+            gateway.forget(op_id)  # the runner forgets what it acknowledged
             record = await rig.terminal(op_id)
             assert record.state is OpState.PROTOCOL_ERROR
             assert record.error_reason == "ACKNOWLEDGED_OPERATION_DISAPPEARED"
-            assert record.execution is Execution.UNKNOWN
-            assert scripted.dispatches == 1
+            assert record.execution is Execution.STARTED
+            assert gateway.dispatches == 1 and rig.starts()[op_id] == 1
         finally:
             await rig.close()
-            await scripted.stop()
 
     asyncio.run(scenario())
 

@@ -26,10 +26,10 @@ from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.runner_client import RunnerClient
 from coordinator_svc.ports import RunnerGateway
 from coordinator_svc.storage import FakeJournal
-from tests.coordinator.dispatcher.in_process_runner import InProcessRunner
 from tests.coordinator.dispatcher.rig import TIMINGS, Rig, new_operation
 from tests.support import runner_access
 from turnwire.ids import dispatch_stamp
+from turnwire.testing.runner_gateway import InProcessRunner
 
 Scenario = Callable[[RunnerGateway, str], Awaitable[None]]
 

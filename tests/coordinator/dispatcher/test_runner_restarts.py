@@ -13,7 +13,8 @@ from coordinator_svc.core.model import Execution, OpState
 from coordinator_svc.storage import FakeJournal
 from tests.coordinator.dispatcher.rig import TIMINGS, Rig
 from tests.support.fault_interceptor import DROP_RESPONSE, Fault, FaultInterceptor
-from tests.support.runner_process import RunnerProcess
+from tests.support.runner_process import runner_process
+from turnwire.testing.processes import ServiceProcess
 
 STATUS_AND_WATCH = (
     "GetOperationStatus",
@@ -166,8 +167,8 @@ def test_killed_runner_on_the_same_durable_store_reports_interrupted(tmp_path: P
     async def scenario() -> None:
         rig = Rig(tmp_path, FakeJournal())
         store = tmp_path / "r1.db"
-        first = RunnerProcess.start(store, tmp_path, executor="metered", ledger_path=rig.ledger)
-        second: RunnerProcess | None = None
+        first = runner_process(store, tmp_path, executor="metered", ledger_path=rig.ledger)
+        second: ServiceProcess | None = None
         try:
             dispatcher = rig.make_dispatcher(
                 extra=[RunnerEndpoint("r1", first.address)], status_poll=60.0
@@ -182,7 +183,7 @@ def test_killed_runner_on_the_same_durable_store_reports_interrupted(tmp_path: P
             await asyncio.sleep(0.1)
             first.kill()
             first.wait(10)
-            second = RunnerProcess.start(
+            second = runner_process(
                 store,
                 tmp_path,
                 executor="metered",

@@ -12,9 +12,7 @@ import pytest
 
 from coordinator_svc.core.model import AttemptOutcome, Execution, OpState
 from coordinator_svc.storage import FakeJournal
-from runner_svc.app import RunnerConfig, start_runner
 from tests.coordinator.dispatcher.rig import TIMINGS, Rig, new_operation, sqlite_journal
-from tests.support import runner_access
 from tests.support.fault_interceptor import DROP_REQUEST, Fault, FaultInterceptor
 from turnwire.common.v1 import turn_pb2
 from turnwire.ids import sha256_hex
@@ -102,15 +100,7 @@ def test_runner_receive_limit_below_the_coordinator_assumption_is_a_definite_ref
     async def scenario() -> None:
         rig = Rig(tmp_path, FakeJournal())
         try:
-            config = RunnerConfig(
-                store_path=tmp_path / "r1.db",
-                access=runner_access.ACCESS,
-                executor="metered",
-                ledger_path=rig.ledger,
-                drain_seconds=1.0,
-                max_receive_bytes=64 * 1024,
-            )
-            rig.runners["r1"] = await start_runner(config)
+            await rig.start_runner("r1", max_receive_bytes=64 * 1024)
             dispatcher = rig.make_dispatcher(status_poll=60.0)
             await dispatcher.start()
             op_id = await submit_sized(rig, 100 * 1024)

@@ -12,7 +12,7 @@ import pytest
 from tests.runner.live import dispatch_request, envelope
 from tests.runner.process.test_runner_process import stub_for
 from tests.support import runner_access
-from tests.support.runner_process import RunnerProcess, run_cli
+from tests.support.runner_process import run_cli, runner_process
 from turnwire.runner.v1 import runner_pb2
 
 R = runner_pb2
@@ -35,7 +35,7 @@ def test_named_executors_are_served_reported_and_stream(tmp_path: Path) -> None:
         "--executor",
         "words=python:tests.executor.functions:stream_words",
     ]
-    with RunnerProcess.start(tmp_path / "r.db", tmp_path, extra_args=flags) as runner:
+    with runner_process(tmp_path / "r.db", tmp_path, extra_args=flags) as runner:
         channel, stub = stub_for(runner.address)
         try:
             info = stub.GetRunnerInfo(R.GetRunnerInfoRequest(), timeout=5)

@@ -21,9 +21,10 @@ import pytest
 
 from tests.runner.live import dispatch_request, envelope
 from tests.support import runner_access
-from tests.support.runner_process import RunnerProcess
+from tests.support.runner_process import runner_process
 from turnwire.common.v1 import turn_pb2
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
+from turnwire.testing.processes import ServiceProcess
 
 R = runner_pb2
 TURN = Path(__file__).with_name("lifetime_turn.py")
@@ -100,7 +101,7 @@ class Turn:
     others: list[int]  # other lifetime turns alive when it started
 
 
-def dispatch_turn(runner: RunnerProcess, work: Path, operation_id: str) -> tuple[Turn, str]:
+def dispatch_turn(runner: ServiceProcess, work: Path, operation_id: str) -> tuple[Turn, str]:
     """Dispatch one turn, wait until the runner confirmed its start; (turn, incarnation)."""
     channel = runner_access.sync_channel(runner.address)
     stub = runner_pb2_grpc.RunnerServiceStub(channel)
@@ -128,8 +129,8 @@ def dispatch_turn(runner: RunnerProcess, work: Path, operation_id: str) -> tuple
     return Turn(int(pid), int(pgid), listed), probe.incarnation_id
 
 
-def start_runner(store: Path, work: Path, command: str, name: str) -> RunnerProcess:
-    return RunnerProcess.start(
+def start_runner(store: Path, work: Path, command: str, name: str) -> ServiceProcess:
+    return runner_process(
         store,
         work,
         executor=f"subprocess:{command}",

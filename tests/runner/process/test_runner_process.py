@@ -11,10 +11,11 @@ import pytest
 
 from tests.runner.live import dispatch_request, envelope
 from tests.support import runner_access
-from tests.support.runner_process import RunnerProcess, RunnerProcessError, run_cli
+from tests.support.runner_process import run_cli, runner_process
 from turnwire.common.v1 import turn_pb2
 from turnwire.ledger import count_starts
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
+from turnwire.testing.processes import LaunchError
 
 R = runner_pb2
 
@@ -27,7 +28,7 @@ def stub_for(address: str) -> tuple[grpc.Channel, runner_pb2_grpc.RunnerServiceS
 @pytest.mark.rule("R1", "R8")
 def test_serve_answers_status_and_sigterm_drains_to_exit_zero(tmp_path: Path) -> None:
     """R1/R8: a served runner names a 32-hex incarnation; SIGTERM drains and exits 0."""
-    with RunnerProcess.start(tmp_path / "r.db", tmp_path, executor="sleep") as runner:
+    with runner_process(tmp_path / "r.db", tmp_path, executor="sleep") as runner:
         channel, stub = stub_for(runner.address)
         try:
             reply = stub.GetOperationStatus(
@@ -42,7 +43,7 @@ def test_serve_answers_status_and_sigterm_drains_to_exit_zero(tmp_path: Path) ->
         runner.terminate()
         assert runner.wait(20) == 0, runner.output()
         assert f"listening on {runner.address}" in runner.output()
-    again = RunnerProcess.start(tmp_path / "r.db", tmp_path, executor="sleep")
+    again = runner_process(tmp_path / "r.db", tmp_path, executor="sleep")
     with again:
         channel, stub = stub_for(again.address)
         try:
@@ -58,9 +59,9 @@ def test_serve_answers_status_and_sigterm_drains_to_exit_zero(tmp_path: Path) ->
 
 def test_second_serve_on_the_same_store_refuses_to_start(tmp_path: Path) -> None:
     """§6: one live process per store: a second serve exits non-zero with a clear message."""
-    with RunnerProcess.start(tmp_path / "r.db", tmp_path) as first:
-        with pytest.raises(RunnerProcessError, match="in use by another runner process"):
-            RunnerProcess.start(tmp_path / "r.db", tmp_path, name="second")
+    with runner_process(tmp_path / "r.db", tmp_path) as first:
+        with pytest.raises(LaunchError, match="in use by another runner process"):
+            runner_process(tmp_path / "r.db", tmp_path, name="second")
         first.terminate()
         assert first.wait(20) == 0
 
@@ -192,7 +193,7 @@ def test_crash_between_durable_steps_is_reported_truthfully(
     UNKNOWN (never NOT_STARTED); never re-run."""
     store, ledger = tmp_path / "r.db", tmp_path / "ledger.jsonl"
     body = envelope("op_crash", sleep_ms=sleep_ms)
-    crashing = RunnerProcess.start(
+    crashing = runner_process(
         store,
         tmp_path,
         executor="metered",
@@ -207,7 +208,7 @@ def test_crash_between_durable_steps_is_reported_truthfully(
         finally:
             channel.close()
         assert crashing.wait(20) != 0  # killed by its crash point
-    with RunnerProcess.start(store, tmp_path, executor="metered", ledger_path=ledger) as restarted:
+    with runner_process(store, tmp_path, executor="metered", ledger_path=ledger) as restarted:
         channel, stub = stub_for(restarted.address)
         try:
             seen = stub.GetOperationStatus(R.GetOperationStatusRequest(operation_id="op_crash"))
@@ -233,7 +234,7 @@ def test_crash_after_dedupe_commit_leaves_a_row_no_later_incarnation_launches(
     turn never starts (issue 8.1; the coordinator ends it UNKNOWN, honestly)."""
     store, ledger = tmp_path / "r.db", tmp_path / "ledger.jsonl"
     body = envelope("op_acc")
-    crashing = RunnerProcess.start(
+    crashing = runner_process(
         store,
         tmp_path,
         executor="metered",
@@ -249,7 +250,7 @@ def test_crash_after_dedupe_commit_leaves_a_row_no_later_incarnation_launches(
         finally:
             channel.close()
         crashing.wait(20)
-    with RunnerProcess.start(store, tmp_path, executor="metered", ledger_path=ledger) as restarted:
+    with runner_process(store, tmp_path, executor="metered", ledger_path=ledger) as restarted:
         channel, stub = stub_for(restarted.address)
         try:
             seen = stub.GetOperationStatus(R.GetOperationStatusRequest(operation_id="op_acc"))

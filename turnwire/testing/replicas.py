@@ -1,5 +1,6 @@
 """Several coordinator replicas on one PostgreSQL journal, as real processes.
 
+The test kit's process launcher for replicas (tests/replicas, bench/replicas.py).
 Built on ``turnwire.deployment.LocalDeployment`` (its runners, tokens and
 ledger), with ``replica_count`` coordinators instead of one, each started
 with its own ``--replica-id`` and a short lease so takeovers fit in a test.

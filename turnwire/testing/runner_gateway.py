@@ -1,12 +1,18 @@
-"""A RunnerGateway (coordinator_svc.ports) over a real RunnerService in this
-process: the same runner, no network, no gRPC on the coordinator's side.
+"""The one fake of the runner-gateway port (``coordinator_svc.ports.RunnerGateway``).
 
-The fake of the runner-gateway port (issue 9). It translates the service's
-answers the way the gRPC path does (runner transport's wire conversion, then
-the coordinator's ``translate``), and a typed runner refusal the way
-``RunnerClient`` reads a typed gRPC error; it passes the same contract tests
-as ``RunnerClient`` (test_gateway_contract.py). Tests only: it imports both
-services, which the product never does.
+``InProcessRunner`` is a real ``RunnerService`` (real store, real executor)
+called in this process: no network and no gRPC on the coordinator's side. It
+reads the service's answers the way the gRPC path does (the runner transport's
+wire conversion, then the coordinator's ``translate``), and a typed runner
+refusal the way ``RunnerClient`` reads a typed gRPC error, so both adapters
+pass one contract suite (``tests/coordinator/dispatcher/test_gateway_contract.py``).
+
+One scripted misbehaviour a correct runner never shows: ``forget(op)`` makes
+the gateway answer as if the runner had lost a row it acknowledged (absent in
+status answers, never on the watch), which C9 must read as a protocol error.
+
+It imports both services, which no product module does: ``.importlinter``
+allows that to ``turnwire.testing`` alone, and nothing imports the package.
 """
 
 from __future__ import annotations
@@ -35,9 +41,14 @@ from turnwire.runner.v1 import runner_pb2
 
 
 class InProcessRunner:
+    """A RunnerGateway over ``service``, reporting as the runner ``name``."""
+
     def __init__(self, name: str, service: RunnerService) -> None:
         self._name = name
         self._service = service
+        # Ids this runner pretends it never had (a C9 violation, scripted by a test).
+        self.forgotten: set[str] = set()
+        self.dispatches = 0
 
     @property
     def name(self) -> str:
@@ -47,6 +58,10 @@ class InProcessRunner:
     def _incarnation(self) -> str:
         return self._service.incarnation_id
 
+    def forget(self, operation_id: str) -> None:
+        """From now on, answer about ``operation_id`` as if the store had lost its row."""
+        self.forgotten.add(operation_id)
+
     async def statuses(
         self, asked: Sequence[tuple[str, int]]
     ) -> list[PreflightAnswer | PreflightFailed]:
@@ -54,6 +69,8 @@ class InProcessRunner:
             found = dict(await self._service.batch_status([op for op, _ in asked]))
         except RunnerRefusal as refusal:
             return [PreflightFailed(self._name, str(refusal), attempt) for _, attempt in asked]
+        for operation_id in self.forgotten & found.keys():
+            found[operation_id] = None
         chain = store_opens(convert.store_opens(self._service.store.openings))
         store = self._service.store
         return [
@@ -81,6 +98,7 @@ class InProcessRunner:
         reply_hold: float = 0.0,
         releases: Sequence[tuple[str, commands.Release]] = (),
     ) -> DispatchAccepted | DispatchRefused | DispatchUnknown:
+        self.dispatches += 1
         call = DispatchCall(
             operation_id=record.operation_id,
             envelope=record.envelope,
@@ -133,7 +151,7 @@ class InProcessRunner:
         )
 
     def watch(self, after_sequence: int) -> _Watch:
-        return _Watch(self._service, after_sequence)
+        return _Watch(self._service, after_sequence, self.forgotten)
 
     async def close(self, grace: float | None = None) -> None:
         return None
@@ -142,9 +160,10 @@ class InProcessRunner:
 class _Watch:
     """WatchOperations as the servicer streams it, minus the wire."""
 
-    def __init__(self, service: RunnerService, after_sequence: int) -> None:
+    def __init__(self, service: RunnerService, after_sequence: int, forgotten: set[str]) -> None:
         self._service = service
         self._rows = service.watch(after_sequence)
+        self._forgotten = forgotten
 
     def __aiter__(self) -> AsyncIterator[runner_pb2.WatchOperationsResponse]:
         return self._messages()
@@ -155,7 +174,7 @@ class _Watch:
                 incarnation_id=self._service.incarnation_id,
                 pools=convert.slot_pools(self._service.pool_use()),
             )
-            if view is not None:
+            if view is not None and view.row.operation_id not in self._forgotten:
                 message.operation.CopyFrom(convert.operation(view))
             yield message
 
