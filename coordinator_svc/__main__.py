@@ -447,9 +447,10 @@ async def _serve_until_signalled(config: CoordinatorConfig, grace: float) -> int
 
 def _serve(args: argparse.Namespace) -> int:
     if args.check_config:
-        from coordinator_svc.check_config import run_check_config
+        from coordinator_svc.check_config import ArgsReaders, run_check_config
 
-        return run_check_config(args, build_parser(), PROG)
+        readers = ArgsReaders(runners_from_args, principal_quotas_from_args, config_from_parts)
+        return run_check_config(args, build_parser(), PROG, readers)
     from coordinator_svc.api.auth import Authenticator, TokensFileError
     from coordinator_svc.app import check_replica_config, check_transport_security
     from coordinator_svc.ports import JournalError

@@ -14,11 +14,14 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from coordinator_svc.api.tokens_file import Scope, load_tokens
 from coordinator_svc.app import check_replica_config, transport_security_rules
 from coordinator_svc.config import CoordinatorConfig, RunnerEndpoint
+from coordinator_svc.core.quotas import PrincipalLimits
 from coordinator_svc.security_flags import security_from_args
 from coordinator_svc.storage.journal_check import check_journal
 from turnwire import event_loop
@@ -30,7 +33,11 @@ from turnwire.config_check import (
     environment_names,
     writable_directory_for,
 )
-from turnwire.transport_security import DEFAULT_COORDINATOR_IDENTITIES, TlsMaterial
+from turnwire.transport_security import (
+    DEFAULT_COORDINATOR_IDENTITIES,
+    RunnerCredentials,
+    TlsMaterial,
+)
 
 # Stands for TLS material that was asked for but could not be read (that is its own
 # problem, reported once): the rules that only ask "TLS or plaintext?" still run.
@@ -48,10 +55,32 @@ def _coordinators(name: str) -> bool:
     return not name.startswith("TURNWIRE_RUNNER_")
 
 
-def run_check_config(args: argparse.Namespace, parser: argparse.ArgumentParser, prog: str) -> int:
-    """Check ``serve``'s configuration as parsed into ``args``; print; 0 or 2."""
-    from coordinator_svc import __main__ as cli
+QuotaSpecs = list[tuple[str, PrincipalLimits]]
 
+
+@dataclass(frozen=True)
+class ArgsReaders:
+    """How ``serve`` reads its arguments (``coordinator_svc.__main__``), handed in
+    so this module does not import the CLI that imports it (no import circle)."""
+
+    runners: Callable[[argparse.Namespace], list[RunnerEndpoint]]
+    quotas: Callable[[argparse.Namespace], QuotaSpecs]
+    config: Callable[
+        [
+            argparse.Namespace,
+            Sequence[RunnerEndpoint],
+            Sequence[tuple[str, PrincipalLimits]],
+            TlsMaterial | None,
+            RunnerCredentials | None,
+        ],
+        CoordinatorConfig,
+    ]
+
+
+def run_check_config(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, prog: str, cli: ArgsReaders
+) -> int:
+    """Check ``serve``'s configuration as parsed into ``args``; print; 0 or 2."""
     report = ConfigReport(prog)
     own = environment_names(parser) | {event_loop.ENV}
     report.check(
@@ -59,10 +88,10 @@ def run_check_config(args: argparse.Namespace, parser: argparse.ArgumentParser, 
         lambda: check_environment(os.environ, own, _client_names(), _coordinators),
     )
     report.check("event loop", lambda: f"{event_loop.chosen()} ({event_loop.ENV})")
-    runners = report.check("runners", lambda: cli.runners_from_args(args), show=_runners)
+    runners = report.check("runners", lambda: cli.runners(args), show=_runners)
     quotas = report.check(
         "principal quotas",
-        lambda: cli.principal_quotas_from_args(args),
+        lambda: cli.quotas(args),
         show=lambda q: f"{len(q)} principal(s) with quotas of their own",
     )
     security = report.check(
@@ -78,7 +107,7 @@ def run_check_config(args: argparse.Namespace, parser: argparse.ArgumentParser, 
     if runners is not None and quotas is not None:
         tls = security[0] if security is not None else (_UNREADABLE_TLS if tls_wanted else None)
         credentials = security[1] if security is not None else None
-        config = cli.config_from_parts(args, runners, quotas, tls, credentials)
+        config = cli.config(args, runners, quotas, tls, credentials)
         chosen = security is not None or tls_wanted or args.plaintext
         _check_config_rules(report, config, wanted_runners=bool(runners), chosen=chosen)
     report.check(

@@ -84,7 +84,7 @@ from coordinator_svc.dispatcher.visibility import describe_wait, log_transition,
 from coordinator_svc.dispatcher.waiting_room import WaitingRoom
 from coordinator_svc.driver.agenda import Agenda
 from coordinator_svc.driver.attention import due_scan_ticks, may_tick
-from coordinator_svc.driver.driver import Driver
+from coordinator_svc.driver.driver import Driver, Timings
 from coordinator_svc.driver.memory import Memory
 from coordinator_svc.driver.step import MAX_CAS_RETRIES, NoStep, Replica, Stepped
 from coordinator_svc.driver.step import step as step_machine
@@ -154,11 +154,9 @@ class Dispatcher:
     ) -> None:
         self._journal = journal
         self._ownership = ownership
-        self._timings = timings
         self._changes = feed
         self._clock = clock
         self.default_max_attempts = default_max_attempts
-        self._status_poll = status_poll if status_poll is not None else timings.status_poll
         self.metrics = DispatcherMetrics()
         self._calls = RunnerCalls(
             runners,
@@ -181,7 +179,17 @@ class Dispatcher:
         quotas = quotas or Quotas()
         self.room = WaitingRoom(runners, quotas, self.deadlines, clock, self.wake)
         self.driver = Driver(
-            self.room.scheduler, timings.backoff_initial, timings.backoff_max, self.memory
+            self.room.scheduler,
+            Timings(
+                timings.backoff_initial,
+                timings.backoff_max,
+                timings.reconcile_deadline,
+                timings.dispatch_timeout,
+                status_poll if status_poll is not None else timings.status_poll,
+            ),
+            self.memory,
+            replica_id=ownership.owner if ownership is not None else "",
+            lease_ttl=ownership.ttl if ownership is not None else 15.0,
         )
         self._agenda: Agenda = self.driver.agenda
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -502,24 +510,8 @@ class Dispatcher:
     def _context(
         self, attempts: tuple[AttemptRecord, ...], record: OperationRecord | None = None
     ) -> Context:
-        t = self._timings
-        deadline, queue_deadline = (
-            self.deadlines.limits(record) if record is not None else (None, None)
-        )
-        own = self._ownership
-        return Context(
-            replica_id=own.owner if own is not None else "",
-            lease_ttl=own.ttl if own is not None else 15.0,
-            turn_deadline=deadline,
-            queue_deadline=queue_deadline,
-            now=self._clock(),
-            attempts=attempts,
-            backoff_initial=t.backoff_initial,
-            backoff_max=t.backoff_max,
-            reconcile_deadline=t.reconcile_deadline,
-            dispatch_timeout=t.dispatch_timeout,
-            status_poll=self._status_poll,
-        )
+        limits = self.deadlines.limits(record) if record is not None else (None, None)
+        return self.driver.context(attempts, limits, self._clock())
 
     async def _step(self, operation_id: str, event: Event) -> Step | None:
         """One driver step (``driver.step``: load, who may act, decide, commit),

@@ -26,12 +26,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from coordinator_svc.core.decision import Context
 from coordinator_svc.core.events import RunnerIdentity, Tick
-from coordinator_svc.core.model import OperationRecord, OpState
+from coordinator_svc.core.model import AttemptRecord, OperationRecord, OpState
 from coordinator_svc.core.scheduler import Grant, Scheduler
 from coordinator_svc.driver.agenda import Agenda
 from coordinator_svc.driver.attention import waits_for_its_time
-from coordinator_svc.driver.memory import Memory
+from coordinator_svc.driver.memory import Limits, Memory
+
+
+@dataclass(frozen=True)
+class Timings:
+    """The times a decision reads (seconds; the Context's defaults)."""
+
+    backoff_initial: float = 0.05
+    backoff_max: float = 2.0
+    reconcile_deadline: float = 30.0
+    dispatch_timeout: float = 5.0
+    status_poll: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -49,16 +61,44 @@ class GrantEnd:
 
 
 class Driver:
+    """``replica_id``/``lease_ttl``: this process's lease owner and its leases'
+    TTL (§5; "" for the journal's only coordinator)."""
+
     def __init__(
         self,
         scheduler: Scheduler,
-        backoff_initial: float,
-        backoff_max: float,
+        timings: Timings,
         memory: Memory | None = None,
+        *,
+        replica_id: str = "",
+        lease_ttl: float = 15.0,
     ) -> None:
         self.memory = memory if memory is not None else Memory()
-        self.agenda = Agenda(backoff_initial, backoff_max, self.memory)
+        self.timings = timings
+        self.agenda = Agenda(timings.backoff_initial, timings.backoff_max, self.memory)
         self.scheduler = scheduler
+        self._replica_id = replica_id
+        self._lease_ttl = lease_ttl
+
+    def context(
+        self, attempts: tuple[AttemptRecord, ...], limits: Limits, now: datetime
+    ) -> Context:
+        """Everything a decision reads besides the record and the event: the
+        attempt rows, the turn's limits (deadline, queue deadline), the time."""
+        t = self.timings
+        return Context(
+            now=now,
+            attempts=attempts,
+            backoff_initial=t.backoff_initial,
+            backoff_max=t.backoff_max,
+            reconcile_deadline=t.reconcile_deadline,
+            dispatch_timeout=t.dispatch_timeout,
+            status_poll=t.status_poll,
+            replica_id=self._replica_id,
+            lease_ttl=self._lease_ttl,
+            turn_deadline=limits[0],
+            queue_deadline=limits[1],
+        )
 
     def routing(self, operation_id: str) -> bool:
         """A grant is routing it now (its slot reserved: C6)."""

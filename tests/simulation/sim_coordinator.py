@@ -50,7 +50,7 @@ from coordinator_svc.core.scheduler import Scheduler
 from coordinator_svc.dispatcher.first_attempt import first_attempt_now
 from coordinator_svc.driver.agenda import Agenda
 from coordinator_svc.driver.attention import due_scan_ticks
-from coordinator_svc.driver.driver import Driver
+from coordinator_svc.driver.driver import Driver, Timings
 from coordinator_svc.driver.memory import Memory
 from coordinator_svc.driver.step import (
     Adopted,
@@ -100,12 +100,12 @@ MAX_AGAIN = 6
 MAX_EFFECTS = 256
 
 
-def new_driver(scheduling: SimScheduling | None) -> Driver:
-    """A process's driver (memory, agenda, the scheduler's ledger), with the
-    timings the simulated core decides with; without scheduled schedules its
+def new_driver(scheduling: SimScheduling | None, replica_id: str) -> Driver:
+    """A process's driver (memory, agenda, the scheduler's ledger, the decision
+    context), with the default timings; without scheduled schedules its
     scheduler routes nothing (ticks name their runner)."""
     scheduler = scheduling.scheduler if scheduling is not None else Scheduler([])
-    return Driver(scheduler, Context.backoff_initial, Context.backoff_max)
+    return Driver(scheduler, Timings(), replica_id=replica_id, lease_ttl=LEASE_TTL)
 
 
 class CoordinatorCrashed(Exception):
@@ -256,7 +256,7 @@ class SimCoordinator:
         False (nothing done) where the engine would store the turn QUEUED alone."""
         if self.scheduling is None or not self.attempt_with_acceptance or self.replica_id:
             return False
-        ctx = Context(now=at(self.now), attempts=(), replica_id="", lease_ttl=LEASE_TTL)
+        ctx = self.driver.context((), (None, None), at(self.now))
         scheduler = self.scheduling.scheduler
         # Who waits in its class before it is granted (the fairness checker's
         # input: empty unless the scheduler let it jump the queue).
@@ -286,7 +286,7 @@ class SimCoordinator:
         return True
 
     def _new_driver(self) -> None:
-        self.driver = new_driver(self.scheduling)
+        self.driver = new_driver(self.scheduling, self.replica_id)
         self.memory, self.agenda = self.driver.memory, self.driver.agenda
 
     def record(self, operation_id: str) -> OperationRecord:
@@ -327,9 +327,7 @@ class SimCoordinator:
         self._run(operation_id, event, machine, next(machine), depth)
 
     def _context_for(self, attempts: tuple[AttemptRecord, ...], record: OperationRecord) -> Context:
-        return Context(
-            now=at(self.now), attempts=attempts, replica_id=self.replica_id, lease_ttl=LEASE_TTL
-        )
+        return self.driver.context(attempts, (None, None), at(self.now))
 
     def _run(
         self,

@@ -13,14 +13,14 @@ from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core.events import RunnerIdentity
 from coordinator_svc.core.model import OpState, TurnKind
 from coordinator_svc.core.scheduler import Scheduler
-from coordinator_svc.driver.driver import Driver
+from coordinator_svc.driver.driver import Driver, Timings
 from tests.coordinator.core.scenario import INC_A, NOW, RUNNER, STORE, bound, queued
 
 
 def driver_with_one_slot() -> Driver:
     scheduler = Scheduler([RunnerEndpoint(RUNNER, "127.0.0.1:1")])
     scheduler.learned(RUNNER, {TurnKind.WRITABLE: 1, TurnKind.READ_ONLY: 1})
-    return Driver(scheduler, backoff_initial=0.1, backoff_max=1.0)
+    return Driver(scheduler, Timings(backoff_initial=0.1, backoff_max=1.0))
 
 
 def granted_turn(driver: Driver) -> str:
