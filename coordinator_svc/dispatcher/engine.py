@@ -68,7 +68,6 @@ from coordinator_svc.dispatcher.due_scan import DueScan
 from coordinator_svc.dispatcher.first_attempt import (
     Written,
     acceptance_outcome,
-    first_attempt_now,
     report_unwritten,
     write_together,
 )
@@ -290,9 +289,8 @@ class Dispatcher:
         if self._running and self._attempt_with_acceptance:
             self.fleet.avoid_unreachable()
             context = self._context((), record)  # reads the turn's limits (kept per turn)
-            first = first_attempt_now(
+            first = self.driver.first_attempt(
                 record,
-                self.room.scheduler,
                 self.fleet.identity_of,
                 context,
                 executor=envelope_executor(record.envelope),
@@ -323,7 +321,6 @@ class Dispatcher:
     ) -> tuple[OperationRecord, bool]:
         assert first.change is not None
         op_id = record.operation_id
-        self.driver.routed_at_once(op_id)
         written: Written = asyncio.CancelledError()
         try:
             async with self._locks[hash(op_id) % LOCK_STRIPES]:

@@ -4,8 +4,8 @@ A turn the scheduler would grant the moment it is held, on a runner whose
 identity the coordinator's live watch knows (C2a: a first attempt that was
 never sent needs no preflight), needs no stop in QUEUED: the write-ahead
 attempt the grant would commit right after the acceptance (C4) is decided
-now, from the record about to be stored, by the same pure core
-(``decide``, a routed Tick), and both writes are queued together. Where the
+now, from the record about to be stored (the driver's rule,
+``Driver.first_attempt``), and both writes are queued together here. Where the
 journal batches writes (SQLite's group commit, a PostgreSQL pipeline) they
 share one transaction, so a turn costs one durable commit less and its
 Dispatch leaves one commit sooner.
@@ -24,12 +24,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from coordinator_svc.core.decide import decide
-from coordinator_svc.core.decision import Context, Decision
-from coordinator_svc.core.events import Event, RunnerIdentity, Tick
-from coordinator_svc.core.model import Change, EventRecord, OperationRecord, OpState
-from coordinator_svc.core.routing import DEFAULT_EXECUTOR
-from coordinator_svc.core.scheduler import Scheduler
+from coordinator_svc.core.model import Change, EventRecord, OperationRecord
 from coordinator_svc.ports import InvalidWrite, JournalError, Submit
 
 log = logging.getLogger("coordinator_svc.dispatcher")
@@ -37,37 +32,6 @@ log = logging.getLogger("coordinator_svc.dispatcher")
 # Each write's outcome: its value, or the exception it raised.
 Submitted = tuple[OperationRecord, bool] | BaseException
 Written = OperationRecord | BaseException
-
-
-def first_attempt_now(
-    record: OperationRecord,
-    scheduler: Scheduler,
-    identity_of: Callable[[str], RunnerIdentity | None],
-    context: Context,
-    policy: Callable[[OperationRecord, Event, Context], Decision] = decide,
-    executor: str = DEFAULT_EXECUTOR,
-) -> Decision | None:
-    """The write-ahead decision for a just-built QUEUED turn that can be sent at
-    once, its slot reserved on the scheduler; None (nothing reserved) if it
-    would wait, if no live watch knows the runner's identity, or if the core
-    decides anything but a write-ahead (its deadline already passed, say).
-    ``policy`` is the core's ``decide`` (the simulation passes its own).
-    ``executor``: the one the turn names (C6b: only a runner serving it)."""
-    if record.state is not OpState.QUEUED or record.attempt_count:
-        return None
-    op_id = record.operation_id
-    runner = scheduler.grant_at_once(op_id, record.principal, record.pool, record.kind, executor)
-    if runner is None:
-        return None
-    identity = identity_of(runner)
-    decision = None
-    if identity is not None:
-        decision = policy(record, Tick(route=runner, route_identity=identity), context)
-    change = decision.change if decision is not None else None
-    if decision is None or change is None or change.new_attempt is None:
-        scheduler.unbind(op_id)  # nobody of its class waits: no grant is owed
-        return None
-    return decision
 
 
 async def write_together(

@@ -9,6 +9,10 @@ a grant's end) with the time, and does what it answers (route what fits,
 tick an operation then, hold it for a grant again). The asyncio engine and
 the simulation both run it, so the rules they share are the ones that ship:
 
+- **A first attempt may ride with the acceptance** (C1a): a turn the
+  scheduler would grant the moment it is held, on a runner a live watch
+  knows (C2a), has its write-ahead decided from the record about to be
+  stored, its slot reserved as a grant's.
 - **A grant routes** (C6): the turn's slot is reserved and its step is told
   so (``routing``) until the grant ends; its Tick carries the runner, the
   runner's identity when a live watch knows it (C2a) and the streak of
@@ -23,16 +27,21 @@ the simulation both run it, so the rules they share are the ones that ship:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from coordinator_svc.core.decision import Context
-from coordinator_svc.core.events import RunnerIdentity, Tick
+from coordinator_svc.core.decide import decide
+from coordinator_svc.core.decision import Context, Decision
+from coordinator_svc.core.events import Event, RunnerIdentity, Tick
 from coordinator_svc.core.model import AttemptRecord, OperationRecord, OpState
+from coordinator_svc.core.routing import DEFAULT_EXECUTOR
 from coordinator_svc.core.scheduler import Grant, Scheduler
 from coordinator_svc.driver.agenda import Agenda
 from coordinator_svc.driver.attention import waits_for_its_time
 from coordinator_svc.driver.memory import Limits, Memory
+
+Policy = Callable[[OperationRecord, Event, Context], Decision]
 
 
 @dataclass(frozen=True)
@@ -112,9 +121,41 @@ class Driver:
             route=grant.runner, route_identity=identity, retry_streak=self.agenda.streak(op_id)
         )
 
-    def routed_at_once(self, operation_id: str) -> None:
-        """C1a: a first attempt written with its acceptance holds its slot as a grant does."""
-        self.memory.update(operation_id, routing=True)
+    def first_attempt(
+        self,
+        record: OperationRecord,
+        identity_of: Callable[[str], RunnerIdentity | None],
+        context: Context,
+        *,
+        executor: str = DEFAULT_EXECUTOR,
+        policy: Policy = decide,
+    ) -> Decision | None:
+        """C1a: the write-ahead decision for a just-built QUEUED turn that can be
+        sent at once, its slot reserved as a grant's is (``routing``) until
+        ``grant_ended``. None, with nothing reserved, if it would wait (something
+        of its class waits, no serving runner has a free slot), if no live watch
+        knows the runner's identity (C2a), or if the core decides anything but a
+        write-ahead (its deadline already passed, say). ``executor``: the one the
+        turn names (C6b); ``policy``: the core's ``decide`` (teeth tests pass theirs)."""
+        if record.state is not OpState.QUEUED or record.attempt_count:
+            return None
+        op_id = record.operation_id
+        scheduler = self.scheduler
+        runner = scheduler.grant_at_once(
+            op_id, record.principal, record.pool, record.kind, executor
+        )
+        if runner is None:
+            return None
+        identity = identity_of(runner)
+        decision = None
+        if identity is not None:
+            decision = policy(record, Tick(route=runner, route_identity=identity), context)
+        change = decision.change if decision is not None else None
+        if decision is None or change is None or change.new_attempt is None:
+            scheduler.unbind(op_id)  # nobody of its class waits: no grant is owed
+            return None
+        self.memory.update(op_id, routing=True)
+        return decision
 
     def grant_ended(
         self, operation_id: str, last: OperationRecord | None, now: datetime

@@ -47,7 +47,6 @@ from coordinator_svc.core.model import (
     TurnKind,
 )
 from coordinator_svc.core.scheduler import Scheduler
-from coordinator_svc.dispatcher.first_attempt import first_attempt_now
 from coordinator_svc.driver.agenda import Agenda
 from coordinator_svc.driver.attention import due_scan_ticks
 from coordinator_svc.driver.driver import Driver, Timings
@@ -257,11 +256,10 @@ class SimCoordinator:
         if self.scheduling is None or not self.attempt_with_acceptance or self.replica_id:
             return False
         ctx = self.driver.context((), (None, None), at(self.now))
-        scheduler = self.scheduling.scheduler
         # Who waits in its class before it is granted (the fairness checker's
         # input: empty unless the scheduler let it jump the queue).
         waiting = self.scheduling.waiting_principals(record.pool, record.kind)
-        decision = first_attempt_now(record, scheduler, self.known.get, ctx, self.policy)
+        decision = self.driver.first_attempt(record, self.known.get, ctx, policy=self.policy)
         if decision is None or decision.change is None:
             return False
         op = record.operation_id
@@ -270,7 +268,6 @@ class SimCoordinator:
         self.observer.granted((record.pool, record.kind), record.principal, waiting)
         self.log.append(f"    granted {op} -> {runner} with its acceptance")
         self.journal.submit(record, first)
-        self.driver.routed_at_once(op)  # its slot is held as a grant's is (C1a)
         stored = self.journal.commit(change)
         self.counters["first_attempt_with_acceptance"] += 1
         self.driver.committed(stored, at(self.now))

@@ -10,11 +10,14 @@ from datetime import timedelta
 import pytest
 
 from coordinator_svc.config import RunnerEndpoint
+from coordinator_svc.core.decision import Context
 from coordinator_svc.core.events import RunnerIdentity
 from coordinator_svc.core.model import OpState, TurnKind
 from coordinator_svc.core.scheduler import Scheduler
 from coordinator_svc.driver.driver import Driver, Timings
 from tests.coordinator.core.scenario import INC_A, NOW, RUNNER, STORE, bound, queued
+
+IDENTITY = RunnerIdentity(INC_A, STORE)
 
 
 def driver_with_one_slot() -> Driver:
@@ -95,3 +98,39 @@ def test_an_adopted_operation_is_counted_in_the_slot_ledger() -> None:
     driver = driver_with_one_slot()
     driver.adopted(bound(OpState.DISPATCH_UNKNOWN))
     assert driver.scheduler.in_use(RUNNER, TurnKind.WRITABLE) == 1
+
+
+def _context() -> Context:
+    return Context(now=NOW)
+
+
+@pytest.mark.rule("C1a")
+def test_a_turn_that_can_be_sent_at_once_has_its_first_attempt_decided_with_its_acceptance() -> (
+    None
+):
+    """C1a: with a free slot, nothing of its class waiting and the runner's
+    identity known, the write-ahead is decided now and its slot is reserved as
+    a grant's; the grant's end with the attempt bound keeps the slot."""
+    driver = driver_with_one_slot()
+    record = queued()
+    decision = driver.first_attempt(record, lambda runner: IDENTITY, _context())
+    assert decision is not None and decision.change is not None
+    assert decision.change.after.state is OpState.DISPATCHING
+    assert decision.change.after.incarnation_id == INC_A
+    assert driver.routing(record.operation_id)
+    assert driver.scheduler.in_use(RUNNER, TurnKind.WRITABLE) == 1
+
+
+@pytest.mark.rule("C2a", "C1a")
+def test_no_first_attempt_rides_along_without_a_known_identity_or_a_free_slot() -> None:
+    """C2a: no live watch knowing the runner, or no free slot: nothing is decided
+    and nothing is reserved (the turn is stored QUEUED and waits for a grant)."""
+    driver = driver_with_one_slot()
+    record = queued()
+    assert driver.first_attempt(record, lambda runner: None, _context()) is None
+    assert driver.scheduler.in_use(RUNNER, TurnKind.WRITABLE) == 0
+    assert not driver.routing(record.operation_id)
+    granted_turn(driver)  # the one slot is taken now
+    other = queued(operation_id="op_2")
+    assert driver.first_attempt(other, lambda runner: IDENTITY, _context()) is None
+    assert not driver.routing("op_2")
