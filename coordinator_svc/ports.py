@@ -391,7 +391,7 @@ class RunnerGateway(Protocol):
     """One runner as the dispatcher talks to it, replies already read as core
     events (C6-C9 applied to what came back): a definite refusal, an unknown
     outcome, an answer. Adapters: ``dispatcher.runner_client.RunnerClient``
-    (gRPC) and, in tests, an in-process runner; both pass
+    (gRPC) and, in tests, ``turnwire.testing.runner_gateway.InProcessRunner``; both pass
     ``tests/coordinator/dispatcher/test_gateway_contract.py``.
 
     Only ``info`` and ``watch`` raise (``grpc.aio.AioRpcError`` from the gRPC

@@ -256,7 +256,7 @@ def test_a_replica_whose_leases_lapsed_writes_nothing_even_on_its_own_operation(
         commits = journal.commits
         for event in (Tick(), CancelRequested()):
             with pytest.raises(LeasesNotCurrent):
-                await dispatcher._step(stored.operation_id, event)
+                await dispatcher.operations.step(stored.operation_id, event)
         assert journal.commits == commits
         assert await journal.get(stored.operation_id) == claimed
 
@@ -277,11 +277,11 @@ def test_a_live_lease_of_another_replica_is_left_alone_and_a_lapsed_one_adopted(
         theirs = await journal.claim(stored.operation_id, peer.owner, clocks.now(), TTL)
         assert theirs is not None
         dispatcher = _dispatcher(journal, own)
-        assert await dispatcher._step(stored.operation_id, Tick()) is None
+        assert await dispatcher.operations.step(stored.operation_id, Tick()) is None
         assert await journal.get(stored.operation_id) == theirs
         clocks.advance(TTL + 1)
         assert await own.renew()
-        step = await dispatcher._step(stored.operation_id, Tick())
+        step = await dispatcher.operations.step(stored.operation_id, Tick())
         assert step is not None
         assert step.record.lease_owner == own.owner
         assert step.record.fencing_token == theirs.fencing_token + 1
