@@ -34,7 +34,7 @@ from coordinator_svc.dispatcher.performing import CommandPerformer
 from coordinator_svc.dispatcher.stepping import StepPerformer
 from coordinator_svc.dispatcher.visibility import log_transition, note_record
 from coordinator_svc.dispatcher.waiting_room import WaitingRoom
-from coordinator_svc.driver.attention import due_scan_ticks, may_tick
+from coordinator_svc.driver.attention import due_scan_ticks
 from coordinator_svc.driver.driver import Driver
 from coordinator_svc.driver.step import MAX_CAS_RETRIES, NoStep, Replica, Stepped
 from coordinator_svc.driver.step import step as step_machine
@@ -157,9 +157,8 @@ class Operations:
 
     def _tick(self, operation_id: str) -> None:
         # Before start() the due scan has not begun; it will find the operation.
-        if not self.running or not may_tick(self._memory.of(operation_id)):
-            return
-        self._memory.update(operation_id, driving=True)
+        if not self.running or not self._driver.tick_wanted(operation_id):
+            return  # a drive looks at it now; a wake owed is taken when it ends
         self.spawn(self.drive(operation_id, Tick(), exclusive=True))
 
     def _tick_when_due(self, operation_id: str) -> None:
@@ -245,8 +244,8 @@ class Operations:
             log.exception("%s: step failed, backing off", operation_id)
             self._backoff(operation_id)
         finally:
-            if exclusive:
-                self._memory.update(operation_id, driving=False)
+            if exclusive and self._driver.drive_ended(operation_id):
+                self.wake(operation_id)
         return last
 
     def _backoff(self, operation_id: str) -> None:

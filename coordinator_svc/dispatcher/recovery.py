@@ -14,7 +14,7 @@ from coordinator_svc.ports import Journal
 RECOVERY_PAGE = 500
 MAX_RECOVERY_PAGES = 10_000
 
-# ``Dispatcher._step``: load, decide, commit; the step (or None if unknown).
+# ``Operations.step``: one driver step (load, decide, commit); the step, or None if unknown.
 StepFunction = Callable[[str, Event], Awaitable[Any]]
 
 

@@ -24,11 +24,6 @@ def waits_for_its_time(known: OperationMemory, now: datetime) -> bool:
     return known.not_before is not None and known.not_before > now
 
 
-def may_tick(known: OperationMemory) -> bool:
-    """A tick starts a drive only if none is looking at it already (one at a time)."""
-    return not known.driving
-
-
 def due_scan_ticks(
     record: OperationRecord,
     known: OperationMemory,

@@ -109,6 +109,24 @@ class Driver:
             queue_deadline=limits[1],
         )
 
+    def tick_wanted(self, operation_id: str) -> bool:
+        """A wake (a timer, a changed row, the due scan): True if a drive starts
+        now. One drive at a time: a wake while one runs is owed, and
+        ``drive_ended`` asks for it (a limit timer that fires a moment before
+        its time, during the drive it started, must not be lost)."""
+        if self.memory.of(operation_id).driving:
+            self.memory.update(operation_id, tick_owed=True)
+            return False
+        self.memory.update(operation_id, driving=True)
+        return True
+
+    def drive_ended(self, operation_id: str) -> bool:
+        """A drive started by ``tick_wanted`` ended; True if a wake came meanwhile
+        (look at it again now)."""
+        owed = self.memory.of(operation_id).tick_owed
+        self.memory.update(operation_id, driving=False, tick_owed=False)
+        return owed
+
     def routing(self, operation_id: str) -> bool:
         """A grant is routing it now (its slot reserved: C6)."""
         return self.memory.of(operation_id).routing

@@ -37,6 +37,8 @@ class OperationMemory:
     - ``routing``: a grant of the scheduler is routing it now (its slot is
       reserved; C6: only a grant routes a QUEUED turn).
     - ``driving``: a tick's drive is looking at it now (one at a time).
+    - ``tick_owed``: a wake came while it was being driven: it is looked at
+      again when that drive ends (a wake is never lost).
     - ``limits``: its time limits, once read (None: not read yet).
     """
 
@@ -44,6 +46,7 @@ class OperationMemory:
     streak: int = 0
     routing: bool = False
     driving: bool = False
+    tick_owed: bool = False
     limits: Limits | None = None
 
 
@@ -77,6 +80,7 @@ class Memory:
         streak: int | _Keep = KEEP,
         routing: bool | _Keep = KEEP,
         driving: bool | _Keep = KEEP,
+        tick_owed: bool | _Keep = KEEP,
         limits: Limits | _Keep | None = KEEP,
     ) -> OperationMemory:
         """Change the fields named (typed: a misspelt field does not pass mypy);
@@ -87,6 +91,7 @@ class Memory:
             streak=was.streak if isinstance(streak, _Keep) else streak,
             routing=was.routing if isinstance(routing, _Keep) else routing,
             driving=was.driving if isinstance(driving, _Keep) else driving,
+            tick_owed=was.tick_owed if isinstance(tick_owed, _Keep) else tick_owed,
             limits=was.limits if isinstance(limits, _Keep) else limits,
         )
         if now == _NOTHING:

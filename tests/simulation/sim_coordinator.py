@@ -1,16 +1,19 @@
-"""A simulated coordinator: an in-memory journal and a shell that applies the
-pure core's Decisions exactly as the real shell must (PROTOCOL.md §3).
+"""A simulated coordinator process: the shipped driver (``coordinator_svc.driver``)
+and pure core, performed against an in-memory journal and the simulated network.
 
-For every event: load the record and its attempt rows, ask the policy (the
-core's ``decide`` or a test's wrapper around it), commit the Change as a
-compare-and-set through ``coordinator_svc.storage.rules`` (legal edges, C13
-bookkeeping, terminal outcome fields frozen), and only then perform the
-commands as messages on the simulated network (C4: persist before you send).
-
-Calls have virtual deadlines; a call past its deadline is abandoned and its
-reply, if it ever comes, is discarded (C8a). A restart (C12) forgets every
-live call and timer, bumps the epoch (replies to the old process are
-discarded) and feeds ``Restarted`` to every operation.
+What it decides is what the coordinator ships: each event is one step of
+``driver.step`` (who may act under §5, C6's hold, the core's decision, the
+compare-and-set commit through ``coordinator_svc.storage.rules``), grants,
+grant ends, commits, first attempts with their acceptance (C1a), the due
+scan's rule and the decision context come from the ``Driver``, and a new
+turn is ``core.birth.born``. What is its own is the world around them: calls
+are messages on the simulated network with virtual deadlines (a call past its
+deadline is abandoned and its reply, if it ever comes, is discarded: C8a), a
+process can crash right after a commit or freeze before or after one (the
+suspended step resumes when it wakes), and a restart (C12) forgets every live
+call and timer, bumps the epoch (replies to the old process are discarded)
+and feeds ``Restarted`` to every operation. Commands are performed only after
+the commit (C4: persist before you send).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any, Protocol
 
 from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core import commands as cmd
+from coordinator_svc.core.birth import Birth, born
 from coordinator_svc.core.decide import decide
 from coordinator_svc.core.decide_member import not_a_member
 from coordinator_svc.core.decision import Context, Decision
@@ -40,7 +44,6 @@ from coordinator_svc.core.model import (
     AttemptRecord,
     Change,
     EventRecord,
-    Execution,
     OperationRecord,
     OpState,
     ReplayPolicy,
@@ -221,22 +224,20 @@ class SimCoordinator:
     ) -> None:
         envelope = f"envelope:{operation_id}".encode()
         when = at(self.now)
-        record = OperationRecord(
-            operation_id=operation_id,
-            principal=principal,
-            idempotency_key_digest=hashlib.sha256(operation_id.encode()).hexdigest(),
-            request_digest=hashlib.sha256(envelope).hexdigest(),
-            envelope=envelope,
-            envelope_digest=hashlib.sha256(envelope).hexdigest(),
-            pool="default",
-            kind=kind,
-            replay_policy=policy,
-            max_attempts=max_attempts,
-            state=OpState.QUEUED,
-            execution=Execution.NOT_STARTED,
-            created_at=when,
-            updated_at=when,
-            next_action_at=when,
+        # The one birth the API and a requeue use too (C1).
+        record, first = born(
+            Birth(
+                operation_id=operation_id,
+                principal=principal,
+                idempotency_key_digest=hashlib.sha256(operation_id.encode()).hexdigest(),
+                request_digest=hashlib.sha256(envelope).hexdigest(),
+                envelope=envelope,
+                pool="default",
+                kind=kind,
+                replay_policy=policy,
+                max_attempts=max_attempts,
+            ),
+            when,
         )
         if self.replica_id:  # accepted here: under this process's lease (O1)
             self.renew()
@@ -245,7 +246,6 @@ class SimCoordinator:
                 lease_owner=self.replica_id,
                 lease_expires_at=when + timedelta(seconds=LEASE_TTL),
             )
-        first = EventRecord(operation_id, 1, None, OpState.QUEUED, Execution.NOT_STARTED, when)
         if not self._submit_with_first_attempt(record, first):
             self.journal.submit(record, first)
 

@@ -134,3 +134,18 @@ def test_no_first_attempt_rides_along_without_a_known_identity_or_a_free_slot() 
     other = queued(operation_id="op_2")
     assert driver.first_attempt(other, lambda runner: IDENTITY, _context()) is None
     assert not driver.routing("op_2")
+
+
+def test_one_drive_at_a_time_and_a_wake_during_it_is_owed_not_lost() -> None:
+    """A wake while a drive runs starts no second drive; the drive's end asks for
+    one more look. Regression: a queue-timeout timer that fired a moment early
+    re-armed itself and fired again during the drive it had started; that wake
+    was dropped and the turn stayed QUEUED past its queue timeout for good
+    (tests/packaging/test_version_skew.py, about 1 run in 3)."""
+    driver = driver_with_one_slot()
+    assert driver.tick_wanted("op_1")
+    assert not driver.tick_wanted("op_1")  # during the drive: owed
+    assert driver.drive_ended("op_1")  # look again now
+    assert driver.tick_wanted("op_1")
+    assert not driver.drive_ended("op_1")  # nothing came meanwhile
+    assert "op_1" not in driver.memory

@@ -12,7 +12,7 @@ import pytest
 from coordinator_svc.core.model import OpState
 from coordinator_svc.dispatcher.deadlines import TurnDeadlines
 from coordinator_svc.driver.agenda import Agenda
-from coordinator_svc.driver.attention import due_scan_ticks, may_tick
+from coordinator_svc.driver.attention import due_scan_ticks
 from coordinator_svc.driver.memory import Memory, OperationMemory
 from tests.coordinator.core.scenario import NOW, bound, queued
 
@@ -45,12 +45,6 @@ def test_an_operations_end_leaves_nothing_of_it_in_memory() -> None:
     deadlines.forget(record.operation_id)
     memory.update(record.operation_id, driving=False)
     assert len(memory) == 0
-
-
-def test_one_drive_at_a_time() -> None:
-    """A tick starts no second drive while one is looking at the operation."""
-    assert may_tick(OperationMemory())
-    assert not may_tick(OperationMemory(driving=True))
 
 
 @pytest.mark.rule("C6")
