@@ -9,7 +9,6 @@ reply event the core reads next; it never touches the journal.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
@@ -35,6 +34,7 @@ from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.releases import ReleaseCarrier
 from coordinator_svc.dispatcher.runner_client import RunnerClient
 from coordinator_svc.driver.held_reply import MAX_WAITS, Deliver, HeldReplies, HoldTimings
+from coordinator_svc.driver.runners import Runners
 from coordinator_svc.ports import RunnerGateway
 from turnwire.backoff import backoff_seconds
 from turnwire.crashpoints import crash_point
@@ -73,6 +73,7 @@ class RunnerCalls:
         limits: MessageLimits,
         credentials: RunnerCredentials | None = None,
         gateways: Mapping[str, RunnerGateway] | None = None,
+        memory: Runners | None = None,
     ) -> None:
         self._timings = timings
         self._settle_grace = settle_grace
@@ -91,8 +92,9 @@ class RunnerCalls:
         self._batchers: dict[str, StatusBatcher] = {}
         self.releases = ReleaseCarrier(self._release_alone, metrics)
         self._release_tasks: set[asyncio.Task[bool]] = set()
-        # Consecutive unanswered calls per runner.
-        self.trouble: collections.Counter[str] = collections.Counter()
+        # What is known of each runner, its streak of unanswered calls among it
+        # (the driver's record: driver/runners.py).
+        self.runners = memory if memory is not None else Runners()
         # Every Dispatch on the way and its held reply: the driver decides how
         # long a reply is held and what it says (driver/held_reply.py, C9, R3).
         self._held = HeldReplies(
@@ -145,7 +147,7 @@ class RunnerCalls:
         if batcher is not None:
             batcher.close(f"runner {runner} left the runner set")
         self.releases.drop(runner)
-        self.trouble.pop(runner, None)
+        self.runners.forget(runner)
         if client is not None:
             grace = self._timings.dispatch_timeout + self._settle_grace + self._timings.start_grace
             closing = asyncio.get_running_loop().create_task(client.close(grace))
@@ -191,16 +193,17 @@ class RunnerCalls:
             await client.close()
         await self.drain()
 
-    def note_answered(self, runner: str) -> None:
-        self._note(runner, answered=True)
+    def note_answered(self, runner: str) -> bool:
+        """``runner`` answered; True if routing had left it out."""
+        return self._note(runner, answered=True)
 
-    def _note(self, runner: str, *, answered: bool) -> None:
+    def _note(self, runner: str, *, answered: bool) -> bool:
         if runner not in self.clients:
-            return  # left the set meanwhile: no streak to keep
+            return False  # left the set meanwhile: no streak to keep
         if answered:
-            self.trouble.pop(runner, None)
-        else:
-            self.trouble[runner] += 1
+            return self.runners.answered(runner)
+        self.runners.unanswered(runner)
+        return False
 
     async def preflight(
         self, runner: str, operation_id: str, asked_attempt: int

@@ -68,6 +68,7 @@ from coordinator_svc.dispatcher.visibility import describe_wait
 from coordinator_svc.dispatcher.waiting_room import WaitingRoom
 from coordinator_svc.driver.driver import Driver, Timings
 from coordinator_svc.driver.memory import Memory
+from coordinator_svc.driver.runners import Runners
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import Journal, RunnerGateway, Submit
 from turnwire.limits import MessageLimits
@@ -123,6 +124,9 @@ class Dispatcher:
         self._clock = clock
         self.default_max_attempts = default_max_attempts
         self.metrics = DispatcherMetrics()
+        # All this process knows of each runner (driver.runners): who it is, its
+        # unanswered calls, its silence.
+        self.runner_memory = Runners()
         self._calls = RunnerCalls(
             runners,
             timings,
@@ -132,6 +136,7 @@ class Dispatcher:
             limits=limits or MessageLimits(),
             credentials=runner_credentials,
             gateways=gateways,
+            memory=self.runner_memory,
         )
         # All this process knows of each operation beyond its record (driver.memory).
         self.memory = Memory()
@@ -322,8 +327,7 @@ class Dispatcher:
             routing=self.memory.of(record.operation_id).routing,
             retry_at=self.driver.agenda.not_before(record.operation_id),
             now=self._clock(),
-            trouble=self._calls.trouble,
-            watches=list(self.members.watches.values()),
+            memory=self.runner_memory,
         )
 
     async def request_cancel(self, record: OperationRecord) -> OperationRecord:

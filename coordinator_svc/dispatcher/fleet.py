@@ -35,11 +35,13 @@ from coordinator_svc.driver.inputs import (
     ReportLane,
     RowReported,
     RunnerAnswered,
+    RunnerIdentified,
     RunnerLearned,
     RunnerPools,
+    RunnerSilent,
+    RunnerUp,
     route_report,
 )
-from coordinator_svc.driver.runners import back_in_routing, unreachable
 from coordinator_svc.ports import JournalError
 
 log = logging.getLogger("coordinator_svc.dispatcher")
@@ -72,6 +74,8 @@ class Fleet:
         identities_known: bool = True,
     ) -> None:
         self._calls = calls
+        # Each runner's record (identity, unanswered calls, silence): driver/runners.py.
+        self._runners = calls.runners
         self._room = room
         self._wake = wake
         self._deliver = deliver
@@ -98,6 +102,12 @@ class Fleet:
         match item:
             case RunnerAnswered(runner=runner):
                 self._answered(runner)
+            case RunnerUp(runner=runner):
+                self._runners.up(runner)
+            case RunnerSilent(runner=runner, error=error, at=at):
+                self._runners.down(runner, error, at)
+            case RunnerIdentified(runner=runner, identity=identity):
+                self._runners.identified(runner, identity)
             case RunnerLearned(runner=runner, sizes=sizes, executors=executors):
                 self._learned(runner, sizes, executors)
             case RunnerPools(runner=runner, sizes=sizes, in_use=in_use):
@@ -115,10 +125,9 @@ class Fleet:
     def _answered(self, runner: str) -> None:
         """Any answer from ``runner`` (a watch message too) ends its trouble streak;
         a runner that had been left out gets grants again."""
-        left_out = back_in_routing(self._calls.trouble, runner)
-        self._calls.note_answered(runner)
-        if left_out:
-            self._pump()
+        self._runners.up(runner)
+        if self._calls.note_answered(runner):
+            self._pump()  # routing had left it out
 
     def _learned(
         self, runner: str, sizes: Mapping[TurnKind, int], executors: Sequence[str] | None
@@ -155,7 +164,7 @@ class Fleet:
 
     def avoid_unreachable(self) -> None:
         """Routing leaves out runners that stopped answering, and drained ones."""
-        self._room.scheduler.avoid(unreachable(self._calls.trouble), self.drained)
+        self._room.scheduler.avoid(self._runners.unreachable(), self.drained)
 
     async def set_runners(
         self, runners: Sequence[RunnerEndpoint], drained: Collection[str]
@@ -201,28 +210,13 @@ class Fleet:
 
     def runner_states(self) -> list[RunnerState]:
         """Every member as this coordinator sees it (ListRunners)."""
-        identities = {}
-        watches = list(self.members.watches.values())
-        for watch in watches:
-            known = watch.identity
-            identities[watch.runner] = (
-                None if known is None else (known.incarnation_id, known.store_id)
-            )
-        return runner_states(
-            self.runners,
-            self._room.scheduler,
-            identities,
-            self._calls.trouble,
-            watches,
-            self.drained,
-        )
+        return runner_states(self.runners, self._room.scheduler, self._runners, self.drained)
 
     def identity_of(self, runner: str) -> RunnerIdentity | None:
         """The runner's identity if a live watch on it knows it (C2a)."""
-        if not self._identities_known:
+        if not self._identities_known or self.members.watch_on(runner) is None:
             return None
-        watch = self.members.watch_on(runner)
-        return watch.identity if watch is not None else None
+        return self._runners.of(runner).identity
 
     def watch_on(self, runner: str) -> RunnerWatch:
         """The watch stream on ``runner`` (one per member)."""

@@ -9,13 +9,13 @@ the watch.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core.model import TurnKind
 from coordinator_svc.core.scheduler import Scheduler
-from coordinator_svc.dispatcher.visibility import WatchState, runner_down
+from coordinator_svc.driver.runners import Runners
 
 
 @dataclass(frozen=True)
@@ -41,16 +41,15 @@ class RunnerState:
 def runner_states(
     runners: Sequence[RunnerEndpoint],
     scheduler: Scheduler,
-    identities: Mapping[str, tuple[str, str] | None],
-    trouble: Mapping[str, int],
-    watches: Sequence[WatchState],
+    memory: Runners,
     drained: Collection[str],
 ) -> list[RunnerState]:
-    """``identities``: runner -> (incarnation, store id) while its watch is live."""
+    """``memory``: each runner's record (its identity while its watch is live)."""
     states = []
     for runner in sorted(runners, key=lambda r: r.name):
-        identity = identities.get(runner.name)
-        down = runner_down(runner.name, trouble.get(runner.name, 0), watches)
+        known = memory.of(runner.name).identity
+        identity = (known.incarnation_id, known.store_id) if known is not None else None
+        down = memory.silence(runner.name)
         answering = identity is not None and not down
         if answering:
             health = "answering"

@@ -11,26 +11,18 @@ so a flood of waiting turns costs no commits.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Protocol
 
 from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core.model import EventRecord, OperationRecord, OpState
 from coordinator_svc.core.routing import serves
 from coordinator_svc.core.scheduler import Scheduler
+from coordinator_svc.driver.runners import Runners
 from turnwire.observability.logs import note_turn, turn_extra
 
 # The dispatcher's logger: the transition lines are its own.
 log = logging.getLogger("coordinator_svc.dispatcher")
-
-
-class WatchState(Protocol):
-    @property
-    def runner(self) -> str: ...
-
-    down_since: datetime | None
-    last_error: str
 
 
 def describe_wait(
@@ -41,15 +33,12 @@ def describe_wait(
     routing: bool,
     retry_at: datetime | None,
     now: datetime,
-    trouble: Mapping[str, int],
-    watches: Sequence[WatchState],
+    memory: Runners,
 ) -> str:
     if record.state.terminal:
         return ""
     op_id = record.operation_id
-
-    def down(runner: str) -> str:
-        return runner_down(runner, trouble.get(runner, 0), watches)
+    down = memory.silence
 
     runner = scheduler.bound_to(op_id) or record.runner
     if record.state is not OpState.QUEUED:
@@ -66,20 +55,6 @@ def describe_wait(
         said = "waiting to be scheduled"
     serving = [r.name for r in runners if serves(r, record.pool, record.kind)]
     return said + "".join(f"; {d}" for d in map(down, serving) if d)
-
-
-def runner_down(runner: str, failures: int, watches: Sequence[WatchState]) -> str:
-    """ "" while the runner answers; else what is known of its silence."""
-    watch = next((w for w in watches if w.runner == runner), None)
-    since = watch.down_since if watch is not None else None
-    if not failures and since is None:
-        return ""
-    said = f"runner {runner} is not answering"
-    if watch is not None and since is not None:
-        said += f" since {since.isoformat()} ({watch.last_error})"
-    if failures:
-        said += f"; {failures} call(s) in a row unanswered"
-    return said
 
 
 def note_record(record: OperationRecord) -> None:

@@ -39,8 +39,11 @@ from coordinator_svc.driver.inputs import (
     Input,
     RowReported,
     RunnerAnswered,
+    RunnerIdentified,
     RunnerLearned,
     RunnerPools,
+    RunnerSilent,
+    RunnerUp,
 )
 from coordinator_svc.ports import RunnerGateway, RunnerInfo
 from turnwire.backoff import backoff_seconds
@@ -67,30 +70,24 @@ class RunnerWatch:
         self._stopped = False
         self.cursor = 0
         self.incarnation: str | None = None
-        # Who the runner is, while this watch is following it live: set once
-        # GetRunnerInfo was read and the incarnation checked, cleared the
-        # moment the stream fails or ends (a restart ends it). A never-sent
-        # first attempt binds to it without a preflight (C2a); if it is stale
-        # anyway, the runner refuses the send (C5), nothing runs.
-        self.identity: RunnerIdentity | None = None
         self._failures = 0
-        # Since when the runner has not answered the watch (shown on every
-        # operation that waits for it, PROTOCOL §8.2), and the last error.
-        self.down_since: datetime | None = None
-        self.last_error = ""
 
     @property
     def runner(self) -> str:
         return self._client.name
 
-    def _down(self, error: str) -> None:
-        if self.down_since is None:
-            self.down_since = datetime.now(UTC)
-        self.last_error = error
+    async def _identify(self, identity: RunnerIdentity | None) -> None:
+        """Who the runner is, while this watch follows it live: told once
+        GetRunnerInfo was read and the incarnation checked, taken back the moment
+        the stream fails or ends (a restart ends it). A never-sent first attempt
+        binds to it without a preflight (C2a); if it is stale anyway, the runner
+        refuses the send (C5), nothing runs."""
+        await self._feed(RunnerIdentified(self._client.name, identity))
 
-    def _up(self) -> None:
-        self.down_since = None
-        self.last_error = ""
+    async def _down(self, error: str) -> None:
+        """Since when the runner has not answered the watch, and why (shown on every
+        operation that waits for it, PROTOCOL §8.2)."""
+        await self._feed(RunnerSilent(self._client.name, error, datetime.now(UTC)))
 
     def stop(self) -> None:
         self._stopped = True
@@ -100,21 +97,21 @@ class RunnerWatch:
         while not self._stopped:
             try:
                 if fresh:
-                    self.identity = None
+                    await self._identify(None)
                     info = await self._client.info()
                     if await self._outside_the_version_window(info):
                         await asyncio.sleep(self._delay())
                         continue
-                    self._up()
+                    await self._feed(RunnerUp(self._client.name))
                     await self._feed(
                         RunnerLearned(self._client.name, info.slot_sizes, info.executors)
                     )
                     await self._check_incarnation(info.incarnation_id)
-                    self.identity = RunnerIdentity(info.incarnation_id, info.store_id)
+                    await self._identify(RunnerIdentity(info.incarnation_id, info.store_id))
                 await self._follow()
                 # The stream ended without an error: the runner may be
                 # going away; look at its incarnation before re-opening.
-                self.identity = None
+                await self._identify(None)
                 fresh = True
                 self._failures = 0
                 await asyncio.sleep(self._timings.backoff_initial)
@@ -123,14 +120,14 @@ class RunnerWatch:
                 fresh = not window_over
                 self._failures = 0 if window_over else self._failures + 1
                 if not window_over:
-                    self.identity = None
+                    await self._identify(None)
                     self._log_interruption(error)
-                    self._down(describe(error))
+                    await self._down(describe(error))
                     await asyncio.sleep(self._delay())
             except Exception:  # e.g. the journal is unavailable: never end the watch
                 log.exception("%s: watch step failed", self._client.name)
-                self.identity = None
-                self._down("the watch step failed (see the log)")
+                await self._identify(None)
+                await self._down("the watch step failed (see the log)")
                 fresh = True
                 self._failures += 1
                 await asyncio.sleep(self._delay())
@@ -148,7 +145,7 @@ class RunnerWatch:
         self._failures += 1
         if self._failures == 1:  # once per streak: it repeats until someone upgrades
             log.error("%s", problem)
-        self._down(problem)
+        await self._down(problem)
         return True
 
     def _log_interruption(self, error: grpc.aio.AioRpcError) -> None:
@@ -189,10 +186,9 @@ class RunnerWatch:
             async for message in call:
                 # A live stream (heartbeats included) means the runner answers:
                 # routing stops avoiding it even if no turn was routed there.
-                await self._feed(RunnerAnswered(self._client.name))
-                self._up()
+                await self._feed(RunnerAnswered(self._client.name))  # and it is up
                 if message.incarnation_id != self.incarnation:
-                    self.identity = None
+                    await self._identify(None)
                     await self._check_incarnation(message.incarnation_id)
                     return  # re-open from the reset cursor
                 if message.pools:

@@ -5,7 +5,7 @@ lease keeper (``dispatcher.replica``) feed these to the engine through one
 entry point (``Dispatcher.feed``); neither reaches into the engine. Where an
 input needs a rule (which lane a reported row takes, whether a runner left
 out of routing is back), the driver decides it (``route_report``,
-``runners.RunnerTrouble``).
+``runners.Runners``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
+from coordinator_svc.core.events import RunnerIdentity
 from coordinator_svc.core.model import Execution, TurnKind
 from coordinator_svc.core.runner_view import RunnerOp
 
@@ -23,6 +25,31 @@ class RunnerAnswered:
     """Any message from ``runner`` (a watch heartbeat too): it answers now."""
 
     runner: str
+
+
+@dataclass(frozen=True)
+class RunnerUp:
+    """``runner``'s watch reached it again (GetRunnerInfo answered)."""
+
+    runner: str
+
+
+@dataclass(frozen=True)
+class RunnerSilent:
+    """``runner``'s watch failed at ``at``, and why (its operations say so, §8.2)."""
+
+    runner: str
+    error: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class RunnerIdentified:
+    """Who ``runner`` is while its watch follows it live (C2a); None the moment the
+    stream fails, ends or names another incarnation."""
+
+    runner: str
+    identity: RunnerIdentity | None
 
 
 @dataclass(frozen=True)
@@ -72,7 +99,17 @@ class LookAgain:
     operation_id: str
 
 
-Input = RunnerAnswered | RunnerLearned | RunnerPools | IncarnationSeen | RowReported | LookAgain
+Input = (
+    RunnerAnswered
+    | RunnerUp
+    | RunnerSilent
+    | RunnerIdentified
+    | RunnerLearned
+    | RunnerPools
+    | IncarnationSeen
+    | RowReported
+    | LookAgain
+)
 
 
 class ReportLane(enum.Enum):

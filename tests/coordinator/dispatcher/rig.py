@@ -173,7 +173,7 @@ class Rig:
         """Until the dispatcher's live watch knows who ``runner`` is (C2a)."""
         assert self.dispatcher is not None
         for _ in range(200):  # bounded: 10 s
-            identity = self.dispatcher.watch_on(runner).identity
+            identity = self.dispatcher.fleet.identity_of(runner)
             if identity is not None:
                 return identity
             await asyncio.sleep(0.05)

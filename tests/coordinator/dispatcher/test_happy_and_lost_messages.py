@@ -160,7 +160,7 @@ def test_first_attempt_with_a_stale_identity_is_refused_and_runs_once_after_a_pr
             known = await rig.watching("r1")
             # What the watch would hold for a moment after a restart it has not seen yet.
             stale = RunnerIdentity("f" * 32, known.store_id)
-            dispatcher.watch_on("r1").identity = stale
+            dispatcher.runner_memory.identified("r1", stale)
             op_id = await rig.submit({"output": "hi"})
             record = await rig.terminal(op_id)
             assert record.state is OpState.SUCCEEDED

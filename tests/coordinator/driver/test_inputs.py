@@ -3,13 +3,16 @@ for runners that stop answering (driver.runners)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
+from coordinator_svc.core.events import RunnerIdentity
 from coordinator_svc.core.model import Execution
 from coordinator_svc.core.runner_view import RunnerOpState
 from coordinator_svc.driver.inputs import ReportLane, route_report
-from coordinator_svc.driver.runners import UNREACHABLE_AFTER, back_in_routing, unreachable
-from tests.coordinator.core.scenario import row
+from coordinator_svc.driver.runners import UNREACHABLE_AFTER, Runners
+from tests.coordinator.core.scenario import NOW, row
 
 
 @pytest.mark.rule("C9")
@@ -43,8 +46,31 @@ def test_a_settled_row_ends_the_hold_and_is_decided_and_a_released_one_needs_not
 
 def test_a_runner_is_left_out_of_routing_only_after_a_streak_of_unanswered_calls() -> None:
     """One lost call is not an outage: only UNREACHABLE_AFTER in a row leave a
-    runner out, and its next answer brings it back."""
-    trouble = {"r1": UNREACHABLE_AFTER - 1, "r2": UNREACHABLE_AFTER}
-    assert unreachable(trouble) == {"r2"}
-    assert back_in_routing(trouble, "r2") and not back_in_routing(trouble, "r1")
-    assert not back_in_routing(trouble, "r3")
+    runner out, and its next answer brings it back (and says so)."""
+    runners = Runners()
+    for _ in range(UNREACHABLE_AFTER - 1):
+        runners.unanswered("r1")
+    for _ in range(UNREACHABLE_AFTER):
+        runners.unanswered("r2")
+    assert runners.unreachable() == {"r2"}
+    assert "3 call(s) in a row unanswered" in runners.silence("r2")
+    assert not runners.answered("r1") and runners.answered("r2")
+    assert runners.unreachable() == frozenset() and not runners.answered("r3")
+    assert runners.silence("r2") == ""
+
+
+@pytest.mark.rule("C2a")
+def test_a_runners_record_holds_its_identity_and_its_silence_until_it_leaves() -> None:
+    """C2a: the identity a live watch told is known until the watch takes it back;
+    a silent watch says since when and why; a runner that left leaves nothing."""
+    runners = Runners()
+    runners.identified("r1", RunnerIdentity("a" * 32, "st_1"))
+    assert runners.of("r1").identity == RunnerIdentity("a" * 32, "st_1")
+    runners.down("r1", "connection refused", NOW)
+    runners.down("r1", "still refused", NOW + timedelta(seconds=5))
+    said = runners.silence("r1")
+    assert NOW.isoformat() in said and "still refused" in said
+    runners.up("r1")
+    assert runners.silence("r1") == ""
+    runners.forget("r1")
+    assert runners.of("r1").identity is None
