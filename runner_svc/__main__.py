@@ -418,9 +418,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.listen, args.address_file, access_from_args(args), timeout=args.timeout
             )
         if args.check_config:
-            from runner_svc.check_config import run_check_config
+            from runner_svc.check_config import ArgsReaders, run_check_config
 
-            return run_check_config(args, _parser(), PROG)
+            readers = ArgsReaders(access_from_args, check_executor_flags, executor_flags)
+            return run_check_config(args, _parser(), PROG, readers)
         check_executor_flags(args)
         if args.otel_endpoint:
             tracing.start(tracing.RUNNER_SERVICE, args.otel_endpoint)

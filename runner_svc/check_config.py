@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from runner_svc.app import RunnerConfig, config_rules
@@ -43,10 +45,20 @@ def _runners(name: str) -> bool:
     return name.startswith("TURNWIRE_RUNNER_")
 
 
-def run_check_config(args: argparse.Namespace, parser: argparse.ArgumentParser, prog: str) -> int:
-    """Check ``serve``'s configuration as parsed into ``args``; print; 0 or 2."""
-    from runner_svc import __main__ as cli
+@dataclass(frozen=True)
+class ArgsReaders:
+    """How ``serve`` reads its arguments (``runner_svc.__main__``), handed in so
+    this module does not import the CLI that imports it (no import circle)."""
 
+    access: Callable[[argparse.Namespace], RunnerAccess]
+    check_executor_flags: Callable[[argparse.Namespace], None]
+    executor_flags: Callable[[argparse.Namespace], list[str]]
+
+
+def run_check_config(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, prog: str, cli: ArgsReaders
+) -> int:
+    """Check ``serve``'s configuration as parsed into ``args``; print; 0 or 2."""
     report = ConfigReport(prog)
     own = environment_names(parser) | {event_loop.ENV}
     report.check(
@@ -55,14 +67,14 @@ def run_check_config(args: argparse.Namespace, parser: argparse.ArgumentParser, 
     report.check("event loop", lambda: f"{event_loop.chosen()} ({event_loop.ENV})")
     access = report.check(
         "who may call",
-        lambda: cli.access_from_args(args),
+        lambda: cli.access(args),
         show=_who,
     )
     if access is not None and access.tls is not None:
         report.check("TLS certificate", lambda: _certificate(args, access))
     elif args.tls_cert or args.tls_key or args.tls_ca:
         report.skipped("TLS certificate", "fix the problem of who may call first")
-    report.check("executor", lambda: _executor(args))
+    report.check("executor", lambda: _executor(args, cli))
     retention = report.check("retention", lambda: retention_from_args(args), show=lambda r: "ok")
     tls_wanted = bool(args.tls_cert or args.tls_key or args.tls_ca)
     if retention is not None:
@@ -123,9 +135,7 @@ def _certificate(args: argparse.Namespace, access: RunnerAccess) -> str | Warned
     return describe(summary, ca, note)
 
 
-def _executor(args: argparse.Namespace) -> str:
-    from runner_svc import __main__ as cli
-
+def _executor(args: argparse.Namespace, cli: ArgsReaders) -> str:
     cli.check_executor_flags(args)
     flags = cli.executor_flags(args)
     executors = load_executors(flags, ledger_path=Path(args.ledger) if args.ledger else None)

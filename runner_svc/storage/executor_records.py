@@ -16,7 +16,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from runner_svc.core.model import SETTLED_STATES, RowState
-from runner_svc.storage.sqlite_store import StoreFencedError, StoreReadError, StoreWriteError
+from runner_svc.storage.store_errors import StoreFencedError, StoreReadError, StoreWriteError
 from runner_svc.storage.tables import executor_processes, operations, store_meta
 
 SETTLED_BEFORE_RESTART = "its turn settled (group killed, leader reaped) before its runner ended"

@@ -51,6 +51,13 @@ from runner_svc.storage.connections import (
 )
 from runner_svc.storage.migrate import StoreSchemaError
 from runner_svc.storage.mirror import StoreMirror
+from runner_svc.storage.store_errors import (
+    StoreError,
+    StoreFencedError,
+    StoreLockedError,
+    StoreReadError,
+    StoreWriteError,
+)
 from runner_svc.storage.tables import store_meta
 from runner_svc.storage.witness_sql import (
     checked_store_id,
@@ -81,26 +88,6 @@ __all__ = [
     "make_engine",
     "set_pragmas",
 ]
-
-
-class StoreError(RuntimeError):
-    """The runner store failed; callers fail closed."""
-
-
-class StoreLockedError(StoreError):
-    """Another live process holds this store's lock (one live process per store, §6)."""
-
-
-class StoreReadError(StoreError):
-    """A read failed; nothing was decided from it."""
-
-
-class StoreWriteError(StoreError):
-    """A write failed and was rolled back; nothing changed."""
-
-
-class StoreFencedError(StoreWriteError):
-    """A newer incarnation opened the store; this one may write nothing (§6)."""
 
 
 def lock_store(path: Path) -> IO[str]:
