@@ -330,11 +330,18 @@ class LocalDeployment:
         return done.stdout.strip().splitlines()[-1].split()[-1]
 
     def start(self, timeout: float = 60.0) -> None:
-        self.start_runners(timeout)
-        self.coordinator = self._coordinator_process(f"127.0.0.1:{self.coordinator_port}")
-        address = self.coordinator.start(timeout)
-        self.coordinator_port = int(address.rsplit(":", 1)[1])
-        self.coordinator.wait_healthy(timeout, self._open_coordinator_channel)
+        """Every runner, then the coordinator. If any of them fails to start, what
+        did start is stopped, by PID, before the error goes on: a caller that
+        never got a deployment has nothing to stop, and no runner is left behind."""
+        try:
+            self.start_runners(timeout)
+            self.coordinator = self._coordinator_process(f"127.0.0.1:{self.coordinator_port}")
+            address = self.coordinator.start(timeout)
+            self.coordinator_port = int(address.rsplit(":", 1)[1])
+            self.coordinator.wait_healthy(timeout, self._open_coordinator_channel)
+        except BaseException:
+            self.stop()
+            raise
 
     def start_runners(self, timeout: float = 60.0) -> None:
         """The data directory, a token, credentials and every runner (and proxy)."""
