@@ -11,12 +11,14 @@ from tests.simulation.simulator import RunnerSpec, Setup, SimConfig, replay, run
 SEEDS = range(3000)
 CONFIG = SimConfig(steps=70, trace=False)
 
-# A hard case so rare that whether the 3,000 seeds draw it depends on small
-# changes anywhere in the shells (about 1 schedule in 2,000): a kept schedule
-# that exercises it, replayed without the generator, counts for it. §6
-# re-admission by a new incarnation: seed 3920 (2026-12-06), shrunk from 70
-# steps to the 10 that still reach it (r2 drained, then restarted with its
-# store kept, re-admits the row its shutdown stopped before launch).
+# Hard cases so rare that whether the 3,000 seeds draw them depends on small
+# changes anywhere in the shells: a kept schedule that exercises each,
+# replayed without the generator, counts for it.
+#
+# §6 re-admission by a new incarnation (about 1 schedule in 2,000): seed 3920
+# (2026-12-06), shrunk from 70 steps to the 10 that still reach it (r2
+# drained, then restarted with its store kept, re-admits the row its shutdown
+# stopped before launch).
 READMISSION_SETUP = Setup(
     runners=(
         RunnerSpec("r1", durable=True, slots=1),
@@ -39,7 +41,30 @@ READMISSION_STEPS = [
     "drain r2",
     "restart r2 kept",
 ]
-WITNESSES = {"dispatch:take_over": (READMISSION_SETUP, READMISSION_STEPS)}
+# C1a: a coordinator crash right after a first attempt written with its
+# acceptance (about 1 schedule in 6,000): seed 10628 (2026-12-06), shrunk
+# from 70 steps to 9 (the third turn is granted at once and the process dies
+# right after the joint write; C12 resolves its DISPATCHING row).
+C1A_CRASH_SETUP = Setup(
+    runners=(RunnerSpec("r1", durable=True, slots=1), RunnerSpec("r2", durable=True, slots=1)),
+    operations=5,
+    scheduled=True,
+)
+C1A_CRASH_STEPS = [
+    "restart r2 wiped",
+    "crash @c1",
+    "submit PROBE_FIRST 4 WRITABLE flood",
+    "tick op7 * @c1",
+    "deliver m1",
+    "deliver m2",
+    "submit SAFE 3 READ_ONLY flood",
+    "tick op8 * @c1",
+    "submit PROBE_FIRST 3 READ_ONLY p2 !crash@1",
+]
+WITNESSES = {
+    "dispatch:take_over": (READMISSION_SETUP, READMISSION_STEPS),
+    "crash_after_first_attempt_with_acceptance": (C1A_CRASH_SETUP, C1A_CRASH_STEPS),
+}
 
 
 @functools.cache
