@@ -1,5 +1,5 @@
 """Who looks at an operation, and when: the rules around the step that decide
-whether a timer, the due scan or a wake-up may start one (issue 26: these were
+whether the due scan may tick an operation (issue 26: these were
 the engine's own, outside the core and outside the simulation's reach).
 
 Each takes what this process knows of the operation (its memory record, and

@@ -145,7 +145,7 @@ class SimCoordinator:
     epoch: int = 1
     calls: dict[int, Call] = field(default_factory=dict)
     # When each operation is looked at next and its streak of fruitless tries:
-    # the engine's own rules (core.agenda).
+    # the driver's own rules (driver.agenda, in the Driver).
     driver: Driver = field(init=False)
     memory: Memory = field(init=False)
     agenda: Agenda = field(init=False)

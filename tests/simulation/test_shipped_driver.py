@@ -9,8 +9,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 from coordinator_svc.driver import step as driver_step
 from tests.simulation import sim_coordinator
 
@@ -30,7 +28,6 @@ def _called_names(tree: ast.AST) -> dict[str, list[int]]:
     return found
 
 
-@pytest.mark.rule("O3")
 def test_the_simulated_coordinator_steps_through_the_shipped_driver() -> None:
     """The simulated coordinator's step is the driver's: it builds the driver's step
     machine and calls neither the core nor the lease rules itself."""

@@ -123,7 +123,7 @@ def test_a_turn_that_can_be_sent_at_once_has_its_first_attempt_decided_with_its_
 
 @pytest.mark.rule("C2a", "C1a")
 def test_no_first_attempt_rides_along_without_a_known_identity_or_a_free_slot() -> None:
-    """C2a: no live watch knowing the runner, or no free slot: nothing is decided
+    """C2a, C1a: no live watch knowing the runner, or no free slot: nothing is decided
     and nothing is reserved (the turn is stored QUEUED and waits for a grant)."""
     driver = driver_with_one_slot()
     record = queued()

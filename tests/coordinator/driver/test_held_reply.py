@@ -84,7 +84,7 @@ def delivered(hold: HeldReply, now: float) -> DispatchAccepted | DispatchRefused
 def test_only_an_accepted_unsettled_reply_is_held(
     reply: DispatchAccepted | DispatchRefused | DispatchUnknown,
 ) -> None:
-    """A refusal, an unknown outcome or a settled row is delivered at once and as it
+    """C9: A refusal, an unknown outcome or a settled row is delivered at once and as it
     came, even with a confirmed start seen meanwhile (the settled row says more)."""
     hold = HeldReply(TIMINGS).start_seen(INC_A, STARTED).replied(reply, T0)
     assert hold.phase is Phase.DONE
@@ -93,7 +93,7 @@ def test_only_an_accepted_unsettled_reply_is_held(
 
 @pytest.mark.rule("C9", "R3")
 def test_settle_grace_zero_never_holds_but_carries_a_start_seen_on_the_wire() -> None:
-    """settle_grace 0 turns the hold off: delivered at once, no commit or settled row
+    """C9/R3: settle_grace 0 turns the hold off: delivered at once, no commit or settled row
     awaited; a confirmed start the watch showed while the call was out still rides."""
     no_grace = HoldTimings(settle_grace=0.0, start_grace=START, dispatch_timeout=TIMEOUT)
     plain = HeldReply(no_grace).replied(accepted(), T0)
@@ -114,7 +114,7 @@ def test_nothing_is_delivered_before_the_reply() -> None:
 
 @pytest.mark.rule("C9", "C3")
 def test_a_commit_during_the_settle_grace_ends_it() -> None:
-    """The watch's settled row was committed (DISPATCHING -> terminal in one commit):
+    """C9/C3: The watch's settled row was committed (DISPATCHING -> terminal in one commit):
     the hold ends at once and the reply, now stale, goes to the core as it came."""
     hold, until = wait_of(held(), T0)
     assert until == T0 + SETTLE
@@ -125,7 +125,7 @@ def test_a_commit_during_the_settle_grace_ends_it() -> None:
 
 @pytest.mark.rule("C9")
 def test_only_a_commit_wakes_the_settle_grace() -> None:
-    """A start or a settled row seen in the settle grace is remembered, but the grace
+    """C9: A start or a settled row seen in the settle grace is remembered, but the grace
     waits on for the commit (the settled row's commit is on its way)."""
     hold = held().start_seen(INC_A, STARTED).settled_seen()
     assert not hold.wakes
@@ -135,7 +135,7 @@ def test_only_a_commit_wakes_the_settle_grace() -> None:
 
 @pytest.mark.rule("C9")
 def test_the_settle_grace_waits_its_full_length_and_no_longer() -> None:
-    """Asked again before the deadline it waits on (same deadline); at the deadline
+    """C9: Asked again before the deadline it waits on (same deadline); at the deadline
     with a start in hand it delivers."""
     hold = held(accepted(STARTED))
     hold, until = wait_of(hold, T0 + SETTLE / 2)
@@ -148,7 +148,7 @@ def test_the_settle_grace_waits_its_full_length_and_no_longer() -> None:
 
 @pytest.mark.rule("R3")
 def test_a_grace_that_saw_nothing_waits_for_the_start_from_when_it_ended() -> None:
-    """Nothing seen in the settle grace: the start wait begins when the settle grace
+    """R3: Nothing seen in the settle grace: the start wait begins when the settle grace
     was found over (the time passed in), not at its nominal deadline."""
     late = T0 + SETTLE + 0.2
     hold, until = wait_of(held(), late)
@@ -158,7 +158,7 @@ def test_a_grace_that_saw_nothing_waits_for_the_start_from_when_it_ended() -> No
 
 @pytest.mark.rule("R3")
 def test_the_start_seen_during_the_start_wait_makes_the_running_commit_carry_started() -> None:
-    """The watch shows the confirmed start: the wait wakes and the reply delivered is
+    """R3: The watch shows the confirmed start: the wait wakes and the reply delivered is
     the started row, so the RUNNING commit records STARTED without a commit of its own."""
     hold, _ = wait_of(held(), T0 + SETTLE)
     hold = hold.start_seen(INC_A, STARTED)
@@ -170,7 +170,7 @@ def test_the_start_seen_during_the_start_wait_makes_the_running_commit_carry_sta
 
 @pytest.mark.rule("R3")
 def test_the_start_seen_during_the_settle_grace_rides_without_a_start_wait() -> None:
-    """A start already shown (during the grace, or while the call was out) skips the
+    """R3: A start already shown (during the grace, or while the call was out) skips the
     start wait; the reply delivered at the grace's end carries it."""
     during_grace = held().start_seen(INC_A, STARTED)
     assert delivered(during_grace, T0 + SETTLE) == accepted(STARTED)
@@ -180,13 +180,13 @@ def test_the_start_seen_during_the_settle_grace_rides_without_a_start_wait() -> 
 
 @pytest.mark.rule("R3")
 def test_a_reply_that_says_started_needs_no_start_wait() -> None:
-    """The reply's own row already confirms the start: delivered when the grace ends."""
+    """R3: The reply's own row already confirms the start: delivered when the grace ends."""
     assert delivered(held(accepted(STARTED)), T0 + SETTLE) == accepted(STARTED)
 
 
 @pytest.mark.rule("R3")
 def test_a_commit_during_the_start_wait_ends_it() -> None:
-    """A commit of the operation ends the start wait: nothing is left to wait for."""
+    """R3: A commit of the operation ends the start wait: nothing is left to wait for."""
     hold, _ = wait_of(held(), T0 + SETTLE)
     hold = hold.committed()
     assert hold.wakes
@@ -195,7 +195,7 @@ def test_a_commit_during_the_start_wait_ends_it() -> None:
 
 @pytest.mark.rule("R3", "C8a")
 def test_a_start_from_another_incarnation_is_never_delivered() -> None:
-    """A confirmed start another incarnation shows says nothing about this reply (C8a):
+    """R3: A confirmed start another incarnation shows says nothing about this reply (C8a):
     the reply goes as it came, RUNNING without STARTED."""
     hold, _ = wait_of(held(), T0 + SETTLE)
     hold = hold.start_seen(INC_B, STARTED_ELSEWHERE)
@@ -204,7 +204,7 @@ def test_a_start_from_another_incarnation_is_never_delivered() -> None:
 
 @pytest.mark.rule("R3", "C8a")
 def test_today_a_start_from_another_incarnation_still_ends_or_skips_the_start_wait() -> None:
-    """Pinned as the shell had it (a behaviour question, see the module's note): another
+    """R3/C8a: Pinned as the shell had it (a behaviour question, see the module's note): another
     incarnation's start wakes the start wait and, seen in the settle grace, skips it,
     though it is then not delivered; the reply goes without waiting out start_grace."""
     woken, _ = wait_of(held(), T0 + SETTLE)
@@ -215,7 +215,7 @@ def test_today_a_start_from_another_incarnation_still_ends_or_skips_the_start_wa
 
 @pytest.mark.rule("R3")
 def test_today_the_latest_start_seen_wins_whatever_its_incarnation() -> None:
-    """Pinned as the shell had it: a later start from another incarnation replaces an
+    """R3: Pinned as the shell had it: a later start from another incarnation replaces an
     earlier one from the reply's, which then does not ride on the reply."""
     hold = held().start_seen(INC_A, STARTED).start_seen(INC_B, STARTED_ELSEWHERE)
     assert delivered(hold, T0 + SETTLE) == accepted()
@@ -228,7 +228,7 @@ def test_today_the_latest_start_seen_wins_whatever_its_incarnation() -> None:
 
 @pytest.mark.rule("C9")
 def test_settled_seen_in_the_grace_with_its_commit_queued_waits_up_to_dispatch_timeout() -> None:
-    """The settled row arrived but its terminal commit is queued behind others: at the
+    """C9: The settled row arrived but its terminal commit is queued behind others: at the
     grace's end the reply waits for that commit, up to dispatch_timeout from then,
     rather than write a RUNNING the next commit overwrites."""
     hold = held().settled_seen()
@@ -243,7 +243,7 @@ def test_settled_seen_in_the_grace_with_its_commit_queued_waits_up_to_dispatch_t
 
 @pytest.mark.rule("C9")
 def test_the_commit_wait_gives_up_at_dispatch_timeout() -> None:
-    """No commit within dispatch_timeout: the reply is delivered and the core decides."""
+    """C9: No commit within dispatch_timeout: the reply is delivered and the core decides."""
     hold, until = wait_of(held().settled_seen(), T0 + SETTLE)
     hold, again = wait_of(hold, until - 0.001)
     assert again == until
@@ -252,7 +252,7 @@ def test_the_commit_wait_gives_up_at_dispatch_timeout() -> None:
 
 @pytest.mark.rule("C9")
 def test_settled_seen_during_the_start_wait_wakes_it_for_the_commit_wait() -> None:
-    """The settled row shown while waiting for the start ends that wait and starts the
+    """C9: The settled row shown while waiting for the start ends that wait and starts the
     commit wait, measured from then."""
     hold, _ = wait_of(held(), T0 + SETTLE)
     hold = hold.settled_seen()
@@ -264,7 +264,7 @@ def test_settled_seen_during_the_start_wait_wakes_it_for_the_commit_wait() -> No
 
 @pytest.mark.rule("C9")
 def test_a_commit_with_the_settled_row_never_waits_for_another() -> None:
-    """Settled row and its commit both seen: delivered, no commit wait."""
+    """C9: Settled row and its commit both seen: delivered, no commit wait."""
     in_grace = held().settled_seen().committed()
     assert delivered(in_grace, T0 + 0.01) == accepted()
     hold, _ = wait_of(held(), T0 + SETTLE)
@@ -277,7 +277,7 @@ def test_a_commit_with_the_settled_row_never_waits_for_another() -> None:
 
 @pytest.mark.rule("C9")
 def test_today_a_commit_or_settled_row_while_the_call_is_out_is_not_remembered() -> None:
-    """Pinned as the shell had it (a behaviour question, see the module's note): a commit
+    """C9: Pinned as the shell had it (a behaviour question, see the module's note): a commit
     or settled row that lands before the reply does not end the hold; only a start is
     kept from the send on."""
     hold = HeldReply(TIMINGS).committed().settled_seen().replied(accepted(), T0)
@@ -306,7 +306,7 @@ def test_cut_delivers_what_is_known_now() -> None:
 
 @pytest.mark.rule("C9", "R3")
 def test_the_registry_tells_which_input_wakes_a_hold() -> None:
-    """Inputs for an operation with no Dispatch on the way are dropped; for one held,
+    """C9/R3: Inputs for an operation with no Dispatch on the way are dropped; for one held,
     each says whether its wait must wake; once done the operation is forgotten."""
     replies = HeldReplies(TIMINGS)
     assert not replies.committed(OP) and not replies.start_seen(OP, INC_A, STARTED)
@@ -370,7 +370,7 @@ DISPATCH = cmd.Dispatch(RUNNER, 1, INC_A, fencing_token=1)
 
 @pytest.mark.rule("C9", "R3")
 def test_the_shell_wakes_on_the_watch_and_delivers_the_start() -> None:
-    """RunnerCalls performs the driver's waits: a start shown in the start wait ends it
+    """C9/R3: RunnerCalls performs the driver's waits: a start shown in the start wait ends it
     at once (not after start_grace) and the reply carries the started row."""
 
     async def scenario() -> None:
@@ -391,7 +391,7 @@ def test_the_shell_wakes_on_the_watch_and_delivers_the_start() -> None:
 
 @pytest.mark.rule("C9")
 def test_the_shell_waits_for_the_queued_commit_then_delivers_on_it() -> None:
-    """Settled row seen in the grace: the shell holds past it until the commit lands."""
+    """C9: Settled row seen in the grace: the shell holds past it until the commit lands."""
 
     async def scenario() -> None:
         calls = _calls(_Gateway(), settle=0.02, start=30.0, timeout=30.0)

@@ -35,7 +35,7 @@ def test_a_confirmed_start_rides_on_the_held_reply() -> None:
 
 @pytest.mark.rule("C9")
 def test_a_settled_row_ends_the_hold_and_is_decided_and_a_released_one_needs_nothing() -> None:
-    """A settled row while the reply is held ends the wait and is decided at once;
+    """C9: A settled row while the reply is held ends the wait and is decided at once;
     a released row (released only after our terminal commit) needs nothing."""
     done = row(RunnerOpState.SUCCEEDED, Execution.STARTED)
     assert route_report(done, dispatching=True) is ReportLane.SETTLED_WHILE_HELD

@@ -49,7 +49,7 @@ def test_an_operations_end_leaves_nothing_of_it_in_memory() -> None:
 
 @pytest.mark.rule("C6")
 def test_the_due_scan_leaves_alone_what_something_else_looks_after() -> None:
-    """A waiting timer, a Dispatch reply on the way, the scheduler's hold and a
+    """C6: A waiting timer, a Dispatch reply on the way, the scheduler's hold and a
     grant's routing each keep the due scan off; with none, it ticks."""
     record = bound(OpState.RUNNING)
     free = OperationMemory()

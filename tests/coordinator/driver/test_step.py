@@ -118,7 +118,7 @@ def test_a_stale_version_reads_and_decides_again() -> None:
 
 @pytest.mark.rule("C13")
 def test_stale_versions_without_end_give_up_bounded() -> None:
-    """A commit refused stale every time ends the step after MAX_CAS_RETRIES reads."""
+    """C13: A commit refused stale every time ends the step after MAX_CAS_RETRIES reads."""
     end, effects = run(queued(), ROUTED, {Commit: [Refused.STALE] * MAX_CAS_RETRIES})
     assert end is NoStep.GAVE_UP
     assert kinds(effects).count("Load") == MAX_CAS_RETRIES
@@ -126,7 +126,7 @@ def test_stale_versions_without_end_give_up_bounded() -> None:
 
 @pytest.mark.rule("O4")
 def test_a_lost_lease_ends_the_step_and_returns_no_decision() -> None:
-    """§5: a commit refused because the lease is another's sends nothing more."""
+    """§5 (O4): a commit refused because the lease is another's sends nothing more."""
     record = leased(queued(), ME)
     end, _ = run(record, ROUTED, {Commit: [Refused.LEASE_LOST]}, replica=Replica(ME))
     assert end is NoStep.LEASE_LOST
