@@ -129,6 +129,11 @@ class DispatchTimings:
     # Fallback status poll of a RUNNING/CANCELLING operation, in case its
     # runner's watch stream is lost (the stream normally reports first).
     status_poll: float = 10.0
+    # The same poll while a live watch stream follows the operation's bound
+    # incarnation (C9a): the stream replays from its cursor after any break,
+    # so the poll is only a guard against a bug, and at 10 s it was most of
+    # an idle coordinator's CPU with 10,000 turns in flight (issue 27).
+    watched_status_poll: float = 300.0
     # How long an accepted-but-unsettled Dispatch reply waits for the watch
     # stream to report a result, so a fast turn goes DISPATCHING -> terminal in
     # one commit instead of two (the happy path's 3-commit shape).

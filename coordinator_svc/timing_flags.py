@@ -41,6 +41,8 @@ _TIMING_HELP = {
     "idle_poll": "how often the scheduler looks for due work when nothing woke it",
     "status_poll": "fallback status read of a RUNNING/CANCELLING operation, in case its "
     "runner's watch stream is lost",
+    "watched_status_poll": "the same fallback read while a live watch stream follows the "
+    "operation's runner incarnation (it replays anything missed, PROTOCOL.md C9a)",
     "settle_grace": "how long an accepted Dispatch reply waits for the runner's watch to "
     "report the result, so a fast turn ends in one commit",
     "start_grace": "then how long it waits for the confirmed start, so RUNNING records "

@@ -150,7 +150,13 @@ class Dispatcher:
         self.driver = Driver(
             self.room.scheduler,
             Timings(
-                t.backoff_initial, t.backoff_max, t.reconcile_deadline, t.dispatch_timeout, poll
+                t.backoff_initial,
+                t.backoff_max,
+                t.reconcile_deadline,
+                t.dispatch_timeout,
+                poll,
+                # An explicit poll (tests of the fallback itself) holds watched or not.
+                status_poll if status_poll is not None else t.watched_status_poll,
             ),
             self.memory,
             replica_id=ownership.owner if ownership is not None else "",
@@ -167,6 +173,7 @@ class Dispatcher:
             clock=clock,
             ownership=ownership,
             identity_of=lambda runner: self.fleet.identity_of(runner),
+            watched=lambda runner: self.fleet.watched_incarnation(runner),
             before_grants=lambda: self.fleet.avoid_unreachable(),
             max_concurrency=max_concurrency,
         )

@@ -48,6 +48,8 @@ log = logging.getLogger("coordinator_svc.dispatcher")
 
 # The states a runner's changed incarnation sends to a status check (C9).
 WATCHED_STATES = (OpState.RUNNING, OpState.CANCELLING, OpState.DISPATCH_UNKNOWN)
+# What the fallback status poll looks after (C9a: rarely while a live watch follows it).
+POLLED_STATES = (OpState.RUNNING, OpState.CANCELLING)
 
 BoundTo = Callable[[str, Sequence[OpState]], Awaitable[list[OperationRecord]]]
 
@@ -84,6 +86,9 @@ class Fleet:
         self._bound_to = bound_to
         self._owns = owns
         self._identities_known = identities_known
+        self._timings = timings
+        # Runners whose lost watch is being waited out (C9a, _watch_lost).
+        self._watch_checks: set[str] = set()
         # The runner set and each member's watch stream (§11 M5): changed only
         # through set_runners.
         self.members = Members(
@@ -106,6 +111,7 @@ class Fleet:
                 self._runners.up(runner)
             case RunnerSilent(runner=runner, error=error, at=at):
                 self._runners.down(runner, error, at)
+                self._watch_lost(runner)
             case RunnerIdentified(runner=runner, identity=identity):
                 self._runners.identified(runner, identity)
             case RunnerLearned(runner=runner, sizes=sizes, executors=executors):
@@ -150,6 +156,30 @@ class Fleet:
             case ReportLane.SETTLED_WHILE_HELD:
                 self._calls.settled_seen(op_id)
         self._deliver(op_id, RunnerReported(item.runner, item.incarnation, item.row))
+
+    def _watch_lost(self, runner: str) -> None:
+        """C9a: a watch that stays down longer than ``status_poll`` hands its
+        runner's RUNNING and CANCELLING turns back to the short fallback poll
+        (each is looked at once now, and decided without a live watch). One
+        check per runner at a time; a watch back by then needs none: it
+        replays from its cursor everything it missed."""
+        if runner in self._watch_checks:
+            return
+        self._watch_checks.add(runner)
+        self._spawn(self._poll_if_still_unwatched(runner))
+
+    async def _poll_if_still_unwatched(self, runner: str) -> None:
+        try:
+            await asyncio.sleep(self._timings.status_poll)
+            if self.watched_incarnation(runner) is not None:
+                return
+            for record in await self._bound_to(runner, POLLED_STATES):
+                if self._owns(record):
+                    self._wake(record.operation_id)
+        except JournalError as error:
+            log.warning("runner %s: watch lost; its turns wait for the due scan: %s", runner, error)
+        finally:
+            self._watch_checks.discard(runner)
 
     # --- the set and its drains ---
 
@@ -217,6 +247,11 @@ class Fleet:
         if not self._identities_known or self.members.watch_on(runner) is None:
             return None
         return self._runners.of(runner).identity
+
+    def watched_incarnation(self, runner: str) -> str | None:
+        """The incarnation a live watch on ``runner`` follows (C9a), whatever C2a says."""
+        identity = self._runners.of(runner).identity
+        return identity.incarnation_id if identity is not None else None
 
     def watch_on(self, runner: str) -> RunnerWatch:
         """The watch stream on ``runner`` (one per member)."""

@@ -58,6 +58,7 @@ class Step:
 
 class Operations:
     """``identity_of(runner)``: who a live watch says the runner is (C2a);
+    ``watched(runner)``: the incarnation a live watch follows, C2a or not (C9a);
     ``before_grants()``: let routing avoid runners that stopped answering.
     ``max_concurrency`` bounds operations being driven at once (and, in a
     lane of their own, runner reports: results are recorded first)."""
@@ -75,6 +76,7 @@ class Operations:
         clock: Callable[[], datetime],
         ownership: Ownership | None,
         identity_of: Callable[[str], RunnerIdentity | None],
+        watched: Callable[[str], str | None],
         before_grants: Callable[[], None],
         max_concurrency: int,
     ) -> None:
@@ -89,6 +91,7 @@ class Operations:
         self._clock = clock
         self._ownership = ownership
         self._identity_of = identity_of
+        self._watched = watched
         self._before_grants = before_grants
         self._performer = CommandPerformer(calls, self._agenda.failed, self._schedule_at)
         self._stepper = StepPerformer(
@@ -268,8 +271,14 @@ class Operations:
     def context(
         self, attempts: tuple[AttemptRecord, ...], record: OperationRecord | None = None
     ) -> Context:
-        limits = self._deadlines.limits(record) if record is not None else (None, None)
-        return self._driver.context(attempts, limits, self._clock())
+        if record is None:
+            return self._driver.context(attempts, (None, None), self._clock())
+        limits = self._deadlines.limits(record)
+        watched = record.runner is not None and (
+            record.incarnation_id is not None
+            and self._watched(record.runner) == record.incarnation_id
+        )
+        return self._driver.context(attempts, limits, self._clock(), watched=watched)
 
     async def step(self, operation_id: str, event: Event) -> Step | None:
         """One driver step (``driver.step``: load, who may act, decide, commit),

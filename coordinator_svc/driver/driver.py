@@ -53,6 +53,8 @@ class Timings:
     reconcile_deadline: float = 30.0
     dispatch_timeout: float = 5.0
     status_poll: float = 5.0
+    # C9a: the fallback poll of an operation a live watch follows.
+    watched_status_poll: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -90,10 +92,17 @@ class Driver:
         self._lease_ttl = lease_ttl
 
     def context(
-        self, attempts: tuple[AttemptRecord, ...], limits: Limits, now: datetime
+        self,
+        attempts: tuple[AttemptRecord, ...],
+        limits: Limits,
+        now: datetime,
+        *,
+        watched: bool = False,
     ) -> Context:
         """Everything a decision reads besides the record and the event: the
-        attempt rows, the turn's limits (deadline, queue deadline), the time."""
+        attempt rows, the turn's limits (deadline, queue deadline), the time.
+        ``watched``: a live watch stream follows the incarnation the operation
+        is bound to, so its fallback status poll can wait long (C9a)."""
         t = self.timings
         return Context(
             now=now,
@@ -102,7 +111,7 @@ class Driver:
             backoff_max=t.backoff_max,
             reconcile_deadline=t.reconcile_deadline,
             dispatch_timeout=t.dispatch_timeout,
-            status_poll=t.status_poll,
+            status_poll=t.watched_status_poll if watched else t.status_poll,
             replica_id=self._replica_id,
             lease_ttl=self._lease_ttl,
             turn_deadline=limits[0],

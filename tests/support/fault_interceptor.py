@@ -10,8 +10,10 @@
 A fault fires on the ``nth`` call of its method (1-based, counted per method
 name, e.g. "Dispatch", "GetOperationStatus"), once, then runs ``on_fire``.
 ``block(*methods)`` drops every request of those methods until ``unblock()``
-(a runner that is unreachable for a while); for a server stream (e.g.
-"WatchOperations") it drops the messages that arrive while blocked.
+(a runner that is unreachable for a while); a server stream (e.g.
+"WatchOperations") open when its method is blocked fails UNAVAILABLE at its
+next message, as a real stream does: gRPC over HTTP/2 never loses a message
+from a stream that goes on (a watch's cursor replay relies on it, C9a).
 """
 
 from __future__ import annotations
@@ -104,7 +106,9 @@ class _StreamSide(grpc.aio.UnaryStreamClientInterceptor):
 
         async def filtered() -> Any:
             async for message in call:
-                if method not in owner.blocked:
-                    yield message
+                if method in owner.blocked:
+                    call.cancel()
+                    raise _lost(f"{method} stream cut (blocked)")
+                yield message
 
         return filtered()
