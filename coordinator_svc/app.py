@@ -240,7 +240,8 @@ async def start_coordinator(
 
 
 async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
-    """Dispatcher (with C12 recovery) first, then the server; undo on failure."""
+    """The dispatcher, the server, then C12 recovery (reads are answered during
+    it; what changes a turn waits for it); undo on failure."""
     config, feed = wiring.config, ChangeFeed()
     replica = replica_settings(config, journal)
     shared = journal
@@ -290,7 +291,6 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
                 "coordinator has no runner credentials: give --tls-cert/--tls-key/--tls-ca "
                 "(mutual TLS), or --plaintext with --runner-secret-file (loopback only)"
             )
-    await dispatcher.start()
     # A replica on PostgreSQL hears the others' commits (0005's NOTIFY), so its
     # API may read through the cache like a lone coordinator's: a notification
     # drops an older copy; a watch whose poll ran out reads the journal itself.
@@ -361,6 +361,14 @@ async def _start_on(journal: Journal, wiring: _Wiring) -> RunningCoordinator:
             ),
         )
     except BaseException:
+        await dispatcher.stop()
+        raise
+    # Recovery (C12) after the server is up: a restart answers reads at once,
+    # however many turns are in flight; a submit or cancel waits for it.
+    try:
+        await dispatcher.start()
+    except BaseException:
+        await server.stop(0)
         await dispatcher.stop()
         raise
     running = RunningCoordinator(

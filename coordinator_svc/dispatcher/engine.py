@@ -140,6 +140,10 @@ class Dispatcher:
         )
         # All this process knows of each operation beyond its record (driver.memory).
         self.memory = Memory()
+        # Cleared while start() recovers (C12): the server answers reads during
+        # it, and what changes a turn (a submit's write, a cancel) waits for it.
+        self._recovered = asyncio.Event()
+        self._recovered.set()
         self.deadlines = TurnDeadlines(queue_timeout, self.memory)
         self._attempt_with_acceptance = not (preflight_first_attempts or queue_before_first_attempt)
         self.room = WaitingRoom(
@@ -220,11 +224,13 @@ class Dispatcher:
         """C12 recovery first (a replica: its first lease; it adopts orphans as
         its keeper finds them), then the due scan and one watch per runner."""
         ops = self.operations
+        self._recovered.clear()
         if self._replica is not None:
             await self._replica.ownership.start()
         else:
             await recover(self._journal, ops.step, self.room)  # C12
         ops.running = True
+        self._recovered.set()
         ops.pump()
         if self._replica is not None:
             ops.spawn(self._replica.keep_leases(lambda: ops.running))
@@ -258,6 +264,7 @@ class Dispatcher:
         """C1's write; a turn that can be sent at once has its first attempt
         written ahead with it (issue 10, ``first_attempt``) and is driven from
         here. Returns what ``submit`` returns, the record as now stored."""
+        await self._recovered.wait()
         first = None
         if self._replica is not None:
             record = self._replica.leased(record)
@@ -339,6 +346,7 @@ class Dispatcher:
 
     async def request_cancel(self, record: OperationRecord) -> OperationRecord:
         """C11: store the cancel (first stop reason wins); act on it in the background."""
+        await self._recovered.wait()
         with turn_context(record.operation_id, principal=record.principal):
             step = await self.operations.step(record.operation_id, CancelRequested())
         if step is None:

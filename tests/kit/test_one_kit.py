@@ -16,6 +16,8 @@ START_FUNCTIONS = {
 ALLOWED = {
     "tests/coordinator/api/test_app.py": "pins what start_coordinator wires and refuses",
     "tests/coordinator/api/test_retention_wiring.py": "starts on a journal it hands in",
+    "tests/coordinator/api/test_serving_during_recovery.py": "pins what start_coordinator "
+    "serves while its recovery is held",
     "tests/security/test_transport_config.py": "pins the starts refused for bad transport",
     "bench/counting_coordinator.py": "is the coordinator process bench/e2e.py measures",
     "bench/turn_walk.py": "walks trees older than the kit too (PYTHONPATH=<old tree>)",
