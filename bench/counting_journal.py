@@ -83,6 +83,12 @@ class CountingJournal:
         self.calls["in_state"] += 1
         return await self.inner.in_state(state, limit)
 
+    async def bound_to(
+        self, runner: str, state: OpState, limit: int, *, other_than: str | None = None
+    ) -> list[OperationRecord]:
+        self.calls["bound_to"] += 1
+        return await self.inner.bound_to(runner, state, limit, other_than=other_than)
+
     @property
     def commits(self) -> int:
         return self.inner.commits

@@ -40,6 +40,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.e2e_processes import tree_cpu_seconds
@@ -226,10 +227,14 @@ def measure_kill(area: Path, turns: int, args: argparse.Namespace) -> Kill:
         wait_until(deployment, "running", "RUNNING", turns, ALL_RUNNING_TIMEOUT)
         # SIGKILL, then the same command on the same port and journal; the
         # clock runs from the kill (the restart is immediate, as a supervisor's).
-        killed = time.monotonic()
+        killed, killed_at = time.monotonic(), datetime.now(UTC)
         deployment.restart_coordinator(hard=True, timeout=FIRST_ANSWER_TIMEOUT)
+        healthy = time.monotonic() - killed
         answered = asyncio.run(first_answer(deployment, ids[0])) - killed
-        progress(f"  first answer {answered:.2f}s after the kill")
+        progress(
+            f"  killed at {killed_at:%H:%M:%S.%f} UTC; healthy {healthy:.2f}s and first "
+            f"answer {answered:.2f}s after the kill"
+        )
         wait_until(deployment, "terminal", "terminal", turns, args.kill_hold + 600)
         ended = time.monotonic() - killed
         deployment.stop()

@@ -205,6 +205,15 @@ class Journal(Protocol):
 
     async def in_state(self, state: OpState, limit: int) -> list[OperationRecord]: ...
 
+    async def bound_to(
+        self, runner: str, state: OpState, limit: int, *, other_than: str | None = None
+    ) -> list[OperationRecord]:
+        """Operations in ``state`` bound to ``runner``, oldest first; with
+        ``other_than``, only those bound to another incarnation of it (or none).
+        Filtered by the database: a watch's first contact after a restart with
+        10,000 turns in flight reads none of them (issue 27)."""
+        ...
+
     @property
     def commits(self) -> int:
         """Write transactions committed since start (for bench/)."""

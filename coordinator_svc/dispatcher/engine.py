@@ -355,6 +355,8 @@ class Dispatcher:
             self.operations.spawn(self.operations.drive(record.operation_id, None, first=step))
         return step.record
 
-    async def bound_to(self, runner: str, states: Sequence[OpState]) -> list[OperationRecord]:
+    async def bound_to(
+        self, runner: str, states: Sequence[OpState], other_than: str | None = None
+    ) -> list[OperationRecord]:
         """Non-terminal operations bound to ``runner`` (for the watch's C9 checks)."""
-        return await bound_to(self._journal, runner, states)
+        return await bound_to(self._journal, runner, states, other_than)

@@ -51,7 +51,8 @@ WATCHED_STATES = (OpState.RUNNING, OpState.CANCELLING, OpState.DISPATCH_UNKNOWN)
 # What the fallback status poll looks after (C9a: rarely while a live watch follows it).
 POLLED_STATES = (OpState.RUNNING, OpState.CANCELLING)
 
-BoundTo = Callable[[str, Sequence[OpState]], Awaitable[list[OperationRecord]]]
+# (runner, states, other than this incarnation or None) -> the open operations bound there.
+BoundTo = Callable[[str, Sequence[OpState], str | None], Awaitable[list[OperationRecord]]]
 
 
 class Fleet:
@@ -120,9 +121,8 @@ class Fleet:
                 if self._room.reported(runner, sizes, in_use):
                     self._learned(runner, sizes, None)
             case IncarnationSeen(runner=runner, incarnation=incarnation):
-                for record in await self._bound_to(runner, WATCHED_STATES):
-                    if record.incarnation_id != incarnation:
-                        self._wake(record.operation_id)
+                for record in await self._bound_to(runner, WATCHED_STATES, incarnation):
+                    self._wake(record.operation_id)
             case RowReported():
                 self._reported(item)
             case LookAgain(operation_id=operation_id):
@@ -173,7 +173,7 @@ class Fleet:
             await asyncio.sleep(self._timings.status_poll)
             if self.watched_incarnation(runner) is not None:
                 return
-            for record in await self._bound_to(runner, POLLED_STATES):
+            for record in await self._bound_to(runner, POLLED_STATES, None):
                 if self._owns(record):
                     self._wake(record.operation_id)
         except JournalError as error:
@@ -217,7 +217,7 @@ class Fleet:
         decided at once instead of at its next poll. The due scan is the fallback
         if the journal cannot be read now."""
         try:
-            bound = await self._bound_to(runner, BOUND_STATES)
+            bound = await self._bound_to(runner, BOUND_STATES, None)
         except JournalError as error:
             log.warning(
                 "runner %s left the set; its turns wait for the due scan: %s", runner, error

@@ -40,11 +40,11 @@ async def recover(journal: Journal, step: StepFunction, room: WaitingRoom) -> No
 
 
 async def bound_to(
-    journal: Journal, runner: str, states: Sequence[OpState]
+    journal: Journal, runner: str, states: Sequence[OpState], other_than: str | None = None
 ) -> list[OperationRecord]:
-    """Non-terminal operations bound to ``runner`` (for the watch's C9 checks)."""
+    """Non-terminal operations bound to ``runner`` (for the watch's C9 checks);
+    with ``other_than``, only those bound to another incarnation of it."""
     found: list[OperationRecord] = []
     for state in states:
-        rows = await journal.in_state(state, 100_000)
-        found.extend(r for r in rows if r.runner == runner)
+        found += await journal.bound_to(runner, state, 100_000, other_than=other_than)
     return found

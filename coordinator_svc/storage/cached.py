@@ -312,6 +312,11 @@ class CachedJournal(CachedAdmin):
     async def in_state(self, state: OpState, limit: int) -> list[OperationRecord]:
         return self._fresher(await self.inner.in_state(state, limit))
 
+    async def bound_to(
+        self, runner: str, state: OpState, limit: int, *, other_than: str | None = None
+    ) -> list[OperationRecord]:
+        return self._fresher(await self.inner.bound_to(runner, state, limit, other_than=other_than))
+
     def _fresher(self, scanned: list[OperationRecord]) -> list[OperationRecord]:
         """A scan read the database: a cached row it shows newer (another replica
         wrote it, §5: a client's cancel, an adoption) is replaced, never older."""

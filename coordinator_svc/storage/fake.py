@@ -235,5 +235,15 @@ class FakeJournal(FakeAdmin, FakeMembership):
         found = [r for r in self._operations.values() if r.state == state]
         return sorted(found, key=_order_key)[: max(limit, 0)]
 
+    async def bound_to(
+        self, runner: str, state: OpState, limit: int, *, other_than: str | None = None
+    ) -> list[OperationRecord]:
+        found = [
+            r
+            for r in await self.in_state(state, len(self._operations))
+            if r.runner == runner and (other_than is None or r.incarnation_id != other_than)
+        ]
+        return found[: max(limit, 0)]
+
     async def close(self) -> None:
         self._closed = True

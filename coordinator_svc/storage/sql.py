@@ -385,6 +385,15 @@ class SqlJournal(SqlLeases, SqlAdmin, SqlMembership):
         parameters = {"state": state.value, "limit": max(limit, 0)}
         return await self._call(self._operations, self._sql.in_state, parameters)
 
+    async def bound_to(
+        self, runner: str, state: OpState, limit: int, *, other_than: str | None = None
+    ) -> list[OperationRecord]:
+        parameters = {"state": state.value, "runner": runner, "limit": max(limit, 0)}
+        if other_than is None:
+            return await self._call(self._operations, self._sql.bound_to, parameters)
+        parameters["incarnation"] = other_than
+        return await self._call(self._operations, self._sql.bound_elsewhere, parameters)
+
     async def events(self, operation_id: str, after_sequence: int, limit: int) -> list[EventRecord]:
         sql = self._sql
         parameters = {"operation_id": operation_id, "after": after_sequence, "limit": max(limit, 0)}

@@ -232,6 +232,11 @@ class Statements:
             f" AND {ready}) OR {unreleased}{order}"
         )
         self.in_state = sql(f"{select_op} WHERE state = :state{order}")
+        bound = f"{select_op} WHERE state = :state AND runner = :runner"
+        self.bound_to = sql(f"{bound}{order}")
+        self.bound_elsewhere = sql(
+            f"{bound} AND (incarnation_id IS NULL OR incarnation_id <> :incarnation){order}"
+        )
         self.events = sql(
             f"SELECT {self.event.columns} FROM events WHERE operation_id = :operation_id"
             " AND sequence > :after ORDER BY sequence LIMIT :limit"

@@ -229,6 +229,32 @@ class SubmitAndReadCases(JournalCases):
 
         journal_store.run(scenario)
 
+    def test_bound_to_lists_one_runners_operations_in_one_state(
+        self, journal_store: JournalStore
+    ) -> None:
+        """C9: bound_to() finds what a watch checks on one runner, and with
+        ``other_than`` only what is bound to another incarnation of it."""
+
+        async def scenario(journal: Journal) -> None:
+            first = await journal.commit(dispatch(await submitted(journal, 1)))
+            await journal.commit(dispatch(await submitted(journal, 2), runner="runner-b"))
+            third = await journal.commit(dispatch(await submitted(journal, 3)))
+            await submitted(journal, 4)
+            state = OpState.DISPATCHING
+            assert await journal.bound_to("runner-a", state, 10) == [first, third]
+            assert await journal.bound_to("runner-a", state, 1) == [first]
+            assert await journal.bound_to("runner-a", OpState.RUNNING, 10) == []
+            assert first.incarnation_id is not None
+            assert await journal.bound_to("runner-a", state, 10, other_than="inc-new") == [
+                first,
+                third,
+            ]
+            # Both are bound to the incarnation dispatch() names: none elsewhere.
+            bound_here = first.incarnation_id
+            assert await journal.bound_to("runner-a", state, 10, other_than=bound_here) == []
+
+        journal_store.run(scenario)
+
     def test_closed_journal_refuses_every_call(self, journal_store: JournalStore) -> None:
         """Storage: after close() every call raises JournalUnavailable instead of half-working."""
 
