@@ -176,6 +176,24 @@ def terminal_list() -> str:
     return ", ".join(f"'{state.value}'" for state in sorted(TERMINAL_STATES, key=str))
 
 
+def due_ids(*, queued: bool) -> str:
+    """The ids the due scan wants, one indexed question per state (issue 27):
+    an open state's rows whose next_action_at is unset or has passed, through
+    (state, next_action_at); a terminal state's unreleased rows, through
+    (released, state). One ``WHERE`` over all of it, with ``NOT IN`` and
+    ``OR``, used no index: every scan read every operation the journal keeps."""
+    ids = "SELECT operation_id FROM operations WHERE"
+    questions = []
+    for state in sorted(OpState, key=str):
+        name = f"'{state.value}'"
+        if state in TERMINAL_STATES:
+            questions.append(f"{ids} released = FALSE AND state = {name}")
+        elif queued or state is not OpState.QUEUED:
+            questions.append(f"{ids} state = {name} AND next_action_at IS NULL")
+            questions.append(f"{ids} state = {name} AND next_action_at <= :now")
+    return " UNION ALL ".join(questions)
+
+
 class Statements:
     """Every hot-path statement of the journal, as text for one dialect."""
 
@@ -221,15 +239,9 @@ class Statements:
             " AND idempotency_key_digest = :idempotency_key_digest"
         )
         self.select_operations = select_op
-        terminal = terminal_list()
-        unreleased = f"(state IN ({terminal}) AND NOT released)"
-        ready = "(next_action_at IS NULL OR next_action_at <= :now)"
-        self.due = sql(
-            f"{select_op} WHERE (state NOT IN ({terminal}) AND {ready}) OR {unreleased}{order}"
-        )
+        self.due = sql(f"{select_op} WHERE operation_id IN ({due_ids(queued=True)}){order}")
         self.due_not_queued = sql(
-            f"{select_op} WHERE (state NOT IN ({terminal}, '{OpState.QUEUED.value}')"
-            f" AND {ready}) OR {unreleased}{order}"
+            f"{select_op} WHERE operation_id IN ({due_ids(queued=False)}){order}"
         )
         self.in_state = sql(f"{select_op} WHERE state = :state{order}")
         bound = f"{select_op} WHERE state = :state AND runner = :runner"

@@ -118,6 +118,9 @@ operations = sa.Table(
 sa.Index(None, operations.c.principal, operations.c.created_at, operations.c.operation_id)
 # due() / in_state() look rows up by state and next_action_at.
 sa.Index(None, operations.c.state, operations.c.next_action_at)
+# due() finds terminal operations not yet released through (released, state)
+# (migration 0009): without it the scan read every operation the journal keeps.
+sa.Index("ix_operations_released_state", operations.c.released, operations.c.state)
 # Retention (PROTOCOL.md §9 K1) finds terminal operations oldest first by
 # finished_at (NULL until terminal, so live rows stay out of the range).
 sa.Index(None, operations.c.finished_at)
