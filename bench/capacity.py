@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from coordinator_svc.core.model import AttemptOutcome
 from coordinator_svc.storage import FakeJournal
-from tests.coordinator.dispatcher.rig import Rig
+from turnwire.testing.dispatcher_rig import Rig
 
 
 async def measure(turns: int, slots: int, sleep_ms: int, sizes_first: bool) -> dict[str, object]:

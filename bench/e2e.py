@@ -345,7 +345,7 @@ async def measure_system(
 async def measure_postgres(area: Scratch, plan: Plan) -> tuple[list[SystemResult], str | None]:
     """The system on a throwaway PostgreSQL cluster, or why it was skipped."""
     try:
-        from tests.support.postgres import ClusterStartError, PostgresCluster, missing_binary
+        from turnwire.testing.postgres import ClusterStartError, PostgresCluster, missing_binary
     except ImportError as error:
         return [], f"cannot import the cluster helper: {error}"
     missing = missing_binary()

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/journal_writes.py [--turns N] [--rounds R]
 
-Starts a throwaway PostgreSQL cluster (tests/support/postgres.py), then, in
+Starts a throwaway PostgreSQL cluster (turnwire/testing/postgres.py), then, in
 alternating rounds on the real journal (``open_journal``), writes N turns'
 worth of the happy path, one turn at a time and 16 turns at once: the
 submit (C1), the attempt written ahead (C4) and the move to RUNNING that
@@ -36,7 +36,7 @@ from e2e_processes import tree_cpu_seconds  # noqa: E402
 
 from coordinator_svc.core.model import AttemptOutcome, AttemptUpdate, OpState  # noqa: E402
 from coordinator_svc.storage import migrate, open_journal  # noqa: E402
-from tests.coordinator.storage.records import (  # noqa: E402
+from turnwire.testing.records import (  # noqa: E402
     dispatch,
     first_event,
     new_operation,

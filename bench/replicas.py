@@ -4,7 +4,7 @@
         [--runners N] [--rounds R] [--json PATH] [--out DIR] [--no-pg-commit-rate]
 
 For each replica count it starts a fresh throwaway PostgreSQL cluster
-(tests/support/postgres.py) and a fresh deployment on it
+(turnwire/testing/postgres.py) and a fresh deployment on it
 (turnwire/testing/replicas.py ``ReplicaCluster``: N ``python -m coordinator_svc
 serve --replica-id replica-i --lease-ttl T`` processes and M runners with
 the no-op ``echo`` executor, every process its own), then, after a warm-up,
@@ -86,10 +86,10 @@ from e2e_processes import (  # noqa: E402
     wait_quiet,
 )
 
-from tests.support.postgres import ClusterStartError, PostgresCluster, missing_binary  # noqa: E402
 from turnwire.client import AsyncTurnwireClient  # noqa: E402
 from turnwire.client.failures import TurnwireError  # noqa: E402
 from turnwire.launcher import LaunchError, ManagedProcess  # noqa: E402
+from turnwire.testing.postgres import ClusterStartError, PostgresCluster, missing_binary  # noqa: E402
 from turnwire.testing.replicas import OPEN, ReplicaCluster  # noqa: E402
 
 PAYLOAD = b"x" * 256  # e2e.py's echo payload

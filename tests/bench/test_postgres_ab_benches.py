@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.bench.test_bench_smoke import run_script
-from tests.support.postgres import missing_binary
+from turnwire.testing.postgres import missing_binary
 
 BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
 RUN_TIMEOUT = 90.0

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.bench.test_bench_smoke import run_script
-from tests.support.postgres import missing_binary
+from turnwire.testing.postgres import missing_binary
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "replicas.py"
 RUN_TIMEOUT = 240.0
