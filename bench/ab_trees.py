@@ -1,14 +1,16 @@
-"""bench/e2e.py on two source trees, in alternating runs in one window (issue 26).
+"""The e2e bench on two source trees, in alternating runs in one window (issue 26).
 
-    .venv/bin/python bench/ab_trees.py --baseline ../turnwire-before [--candidate .]
+    .venv/bin/python -m bench ab_trees --baseline ../turnwire-before [--candidate .]
         [--rounds 3] [--turns N] [--skip-postgres] [--quick] [--e2e-arg=--tls ...]
 
-Runs ``<tree>/bench/e2e.py --json`` for the baseline tree, then the candidate,
-then the baseline again, ``--rounds`` times each, so drift in the machine's
-load hits both. Each run has ``PYTHONPATH=<tree>`` and its working directory
-in the tree, so the bench and every process it starts (runners by ``python -m``,
-the coordinator by path) import that tree's code; before measuring, it shows
-where each tree's packages import from and stops if that is not the tree.
+Runs each tree's own e2e bench with ``--json`` (``python -m bench e2e`` where
+bench/ is a package, ``bench/e2e.py`` in a tree from before) for the baseline
+tree, then the candidate, then the baseline again, ``--rounds`` times each, so
+drift in the machine's load hits both. Each run has ``PYTHONPATH=<tree>`` and
+its working directory in the tree, so the bench and every process it starts
+(by ``python -m``, or the coordinator by path in an older tree) import that
+tree's code; before measuring, it shows where each tree's packages import from
+and stops if that is not the tree.
 
 Per backend (SQLite, PostgreSQL) it prints each figure e2e reports at 1 and at
 16 in flight: the baseline and candidate medians, candidate/baseline, and
@@ -87,11 +89,19 @@ def git_head(tree: Path) -> str:
     return found.stdout.strip() if found.returncode == 0 else "(not a git checkout)"
 
 
+def e2e_command(tree: Path) -> list[str]:
+    """How the tree runs its e2e bench: as a package module, or (a tree from before
+    bench/ was a package) as a script; a baseline is often an older commit."""
+    if (tree / "bench" / "__main__.py").is_file():
+        return [sys.executable, "-m", "bench", "e2e"]
+    return [sys.executable, str(tree / "bench" / "e2e.py")]
+
+
 def run_e2e(tree: Path, e2e_args: list[str]) -> dict[str, Any]:
-    """One ``bench/e2e.py --json`` run of the tree; its report. Exits if it broke;
+    """One e2e ``--json`` run of the tree (in the tree); its report. Exits if it broke;
     on overrun SIGTERM (e2e stops its processes by PID), then SIGKILL."""
     process = subprocess.Popen(
-        [sys.executable, str(tree / "bench" / "e2e.py"), "--json", *e2e_args],
+        [*e2e_command(tree), "--json", *e2e_args],
         env=tree_env(tree),
         cwd=tree,
         stdout=subprocess.PIPE,
@@ -192,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     e2e_args = ["--turns", str(args.turns)] if args.turns else []
     e2e_args += ["--skip-postgres"] * args.skip_postgres + ["--quick"] * args.quick + args.e2e_arg
     trees = {"baseline": args.baseline, "candidate": args.candidate}
-    print(f"bench/ab_trees.py: bench/e2e.py --json {' '.join(e2e_args)}".rstrip())
+    print(f"python -m bench ab_trees: e2e --json {' '.join(e2e_args)}".rstrip())
     print(f"date: {datetime.now(UTC).isoformat(timespec='seconds')}")
     for side, tree in trees.items():
         print(f"{side}: {tree} (HEAD {git_head(tree)}; the work tree may differ)")

@@ -1,16 +1,16 @@
 """End-to-end Turnwire figures next to the raw gRPC baseline, in one run.
 
-    .venv/bin/python bench/e2e.py [--turns N] [--skip-postgres] [--json] [--quick]
-    .venv/bin/python bench/e2e.py --peers [--quick]     # and the peer harness, one table
+    .venv/bin/python -m bench e2e [--turns N] [--skip-postgres] [--json] [--quick]
+    .venv/bin/python -m bench e2e --peers [--quick]     # and the peer harness, one table
 
 Measures, each sequentially (1 in flight) and with 16 in flight, after a
 warm-up:
 
-1. the raw gRPC echo baseline (``bench/baseline.py --serve`` in its own
+1. the raw gRPC echo baseline (``python -m bench.baseline --serve``, its own
    process; the loop runs here), the denominator of every ratio;
 2. the system with no-op turns, every part its own process: runners
    (``python -m runner_svc serve --executor echo``), the coordinator
-   (``bench/counting_coordinator.py``: the real coordinator, started as
+   (``python -m bench.counting_coordinator``: the real coordinator, started as
    ``python -m coordinator_svc serve`` starts it, with its journal calls
    counted) and the SDK client (this process); on SQLite and on a throwaway
    PostgreSQL cluster.
@@ -47,20 +47,13 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for _path in (str(REPO_ROOT), str(BENCH_DIR)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-
-import peers  # noqa: E402
-from baseline import ECHO_METHOD, Figures, measure  # noqa: E402
-from e2e_processes import (  # noqa: E402
+from bench import peers
+from bench.baseline import ECHO_METHOD, Figures, measure
+from bench.e2e_processes import (
     MAX_RUNNERS,
     STOP_GRACE,
     BenchBroke,
@@ -73,7 +66,7 @@ from e2e_processes import (  # noqa: E402
     tree_cpu_seconds,
     wait_quiet,
 )
-from e2e_report import (  # noqa: E402
+from bench.e2e_report import (
     RPC_METHODS,
     BaselineResult,
     Report,
@@ -81,10 +74,9 @@ from e2e_report import (  # noqa: E402
     median_run,
     print_report,
 )
-
-from turnwire.client import AsyncTurnwireClient, OperationState  # noqa: E402
-from turnwire.launcher import LaunchError, ManagedProcess  # noqa: E402
-from turnwire.secure_channels import channel_credentials  # noqa: E402
+from turnwire.client import AsyncTurnwireClient, OperationState
+from turnwire.launcher import LaunchError, ManagedProcess, python_module
+from turnwire.secure_channels import channel_credentials
 
 IN_FLIGHT = (1, 16)
 PAYLOAD = b"x" * 256  # about the size of a small SubmitTurn request
@@ -104,9 +96,7 @@ QUICK_TURNS = 30
 async def measure_baseline(area: Scratch, plan: Plan) -> list[BaselineResult]:
     """The echo loop against a server process, as the system's client loop runs."""
     await wait_quiet(progress)
-    server = area.start(
-        "echo-server", [sys.executable, str(BENCH_DIR / "baseline.py"), "--serve"], healthy=False
-    )
+    server = area.start("echo-server", python_module("bench.baseline", "--serve"), healthy=False)
     async with grpc.aio.insecure_channel(server.address) as channel:
         call = channel.unary_unary(ECHO_METHOD)
 

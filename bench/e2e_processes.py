@@ -2,7 +2,7 @@
 
 Every process is started with ``--listen 127.0.0.1:0`` and an address file
 (``turnwire.launcher.ManagedProcess``) and stopped by its own PID. The
-coordinator runs as ``bench/counting_coordinator.py`` (the real coordinator
+coordinator runs as ``python -m bench.counting_coordinator`` (the real coordinator
 with a counting journal); its counters are read by asking it for a snapshot
 (SIGUSR1), never from inside this process.
 """
@@ -27,6 +27,7 @@ from typing import Any
 
 import grpc
 
+from bench import REPO_ROOT
 from turnwire.certs import issue_deployment
 from turnwire.launcher import ManagedProcess, python_module
 from turnwire.secure_channels import channel_credentials, runner_sync_channel
@@ -39,7 +40,6 @@ from turnwire.transport_security import (
 
 MAX_RUNNERS = 8  # runner certificates a TLS run makes
 
-BENCH_DIR = Path(__file__).resolve().parent
 START_TIMEOUT = 60.0  # one process start, or one PostgreSQL cluster start
 STOP_GRACE = 5.0
 SNAPSHOT_TIMEOUT = 10.0  # one counters snapshot from the coordinator
@@ -183,8 +183,14 @@ class Scratch:
         healthy: bool,
         open_channel: Callable[[str], Any] | None = None,
     ) -> ManagedProcess:
+        # In this tree's root: ``python -m bench.baseline`` (and the services) import
+        # this tree's code whatever directory the bench was started from.
         process = ManagedProcess(
-            name, argv, self.root / "logs" / f"{name}.log", self.root / f"{name}.addr"
+            name,
+            argv,
+            self.root / "logs" / f"{name}.log",
+            self.root / f"{name}.addr",
+            cwd=REPO_ROOT,
         )
         self.processes.append(process)
         process.start(START_TIMEOUT)
@@ -310,7 +316,7 @@ def start_coordinator(
     tokens_file, token = write_tokens(area, prefix)
     counters_file = area.root / f"{prefix}-coordinator-counters.json"
     argv = [
-        sys.executable, str(BENCH_DIR / "counting_coordinator.py"),
+        *python_module("bench.counting_coordinator"),
         "--counters-file", str(counters_file),
         "serve",
         "--listen", "127.0.0.1:0",

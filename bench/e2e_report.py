@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from baseline import Figures
+from bench.baseline import Figures
 
 # Every coordinator -> runner method the dispatcher counts (DispatcherMetrics.rpc_calls).
 RPC_METHODS = (

@@ -1,4 +1,4 @@
-"""``bench/e2e.py --peers``: the peer harness and Turnwire in one window, one table.
+"""``python -m bench e2e --peers``: the peer harness and Turnwire in one window, one table.
 
 Order: the peer harness first (``../shared/bench-peers/run_all.py``, run with
 its own virtualenv; it starts and stops its own redis-server and PostgreSQL
@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from e2e_report import Report
-from peers_table import PEER_SYSTEMS, PeerRun, print_table, table_json
+from bench.e2e_report import Report
+from bench.peers_table import PEER_SYSTEMS, PeerRun, print_table, table_json
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_PEERS_DIR = BENCH_DIR.parent.parent / "shared" / "bench-peers"

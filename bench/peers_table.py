@@ -1,4 +1,4 @@
-"""The one table of ``bench/e2e.py --peers`` (bench/peers.py): rows, text, JSON.
+"""The one table of ``python -m bench e2e --peers`` (bench/peers.py): rows, text, JSON.
 
 Peer rows are the median over the peer harness's rounds; each peer's "x echo"
 is the median of its per-round ratios to the same round's b_grpc.py echo at
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e_report import Report, SystemResult, runs_lines
+from bench.e2e_report import Report, SystemResult, runs_lines
 
 PEER_SYSTEMS = (
     "grpc",

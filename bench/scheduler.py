@@ -1,6 +1,6 @@
 """The scheduler under load (issue 9): capacity, fairness, results first.
 
-    python bench/scheduler.py [--scenario all|capacity|flood|lag] [--quick] [--json]
+    python -m bench scheduler [--scenario all|capacity|flood|lag] [--quick] [--json]
 
 A real runner (metered executor, gRPC on 127.0.0.1) and the real dispatcher
 on a SQLite journal in a temporary directory, in this process; turns are
@@ -46,8 +46,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import grpc
 
@@ -342,9 +340,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     # Shutdown noise (drives cut off as the journal closes) is not a figure.
     logging.basicConfig(level=logging.ERROR)
     if args.quick:

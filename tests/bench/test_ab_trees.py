@@ -1,4 +1,4 @@
-"""bench/ab_trees.py: bench/e2e.py on two source trees, in alternating runs (issue 26).
+"""python -m bench ab_trees: the e2e bench on two source trees, in alternating runs (issue 26).
 
 The table's arithmetic is checked on made-up reports; a smoke run of the real
 script (both trees this repository) checks every figure heading is printed.
@@ -7,20 +7,15 @@ Neither looks at how fast anything was.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bench.ab_trees import FIGURES, IN_FLIGHT, print_backend
+from tests.bench.invoke import run_bench
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BENCH_DIR = REPO_ROOT / "bench"
-if str(BENCH_DIR) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR))
-
-from ab_trees import FIGURES, IN_FLIGHT, print_backend  # noqa: E402
-
-from tests.bench.test_bench_smoke import run_script  # noqa: E402
 
 RUN_TIMEOUT = 240.0  # two quick e2e runs, each waiting up to 20 s for a quiet machine twice
 
@@ -52,8 +47,8 @@ def test_the_table_shows_medians_their_ratio_and_every_run(
 
 def test_a_tree_without_the_bench_is_refused() -> None:
     """--baseline must be a checkout with bench/e2e.py; anything else stops before measuring."""
-    code, _stdout, stderr = run_script(
-        BENCH_DIR / "ab_trees.py", "--baseline", str(REPO_ROOT / "docs"), timeout=60.0
+    code, _stdout, stderr = run_bench(
+        "ab_trees", "--baseline", str(REPO_ROOT / "docs"), timeout=60.0
     )
     assert code == 2 and "no bench/e2e.py there" in stderr, stderr
 
@@ -63,8 +58,8 @@ def test_a_tree_without_the_bench_is_refused() -> None:
 def test_a_quick_run_prints_every_figure_for_both_trees() -> None:
     """A quick run (both trees this repository): heads, where each imports from, load
     averages, and every SQLite figure at 1 and 16 in flight; PostgreSQL said skipped."""
-    code, stdout, stderr = run_script(
-        BENCH_DIR / "ab_trees.py",
+    code, stdout, stderr = run_bench(
+        "ab_trees",
         *("--baseline", str(REPO_ROOT), "--quick", "--skip-postgres", "--rounds", "1"),
         timeout=RUN_TIMEOUT,
     )

@@ -1,4 +1,4 @@
-"""bench/e2e.py --peers without running the peer harness (it needs its own venv).
+"""python -m bench e2e --peers without running the peer harness (it needs its own venv).
 
 Without the peer venv it says how to set it up and exits 2, installing
 nothing; the one table puts each side against its own echo baseline.
@@ -8,33 +8,27 @@ from __future__ import annotations
 
 import contextlib
 import io
-import subprocess
-import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BENCH_DIR = REPO_ROOT / "bench"
-if str(BENCH_DIR) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR))
-
-import peers_table as peers  # noqa: E402
-from baseline import Figures  # noqa: E402
-from e2e_report import BaselineResult, Report, SystemResult  # noqa: E402
+from bench import peers_table as peers
+from bench.baseline import Figures
+from bench.e2e_report import BaselineResult, Report, SystemResult
+from tests.bench.invoke import run_bench
 
 
 def test_peers_without_the_venv_prints_the_setup_command(tmp_path: Path) -> None:
     harness = tmp_path / "bench-peers"
     harness.mkdir()
     (harness / "run_all.py").write_text("raise SystemExit('must not run')\n")
-    done = subprocess.run(
-        [sys.executable, str(BENCH_DIR / "e2e.py"), "--peers", "--quick",
-         "--peers-dir", str(harness), "--peers-venv", str(tmp_path / "no-venv")],
-        capture_output=True, text=True, timeout=60, check=False, cwd=REPO_ROOT,
+    code, stdout, stderr = run_bench(
+        "e2e", "--peers", "--quick",
+        "--peers-dir", str(harness), "--peers-venv", str(tmp_path / "no-venv"),
+        timeout=60,
     )  # fmt: skip
-    assert done.returncode == 2, done.stderr
-    assert f"{tmp_path / 'no-venv' / 'bin' / 'python'} does not exist" in done.stderr
-    assert f"bash {harness / 'setup_env.sh'}" in done.stderr
-    assert done.stdout == ""
+    assert code == 2, stderr
+    assert f"{tmp_path / 'no-venv' / 'bin' / 'python'} does not exist" in stderr
+    assert f"bash {harness / 'setup_env.sh'}" in stderr
+    assert stdout == ""
 
 
 def peer_result(system: str, mode: str, round_: int, ops: float) -> dict[str, object]:

@@ -1,22 +1,16 @@
-"""bench/e2e.py --repeat: the median run, whole, with every run's ratios (pure)."""
+"""python -m bench e2e --repeat: the median run, whole, with every run's ratios (pure)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
-if str(BENCH_DIR) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR))
-
-import peers_table  # noqa: E402
-from e2e_report import BaselineResult, Report, median_run, print_report  # noqa: E402
-
-from tests.bench.test_bench_peers import figures, system  # noqa: E402
+from bench import peers_table
+from bench.e2e_report import BaselineResult, Report, median_run, print_report
+from tests.bench.test_bench_peers import figures, system
 
 
 def report(echo: float, sqlite_x1: float, sqlite_x16: float, *, ok: bool = True) -> Report:

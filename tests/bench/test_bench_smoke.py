@@ -1,4 +1,4 @@
-"""bench/e2e.py still runs end to end and reports every figure (issue #4).
+"""The e2e bench (python -m bench e2e) still runs end to end and reports every figure (issue #4).
 
 A smoke test so the bench cannot rot: it runs the real script (a baseline
 echo server, a runner and the coordinator as processes, the client in the
@@ -10,18 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-import signal
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BENCH = REPO_ROOT / "bench" / "e2e.py"
+from tests.bench.invoke import run_bench
+
 RUN_TIMEOUT = 50.0
-STOP_TIMEOUT = 15.0
 TURNS = 20
 
 LATENCY_FIELDS = ("operations", "seconds", "ops_per_second", "p50_ms", "p99_ms", "mean_ms")
@@ -47,30 +42,8 @@ RPC_METHODS = (
 )
 
 
-def run_bench(*args: str) -> tuple[int, str, str]:
-    return run_script(BENCH, *args, timeout=RUN_TIMEOUT)
-
-
-def run_script(script: Path, *args: str, timeout: float) -> tuple[int, str, str]:
-    """Run a bench script; on overrun SIGTERM it (it stops its children by PID), then SIGKILL."""
-    process = subprocess.Popen(
-        [sys.executable, str(script), *args],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.communicate(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate(timeout=STOP_TIMEOUT)
-        pytest.fail(f"{script.name} did not finish within {timeout:.0f}s")
-    return process.returncode, stdout, stderr
+def run_e2e(*args: str) -> tuple[int, str, str]:
+    return run_bench("e2e", *args, timeout=RUN_TIMEOUT)
 
 
 def is_number(value: Any) -> bool:
@@ -134,8 +107,8 @@ def check_cpu(system: dict[str, Any]) -> None:
 @pytest.mark.rule("C1", "C2", "C4")
 @pytest.mark.slow
 def test_bench_e2e_reports_every_figure_as_json() -> None:
-    """Issue #4: bench/e2e.py --json runs and reports baseline and SQLite figures (C1, C2, C4)."""
-    code, stdout, stderr = run_bench("--turns", str(TURNS), "--skip-postgres", "--json")
+    """Issue #4: e2e --json runs and reports baseline and SQLite figures (C1, C2, C4)."""
+    code, stdout, stderr = run_e2e("--turns", str(TURNS), "--skip-postgres", "--json")
     assert code == 0, stderr[-3000:]
     report = json.loads(stdout)
     assert report["turns"] == {"sequential": TURNS, "concurrent": 2 * TURNS}
@@ -158,9 +131,9 @@ def test_bench_e2e_reports_every_figure_as_json() -> None:
 
 @pytest.mark.slow
 def test_bench_e2e_runs_every_hop_over_tls_when_asked() -> None:
-    """Issue 11: bench/e2e.py --tls measures the same turns with TLS to the coordinator and
+    """Issue 11: e2e --tls measures the same turns with TLS to the coordinator and
     mutual TLS to the runners (certificates made for the run); every turn succeeds."""
-    code, stdout, stderr = run_bench("--turns", str(TURNS), "--skip-postgres", "--tls", "--json")
+    code, stdout, stderr = run_e2e("--turns", str(TURNS), "--skip-postgres", "--tls", "--json")
     assert code == 0, stderr[-3000:]
     report = json.loads(stdout)
     assert report["tls"] is True and report["all_succeeded"] is True
