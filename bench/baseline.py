@@ -81,6 +81,11 @@ class Figures:
         return self.percentile(0.99) * 1000
 
     @property
+    def p99_over_p50(self) -> float | None:
+        """How far the slowest 1% sit from the middle; None without a p50."""
+        return self.p99_ms / self.p50_ms if self.p50_ms else None
+
+    @property
     def mean_ms(self) -> float:
         return statistics.fmean(self.latencies) * 1000 if self.latencies else 0.0
 

@@ -33,8 +33,9 @@ from collections.abc import Sequence
 
 from bench.ab_rounds import IN_FLIGHT, Figures, alternating, medians
 from bench.baseline import measure
-from bench.e2e import RPC_TIMEOUT, Counters, Stack, one_turn, settle
+from bench.e2e import RPC_TIMEOUT, Stack, one_turn, settle
 from bench.e2e_processes import (
+    Counters,
     Plan,
     Scratch,
     scratch,
@@ -63,7 +64,7 @@ async def start_way(
 ) -> Stack:
     """One system: a runner, a coordinator with ``extra`` flags, and a client here
     (closed with ``clients``; the processes end with ``area``, by PID)."""
-    plan = Plan(sequential=0, concurrent=0, runners=1, slots=SLOTS)
+    plan = Plan(turns=0, runners=1, slots=SLOTS)
     runners = start_runners(area, way, plan)
     url = f"sqlite:///{area.root / f'{way}-journal.db'}"
     coordinator = start_coordinator(area, way, url, runners, extra)

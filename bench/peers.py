@@ -4,8 +4,8 @@ Order: the peer harness first (``../shared/bench-peers/run_all.py``, run with
 its own virtualenv; it starts and stops its own redis-server and PostgreSQL
 cluster and writes its report under ``--peers-out``, never into its own
 read-only folder), then Turnwire's bench (bench/e2e.py's echo baseline,
-SQLite and PostgreSQL). Then one table: every peer row (median over the
-harness's rounds) and every Turnwire row (one run).
+SQLite and PostgreSQL). Then one table, grouped by calls in flight: every
+peer row (median over the harness's rounds) and every Turnwire row (one run).
 
 Each side's "x echo" is against the gRPC echo baseline measured by its own
 harness in this window: the peers' against run_all.py's b_grpc.py echo (64 B,

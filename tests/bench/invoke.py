@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from bench.e2e_processes import run_within
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STOP_TIMEOUT = 15.0
@@ -16,21 +16,9 @@ STOP_TIMEOUT = 15.0
 def run_bench(name: str, *args: str, timeout: float) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of ``python -m bench NAME ARGS``; on overrun SIGTERM
     (every bench stops its children by PID), then SIGKILL, and the test fails."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bench", name, *args],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    done = run_within(
+        [sys.executable, "-m", "bench", name, *args], timeout, cwd=REPO_ROOT, grace=STOP_TIMEOUT
     )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.communicate(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate(timeout=STOP_TIMEOUT)
+    if done is None:
         pytest.fail(f"python -m bench {name} did not finish within {timeout:.0f}s")
-    return process.returncode, stdout, stderr
+    return done

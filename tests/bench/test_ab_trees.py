@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from bench.ab_trees import FIGURES, IN_FLIGHT, print_backend
+from bench.ab_trees import FIGURES, print_backend
+from bench.e2e_processes import IN_FLIGHT
 from tests.bench.invoke import run_bench
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -20,10 +21,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = 240.0  # two quick e2e runs, each waiting up to 20 s for a quiet machine twice
 
 
-def made_up_report(ops_per_second: float) -> dict[str, Any]:
+def made_up_report(ops_per_second: float, levels: tuple[int, ...] = IN_FLIGHT) -> dict[str, Any]:
     systems = [
-        {"journal": "sqlite", "in_flight": n, "ops_per_second": ops_per_second * n}
-        for n in IN_FLIGHT
+        {"journal": "sqlite", "in_flight": n, "ops_per_second": ops_per_second * n} for n in levels
     ]
     return {"systems": systems, "postgresql": {"skipped": "--skip-postgres"}}
 
@@ -43,6 +43,22 @@ def test_the_table_shows_medians_their_ratio_and_every_run(
     assert "x16 ops/s" in text and "1600 1280 1440 | 1584 1728 1872" in text
     assert "p50 ms" not in text  # a figure no run reported is left out
     assert "PostgreSQL\n  skipped: --skip-postgres" in text
+
+
+def test_a_level_only_one_tree_measured_is_shown_with_dashes_for_the_other(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An older baseline's e2e measured 1 and 16 in flight only: the candidate's 64 is
+    still shown, the baseline's cells and the ratio "-"."""
+    reports = {
+        "baseline": [made_up_report(100.0, (1, 16))],
+        "candidate": [made_up_report(110.0, (1, 16, 64))],
+    }
+    print_backend("sqlite", "SQLite", reports)
+    text = capsys.readouterr().out
+    line = next(line for line in text.splitlines() if "x64 ops/s " in line)
+    # baseline, candidate, cand/base, then each run: the baseline's one "-", the candidate's.
+    assert line.split()[2:] == ["-", "7040.000", "-", "-", "|", "7040"]
 
 
 def test_a_tree_without_the_bench_is_refused() -> None:

@@ -81,11 +81,21 @@ def test_bench_text_report_has_cpu_by_process_and_counters() -> None:
     root = Path(kept.group(1))
     try:
         assert code == 0, stderr[-3000:]
-        for label in ("sqlite x1", "sqlite x16"):
+        for label in ("sqlite x1", "sqlite x16", "sqlite x64"):
             block = system_block(stdout, label)
             assert CPU_LINE.search(block), block
             for pattern in COUNTER_LINES:
                 assert pattern.search(block), (pattern.pattern, block)
+        # The latency table: every row at every level, with p50, p99 and their ratio.
+        table = [
+            line for line in stdout.split("latency by calls in flight", 1)[1].splitlines()[2:]
+            if line.strip()
+        ]  # fmt: skip
+        found = {(line.split()[-7], int(line.split()[-6])) for line in table}
+        assert found == {(row, n) for row in ("echo", "sqlite") for n in (1, 16, 64)}, table
+        for line in table:
+            p50, p99, ratio = (float(x) for x in line.split()[-3:])
+            assert ratio == pytest.approx(p99 / p50, rel=0.05), line  # of figures rounded
         started = re.search(
             r"sqlite: coordinator pid (\d+) at 127\.0\.0\.1:\d+, runner-1 pid (\d+) at "
             r"127\.0\.0\.1:\d+",

@@ -18,8 +18,7 @@ def report(echo: float, sqlite_x1: float, sqlite_x16: float, *, ok: bool = True)
     if not ok:
         x16 = type(x16)(**{**x16.__dict__, "states": {"SUCCEEDED": 9, "FAILED": 1}})
     return Report(
-        10,
-        20,
+        {1: 10, 16: 20},
         [
             BaselineResult(1, figures(echo), 0.1, 0.2),
             BaselineResult(16, figures(echo * 2), 0.1, 0.2),

@@ -14,12 +14,22 @@ from typing import Any
 
 import pytest
 
+from bench.e2e_processes import IN_FLIGHT
+from bench.e2e_report import RPC_METHODS  # every method the bench counts
 from tests.bench.invoke import run_bench
 
-RUN_TIMEOUT = 50.0
+RUN_TIMEOUT = 75.0  # up to 20 s twice waiting for a quiet machine, then three levels
 TURNS = 20
 
-LATENCY_FIELDS = ("operations", "seconds", "ops_per_second", "p50_ms", "p99_ms", "mean_ms")
+LATENCY_FIELDS = (
+    "operations",
+    "seconds",
+    "ops_per_second",
+    "p50_ms",
+    "p99_ms",
+    "p99_over_p50",
+    "mean_ms",
+)
 SYSTEM_NUMBERS = (
     "journal_commits_per_op",
     "dispatcher_commits_per_op",
@@ -30,15 +40,6 @@ SYSTEM_NUMBERS = (
     "cpu_ms_per_op_coordinator",
     "cpu_ms_per_op_runners",
     "cpu_ms_per_op_stack",
-)
-RPC_METHODS = (
-    "GetOperationStatus",
-    "BatchGetOperationStatus",
-    "Dispatch",
-    "Release",
-    "Cancel",
-    "WatchOperations",
-    "GetRunnerInfo",
 )
 
 
@@ -54,11 +55,14 @@ def check_latency(entry: dict[str, Any], expected_operations: int) -> None:
     for name in LATENCY_FIELDS:
         assert is_number(entry[name]) and entry[name] >= 0, (name, entry[name])
     assert entry["operations"] == expected_operations
-    assert entry["in_flight"] in (1, 16)
+    assert entry["in_flight"] in IN_FLIGHT
+    # Of the unrounded figures: the rounded ms give it to within their rounding.
+    assert entry["p99_over_p50"] == pytest.approx(entry["p99_ms"] / entry["p50_ms"], rel=0.01)
 
 
 def expected_ops(in_flight: int) -> int:
-    return TURNS if in_flight == 1 else 2 * TURNS
+    """--turns N: N one at a time, 2N at 16 in flight, 8N at 64 (N per 8 callers)."""
+    return {1: TURNS, 16: 2 * TURNS, 64: 8 * TURNS}[in_flight]
 
 
 def check_system(system: dict[str, Any]) -> None:
@@ -111,13 +115,13 @@ def test_bench_e2e_reports_every_figure_as_json() -> None:
     code, stdout, stderr = run_e2e("--turns", str(TURNS), "--skip-postgres", "--json")
     assert code == 0, stderr[-3000:]
     report = json.loads(stdout)
-    assert report["turns"] == {"sequential": TURNS, "concurrent": 2 * TURNS}
-    assert sorted(b["in_flight"] for b in report["baseline"]) == [1, 16]
+    assert report["turns"] == {"1": TURNS, "16": 2 * TURNS, "64": 8 * TURNS}
+    assert sorted(b["in_flight"] for b in report["baseline"]) == [1, 16, 64]
     for base in report["baseline"]:
         check_latency(base, expected_ops(base["in_flight"]))
         for name in ("cpu_ms_per_op_client", "cpu_ms_per_op_server", "cpu_ms_per_op_stack"):
             assert is_number(base[name]), (name, base[name])
-    assert sorted(s["in_flight"] for s in report["systems"]) == [1, 16]
+    assert sorted(s["in_flight"] for s in report["systems"]) == [1, 16, 64]
     for system in report["systems"]:
         check_system(system)
     assert report["postgresql"] == {"ran": False, "skipped": "--skip-postgres"}
@@ -133,9 +137,19 @@ def test_bench_e2e_reports_every_figure_as_json() -> None:
 def test_bench_e2e_runs_every_hop_over_tls_when_asked() -> None:
     """Issue 11: e2e --tls measures the same turns with TLS to the coordinator and
     mutual TLS to the runners (certificates made for the run); every turn succeeds."""
-    code, stdout, stderr = run_e2e("--turns", str(TURNS), "--skip-postgres", "--tls", "--json")
+    code, stdout, stderr = run_e2e(
+        "--turns", str(TURNS), "--in-flight", "1,16", "--skip-postgres", "--tls", "--json"
+    )  # fmt: skip
     assert code == 0, stderr[-3000:]
     report = json.loads(stdout)
     assert report["tls"] is True and report["all_succeeded"] is True
+    assert report["turns"] == {"1": TURNS, "16": 2 * TURNS}  # the levels asked for, only
     for system in report["systems"]:
         check_system(system)
+
+
+@pytest.mark.parametrize("levels", ["0,16", "1,x", ","])
+def test_bad_in_flight_levels_are_a_usage_error(levels: str) -> None:
+    """--in-flight takes counts of at least 1; anything else exits 2 before starting."""
+    code, stdout, stderr = run_bench("e2e", "--in-flight", levels, timeout=RUN_TIMEOUT)
+    assert code == 2 and stdout == "" and "--in-flight" in stderr, stderr
