@@ -8,13 +8,8 @@ import contextlib
 import statistics
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from tests.support.postgres import PostgresCluster, missing_binary  # noqa: E402
+from turnwire.testing.postgres import PostgresCluster, missing_binary
 
 IN_FLIGHT = (1, 16)
 # (in flight, way) -> one list of figures per round.

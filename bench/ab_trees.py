@@ -1,18 +1,22 @@
-"""bench/e2e.py on two source trees, in alternating runs in one window (issue 26).
+"""The e2e bench on two source trees, in alternating runs in one window (issue 26).
 
-    .venv/bin/python bench/ab_trees.py --baseline ../turnwire-before [--candidate .]
+    .venv/bin/python -m bench ab_trees --baseline ../turnwire-before [--candidate .]
         [--rounds 3] [--turns N] [--skip-postgres] [--quick] [--e2e-arg=--tls ...]
 
-Runs ``<tree>/bench/e2e.py --json`` for the baseline tree, then the candidate,
-then the baseline again, ``--rounds`` times each, so drift in the machine's
-load hits both. Each run has ``PYTHONPATH=<tree>`` and its working directory
-in the tree, so the bench and every process it starts (runners by ``python -m``,
-the coordinator by path) import that tree's code; before measuring, it shows
-where each tree's packages import from and stops if that is not the tree.
+Runs each tree's own e2e bench with ``--json`` (``python -m bench e2e`` where
+bench/ is a package, ``bench/e2e.py`` in a tree from before) for the baseline
+tree, then the candidate, then the baseline again, ``--rounds`` times each, so
+drift in the machine's load hits both. Each run has ``PYTHONPATH=<tree>`` and
+its working directory in the tree, so the bench and every process it starts
+(by ``python -m``, or the coordinator by path in an older tree) import that
+tree's code; before measuring, it shows where each tree's packages import from
+and stops if that is not the tree.
 
-Per backend (SQLite, PostgreSQL) it prints each figure e2e reports at 1 and at
-16 in flight: the baseline and candidate medians, candidate/baseline, and
-every run's value. ops/s: higher is better; ms and CPU ms/op: lower is better.
+Per backend (SQLite, PostgreSQL) it prints each figure e2e reports at every
+in-flight level either tree measured (1 and 16; 64 too from trees whose e2e
+runs it): the baseline and candidate medians, candidate/baseline, and every
+run's value ("-" where a tree did not report it). ops/s: higher is better;
+ms, p99/p50 and CPU ms/op: lower is better.
 It prints figures and never judges speed: exit 0 unless a run broke.
 """
 
@@ -21,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -29,16 +32,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.e2e_processes import run_within
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("coordinator_svc", "runner_svc", "turnwire")
 BACKENDS = (("sqlite", "SQLite"), ("postgresql", "PostgreSQL"))
-IN_FLIGHT = (1, 16)
 # (heading, e2e's JSON key) for each figure, shown at every in-flight count.
 FIGURES = (
     ("ops/s", "ops_per_second"),
     ("ops/s x echo", "ops_per_second_vs_baseline"),
     ("p50 ms", "p50_ms"),
     ("p99 ms", "p99_ms"),
+    ("p99/p50", "p99_over_p50"),
     ("CPU ms/op client", "cpu_ms_per_op_client"),
     ("CPU ms/op coordinator", "cpu_ms_per_op_coordinator"),
     ("CPU ms/op runners", "cpu_ms_per_op_runners"),
@@ -87,30 +92,25 @@ def git_head(tree: Path) -> str:
     return found.stdout.strip() if found.returncode == 0 else "(not a git checkout)"
 
 
+def e2e_command(tree: Path) -> list[str]:
+    """How the tree runs its e2e bench: as a package module, or (a tree from before
+    bench/ was a package) as a script; a baseline is often an older commit."""
+    if (tree / "bench" / "__main__.py").is_file():
+        return [sys.executable, "-m", "bench", "e2e"]
+    return [sys.executable, str(tree / "bench" / "e2e.py")]
+
+
 def run_e2e(tree: Path, e2e_args: list[str]) -> dict[str, Any]:
-    """One ``bench/e2e.py --json`` run of the tree; its report. Exits if it broke;
+    """One e2e ``--json`` run of the tree (in the tree); its report. Exits if it broke;
     on overrun SIGTERM (e2e stops its processes by PID), then SIGKILL."""
-    process = subprocess.Popen(
-        [sys.executable, str(tree / "bench" / "e2e.py"), "--json", *e2e_args],
-        env=tree_env(tree),
-        cwd=tree,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=RUN_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.communicate(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate(timeout=STOP_TIMEOUT)
-        raise SystemExit(f"ab_trees.py: e2e in {tree} ran past {RUN_TIMEOUT:.0f}s") from None
-    if process.returncode != 0:
+    argv = [*e2e_command(tree), "--json", *e2e_args]
+    done = run_within(argv, RUN_TIMEOUT, cwd=tree, env=tree_env(tree), grace=STOP_TIMEOUT)
+    if done is None:
+        raise SystemExit(f"ab_trees.py: e2e in {tree} ran past {RUN_TIMEOUT:.0f}s")
+    code, stdout, stderr = done
+    if code != 0:
         print(stderr[-4000:], file=sys.stderr)
-        raise SystemExit(f"ab_trees.py: e2e in {tree} exited {process.returncode}")
+        raise SystemExit(f"ab_trees.py: e2e in {tree} exited {code}")
     report: dict[str, Any] = json.loads(stdout)
     return report
 
@@ -121,6 +121,12 @@ def figure(report: dict[str, Any], journal: str, in_flight: int, key: str) -> fl
             value = system.get(key)
             return float(value) if isinstance(value, int | float) else None
     return None
+
+
+def levels(reports: dict[str, list[dict[str, Any]]]) -> list[int]:
+    """Every in-flight level any run of either tree reported (an older tree's e2e may
+    measure fewer: its cells are "-")."""
+    return sorted({s["in_flight"] for runs in reports.values() for r in runs for s in r["systems"]})
 
 
 def median(values: list[float | None]) -> float | None:
@@ -140,7 +146,7 @@ def print_backend(journal: str, title: str, reports: dict[str, list[dict[str, An
         print(f"  skipped: {', '.join(sorted(str(s) for s in skipped if s))}")
         return
     print(f"  {'figure':<26} {'baseline':>9} {'candidate':>9} {'cand/base':>9}   runs (B | C)")
-    for in_flight in IN_FLIGHT:
+    for in_flight in levels(reports):
         for heading, key in FIGURES:
             runs = {
                 side: [figure(r, journal, in_flight, key) for r in reports[side]]
@@ -192,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     e2e_args = ["--turns", str(args.turns)] if args.turns else []
     e2e_args += ["--skip-postgres"] * args.skip_postgres + ["--quick"] * args.quick + args.e2e_arg
     trees = {"baseline": args.baseline, "candidate": args.candidate}
-    print(f"bench/ab_trees.py: bench/e2e.py --json {' '.join(e2e_args)}".rstrip())
+    print(f"python -m bench ab_trees: e2e --json {' '.join(e2e_args)}".rstrip())
     print(f"date: {datetime.now(UTC).isoformat(timespec='seconds')}")
     for side, tree in trees.items():
         print(f"{side}: {tree} (HEAD {git_head(tree)}; the work tree may differ)")

@@ -2,7 +2,7 @@
 
 A grpc.aio echo server with a generic bytes-in/bytes-out handler, measured
 with the same client loop as the end-to-end run: sequentially and with N
-calls in flight. Run as ``python bench/baseline.py --serve`` to get a server
+calls in flight. Run as ``python -m bench baseline --serve`` to get a server
 process (it prints its address), or import ``measure_echo``.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -80,6 +81,11 @@ class Figures:
         return self.percentile(0.99) * 1000
 
     @property
+    def p99_over_p50(self) -> float | None:
+        """How far the slowest 1% sit from the middle; None without a p50."""
+        return self.p99_ms / self.p50_ms if self.p50_ms else None
+
+    @property
     def mean_ms(self) -> float:
         return statistics.fmean(self.latencies) * 1000 if self.latencies else 0.0
 
@@ -121,7 +127,7 @@ def _write_address(path: Path, address: str) -> None:
     partial.replace(path)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--serve", action="store_true", help="run an echo server until killed")
     parser.add_argument("--count", type=int, default=500)
@@ -134,7 +140,7 @@ def main() -> None:
         metavar="ADDRESS",
         help="with --serve: also serve Relay, each call an Echo to the server at ADDRESS",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     async def run() -> None:
         server, address = await serve_echo(relay_to=args.relay_to)
@@ -155,7 +161,8 @@ def main() -> None:
             await server.stop(None)
 
     asyncio.run(run())
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,6 +1,6 @@
 """Busy runners, measured: N turns submitted at once to one runner with S slots.
 
-    python bench/capacity.py [--turns 12] [--slots 4] [--sleep-ms 5000] [--sizes-first] [--json]
+    python -m bench capacity [--turns 12] [--slots 4] [--sleep-ms 5000] [--sizes-first] [--json]
 
 A real runner (metered executor, in this process) and the real dispatcher on
 an in-memory journal. Prints the final states, the Dispatches the runner
@@ -23,11 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from coordinator_svc.core.model import AttemptOutcome
 from coordinator_svc.storage import FakeJournal
-from tests.coordinator.dispatcher.rig import Rig
+from turnwire.testing.dispatcher_rig import Rig
 
 
 async def measure(turns: int, slots: int, sleep_ms: int, sizes_first: bool) -> dict[str, object]:
@@ -63,7 +61,7 @@ async def measure(turns: int, slots: int, sleep_ms: int, sizes_first: bool) -> d
             await rig.close()
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=12)
     parser.add_argument("--slots", type=int, default=4)
@@ -72,7 +70,7 @@ def main() -> int:
         "--sizes-first", action="store_true", help="submit once the runner's sizes are known"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.turns < 1 or args.slots < 1 or args.sleep_ms < 0:
         parser.error("--turns and --slots must be at least 1, --sleep-ms not negative")
     figures = asyncio.run(measure(args.turns, args.slots, args.sleep_ms, args.sizes_first))

@@ -1,6 +1,6 @@
 """Two coordinator configurations, side by side, in alternating rounds.
 
-    .venv/bin/python bench/coordinator_ab.py --b-arg=--queue-before-first-attempt
+    .venv/bin/python -m bench coordinator_ab --b-arg=--queue-before-first-attempt
         [--a-arg=FLAG ...] [--turns N] [--rounds R] [--quick] [--json]
 
 Starts two systems on SQLite, each its own runner process, coordinator
@@ -30,17 +30,12 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-for _path in (str(BENCH_DIR.parent), str(BENCH_DIR)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-
-from ab_rounds import IN_FLIGHT, Figures, alternating, medians  # noqa: E402
-from baseline import measure  # noqa: E402
-from e2e import RPC_TIMEOUT, Counters, Stack, one_turn, settle  # noqa: E402
-from e2e_processes import (  # noqa: E402
+from bench.ab_rounds import IN_FLIGHT, Figures, alternating, medians
+from bench.baseline import measure
+from bench.e2e import RPC_TIMEOUT, Stack, one_turn, settle
+from bench.e2e_processes import (
+    Counters,
     Plan,
     Scratch,
     scratch,
@@ -49,8 +44,7 @@ from e2e_processes import (  # noqa: E402
     tree_cpu_seconds,
     wait_quiet,
 )
-
-from turnwire.client import AsyncTurnwireClient  # noqa: E402
+from turnwire.client import AsyncTurnwireClient
 
 WAYS = ("A", "B")
 FIGURES = ("ops/s", "p50 ms", "CPU ms/turn", "transactions/turn")
@@ -70,7 +64,7 @@ async def start_way(
 ) -> Stack:
     """One system: a runner, a coordinator with ``extra`` flags, and a client here
     (closed with ``clients``; the processes end with ``area``, by PID)."""
-    plan = Plan(sequential=0, concurrent=0, runners=1, slots=SLOTS)
+    plan = Plan(turns=0, runners=1, slots=SLOTS)
     runners = start_runners(area, way, plan)
     url = f"sqlite:///{area.root / f'{way}-journal.db'}"
     coordinator = start_coordinator(area, way, url, runners, extra)
@@ -153,7 +147,7 @@ async def run(a_args: Sequence[str], b_args: Sequence[str], turns: int, rounds: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=(__doc__ or "").splitlines()[0],
-        epilog="example: bench/coordinator_ab.py --b-arg=--queue-before-first-attempt",
+        epilog="example: python -m bench coordinator_ab --b-arg=--queue-before-first-attempt",
     )
     parser.add_argument(
         "--a-arg", action="append", default=[], metavar="FLAG", help="a serve flag for A"

@@ -1,6 +1,6 @@
 """The real coordinator in its own process, counting for bench/e2e.py.
 
-    python bench/counting_coordinator.py --counters-file F serve [coordinator serve flags]
+    python -m bench counting_coordinator --counters-file F serve [coordinator serve flags]
 
 Bench-only. Every flag after ``serve`` is parsed by the coordinator's own
 parser (``coordinator_svc.__main__``) into the same ``CoordinatorConfig``, and
@@ -34,21 +34,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for _path in (str(REPO_ROOT), str(BENCH_DIR)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-
-from counting_journal import CountingJournal  # noqa: E402
-
-from coordinator_svc.__main__ import build_parser, config_from_args  # noqa: E402
-from coordinator_svc.app import RunningCoordinator, start_coordinator  # noqa: E402
-from coordinator_svc.storage import migrate, open_journal  # noqa: E402
-from turnwire import event_loop  # noqa: E402
-from turnwire.observability import tracing  # noqa: E402
-from turnwire.observability.logs import configure_logging  # noqa: E402
-from turnwire.serving import announce  # noqa: E402
+from bench.counting_journal import CountingJournal
+from coordinator_svc.__main__ import build_parser, config_from_args
+from coordinator_svc.app import RunningCoordinator, start_coordinator
+from coordinator_svc.storage import migrate, open_journal
+from turnwire import event_loop
+from turnwire.observability import tracing
+from turnwire.observability.logs import configure_logging
+from turnwire.serving import announce
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2

@@ -21,13 +21,14 @@ from coordinator_svc.core.model import (
     OperationRecord,
     OpState,
 )
-from coordinator_svc.ports import Journal, PageCursor
+from coordinator_svc.ports import Journal, LeasingJournal, PageCursor
 
 
 class CountingJournal:
     """Delegates every Journal method to ``inner``; ``calls[method]`` counts them."""
 
-    def __init__(self, inner: Journal) -> None:
+    def __init__(self, inner: LeasingJournal) -> None:
+        # A leasing journal (what open_journal returns): ``claim`` is counted here too.
         self.inner = inner
         self.calls: collections.Counter[str] = collections.Counter()
 

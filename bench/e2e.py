@@ -1,16 +1,17 @@
 """End-to-end Turnwire figures next to the raw gRPC baseline, in one run.
 
-    .venv/bin/python bench/e2e.py [--turns N] [--skip-postgres] [--json] [--quick]
-    .venv/bin/python bench/e2e.py --peers [--quick]     # and the peer harness, one table
+    .venv/bin/python -m bench e2e [--turns N] [--in-flight 1,16,64] [--skip-postgres] [--json]
+    .venv/bin/python -m bench e2e --peers [--quick]     # and the peer harness, one table
 
-Measures, each sequentially (1 in flight) and with 16 in flight, after a
-warm-up:
+Measures, each at every ``--in-flight`` level (default 1, 16 and 64 calls in
+flight; ``--turns`` N operations one at a time, 2N at 16, 8N at 64: Plan.count),
+after a warm-up:
 
-1. the raw gRPC echo baseline (``bench/baseline.py --serve`` in its own
+1. the raw gRPC echo baseline (``python -m bench.baseline --serve``, its own
    process; the loop runs here), the denominator of every ratio;
 2. the system with no-op turns, every part its own process: runners
    (``python -m runner_svc serve --executor echo``), the coordinator
-   (``bench/counting_coordinator.py``: the real coordinator, started as
+   (``python -m bench.counting_coordinator``: the real coordinator, started as
    ``python -m coordinator_svc serve`` starts it, with its journal calls
    counted) and the SDK client (this process); on SQLite and on a throwaway
    PostgreSQL cluster.
@@ -18,7 +19,8 @@ warm-up:
 One operation is submit -> terminal: one SubmitAndWatch call streamed to the
 terminal event (the SDK's submit_and_wait), or with ``--api two-calls``
 SubmitTurn, then a WatchOperation stream until a terminal event. Per
-configuration it prints ops/s, p50/p99 latency, journal commits and reads
+configuration it prints ops/s, p50/p99 latency (and at the end a table of
+p50, p99 and p99/p50 for every row and level), journal commits and reads
 per op, coordinator -> runner RPCs per op (by method), CPU ms per op of each
 process (the client, the coordinator, each runner, the PostgreSQL server
 with its backends) and their sum (the stack), and ops/s and p50 as ratios to
@@ -47,24 +49,19 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import grpc
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for _path in (str(REPO_ROOT), str(BENCH_DIR)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-
-import peers  # noqa: E402
-from baseline import ECHO_METHOD, Figures, measure  # noqa: E402
-from e2e_processes import (  # noqa: E402
+from bench import peers
+from bench.baseline import ECHO_METHOD, Figures, measure
+from bench.e2e_processes import (
+    CALLERS_PER_TURNS,
+    IN_FLIGHT,
     MAX_RUNNERS,
     STOP_GRACE,
     BenchBroke,
     CoordinatorProcess,
+    Counters,
     Plan,
     Scratch,
     scratch,
@@ -73,7 +70,7 @@ from e2e_processes import (  # noqa: E402
     tree_cpu_seconds,
     wait_quiet,
 )
-from e2e_report import (  # noqa: E402
+from bench.e2e_report import (
     RPC_METHODS,
     BaselineResult,
     Report,
@@ -81,12 +78,10 @@ from e2e_report import (  # noqa: E402
     median_run,
     print_report,
 )
+from turnwire.client import AsyncTurnwireClient, OperationState
+from turnwire.launcher import LaunchError, ManagedProcess, python_module
+from turnwire.secure_channels import channel_credentials
 
-from turnwire.client import AsyncTurnwireClient, OperationState  # noqa: E402
-from turnwire.launcher import LaunchError, ManagedProcess  # noqa: E402
-from turnwire.secure_channels import channel_credentials  # noqa: E402
-
-IN_FLIGHT = (1, 16)
 PAYLOAD = b"x" * 256  # about the size of a small SubmitTurn request
 RPC_TIMEOUT = 10.0  # one echo, or one client call (the SDK's own default)
 TURN_TIMEOUT = 30.0  # one submit -> terminal
@@ -96,6 +91,19 @@ SETTLE_QUIET_POLLS = 4
 SETTLE_POLL = 0.05
 DEFAULT_TURNS = 300
 QUICK_TURNS = 30
+MIN_SLOTS = 32
+DEFAULT_STREAMS_PER_PRINCIPAL = 32  # the coordinator's --max-streams-per-principal default
+
+
+def levels(text: str) -> tuple[int, ...]:
+    """``--in-flight 1,16,64``: distinct counts of at least 1, in increasing order."""
+    try:
+        found = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r}") from None
+    if not found or found[0] < 1:
+        raise argparse.ArgumentTypeError(f"each level must be at least 1: {text!r}")
+    return tuple(found)
 
 
 # --- the baseline -----------------------------------------------------------
@@ -104,9 +112,7 @@ QUICK_TURNS = 30
 async def measure_baseline(area: Scratch, plan: Plan) -> list[BaselineResult]:
     """The echo loop against a server process, as the system's client loop runs."""
     await wait_quiet(progress)
-    server = area.start(
-        "echo-server", [sys.executable, str(BENCH_DIR / "baseline.py"), "--serve"], healthy=False
-    )
+    server = area.start("echo-server", python_module("bench.baseline", "--serve"), healthy=False)
     async with grpc.aio.insecure_channel(server.address) as channel:
         call = channel.unary_unary(ECHO_METHOD)
 
@@ -114,7 +120,7 @@ async def measure_baseline(area: Scratch, plan: Plan) -> list[BaselineResult]:
             del index
             await call(PAYLOAD, timeout=RPC_TIMEOUT)
 
-        results = [await baseline_loop(echo_once, server, n, plan) for n in IN_FLIGHT]
+        results = [await baseline_loop(echo_once, server, n, plan) for n in plan.in_flight]
     server.terminate(STOP_GRACE)
     return results
 
@@ -161,52 +167,6 @@ class Stack:
         if self.postgres_pid is not None:
             named["postgresql"] = self.postgres_pid
         return named
-
-
-@dataclass(frozen=True)
-class Counters:
-    """What the coordinator process has counted so far (one snapshot)."""
-
-    journal_commits: int
-    dispatcher_commits: int
-    rpc_calls: Mapping[str, int]
-    journal_calls: Mapping[str, int]
-    dispatcher_events: Mapping[str, int]  # the dispatcher's other integer metrics
-    # The SQL journal's COMMITs (writes sharing one count once); 0 if not told.
-    journal_transactions: int = 0
-
-    @classmethod
-    def from_snapshot(cls, snapshot: Mapping[str, Any]) -> Counters:
-        dispatcher = snapshot["dispatcher"]
-        return cls(
-            journal_commits=int(snapshot["journal_commits"]),
-            dispatcher_commits=int(dispatcher.get("commits", 0)),
-            rpc_calls=dict(dispatcher.get("rpc_calls", {})),
-            journal_calls=dict(snapshot["journal_calls"]),
-            dispatcher_events={
-                k: v for k, v in dispatcher.items() if isinstance(v, int) and k != "commits"
-            },
-            journal_transactions=int(snapshot.get("journal_transactions") or 0),
-        )
-
-    def minus(self, earlier: Counters) -> Counters:
-        return Counters(
-            self.journal_commits - earlier.journal_commits,
-            self.dispatcher_commits - earlier.dispatcher_commits,
-            _difference(self.rpc_calls, earlier.rpc_calls),
-            _difference(self.journal_calls, earlier.journal_calls),
-            _difference(self.dispatcher_events, earlier.dispatcher_events),
-            self.journal_transactions - earlier.journal_transactions,
-        )
-
-    def counts(self) -> tuple[int, int, Mapping[str, int]]:
-        """What must stop moving before a loop counts as finished (not the
-        journal reads: the due scan reads every idle_poll seconds)."""
-        return self.journal_commits, self.dispatcher_commits, self.rpc_calls
-
-
-def _difference(later: Mapping[str, int], earlier: Mapping[str, int]) -> dict[str, int]:
-    return {k: later.get(k, 0) - earlier.get(k, 0) for k in set(later) | set(earlier)}
 
 
 async def settle(stack: Stack) -> Counters:
@@ -308,13 +268,24 @@ def system_result(
     )
 
 
+def stream_room(plan: Plan) -> tuple[str, ...]:
+    """The coordinator lets one principal hold 32 streams by default (a SubmitAndWatch call
+    is one) and refuses more, typed; the bench's client is one principal with a stream per
+    turn in flight, so at 64 it is given room for them all (twice over: a stream ends a
+    moment after its terminal event)."""
+    room = max(DEFAULT_STREAMS_PER_PRINCIPAL, 2 * max(plan.in_flight))
+    return ("--max-streams-per-principal", str(room))
+
+
 async def measure_system(
     area: Scratch, journal: str, journal_url: str, plan: Plan, postgres_pid: int | None = None
 ) -> list[SystemResult]:
     """Runner processes, a coordinator process, and the client here, on one journal."""
     await wait_quiet(progress)
     runners = start_runners(area, journal, plan)
-    coordinator = start_coordinator(area, journal, journal_url, runners, tls=plan.tls)
+    coordinator = start_coordinator(
+        area, journal, journal_url, runners, stream_room(plan), tls=plan.tls
+    )
     progress(
         f"{journal}: coordinator pid {coordinator.pid} at {coordinator.address}, "
         + ", ".join(f"runner-{i} pid {r.pid} at {r.address}" for i, r in enumerate(runners, 1))
@@ -330,7 +301,7 @@ async def measure_system(
             coordinator.address, coordinator.token, timeout=RPC_TIMEOUT, credentials=trust
         ) as client:
             stack = Stack(journal, runners, coordinator, client, postgres_pid)
-            return [await measure_system_loop(stack, n, plan) for n in IN_FLIGHT]
+            return [await measure_system_loop(stack, n, plan) for n in plan.in_flight]
     finally:
         # Now, so idle processes do not share the next configuration's CPU;
         # the coordinator first (it calls the runners).
@@ -345,7 +316,7 @@ async def measure_system(
 async def measure_postgres(area: Scratch, plan: Plan) -> tuple[list[SystemResult], str | None]:
     """The system on a throwaway PostgreSQL cluster, or why it was skipped."""
     try:
-        from tests.support.postgres import ClusterStartError, PostgresCluster, missing_binary
+        from turnwire.testing.postgres import ClusterStartError, PostgresCluster, missing_binary
     except ImportError as error:
         return [], f"cannot import the cluster helper: {error}"
     missing = missing_binary()
@@ -375,7 +346,9 @@ def progress(line: str) -> None:
 async def run(args: argparse.Namespace) -> Report:
     if args.runners > MAX_RUNNERS:
         raise SystemExit(f"e2e.py: at most {MAX_RUNNERS} runners")
-    plan = Plan(args.turns, args.turns * 2, args.runners, args.slots, args.api, tls=args.tls)
+    plan = Plan(
+        args.turns, args.runners, args.slots, args.api, tls=args.tls, in_flight=args.in_flight
+    )
     load_before = os.getloadavg()[0]
     with scratch(args.keep) as area:
         baseline = await measure_baseline(area, plan)
@@ -388,8 +361,7 @@ async def run(args: argparse.Namespace) -> Report:
         if skipped is not None:
             progress(f"postgresql: skipped ({skipped})")
     return Report(
-        plan.sequential,
-        plan.concurrent,
+        {n: plan.count(n) for n in plan.in_flight},
         baseline,
         systems,
         skipped,
@@ -426,8 +398,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--turns",
         type=int,
         default=None,
-        help=f"ops per sequential loop; 16 in flight runs 2N (default {DEFAULT_TURNS}, "
-        f"{QUICK_TURNS} with --quick)",
+        help=f"ops per loop one at a time (default {DEFAULT_TURNS}, {QUICK_TURNS} with "
+        f"--quick); a level above {CALLERS_PER_TURNS} in flight runs N per "
+        f"{CALLERS_PER_TURNS} callers (16: 2N, 64: 8N)",
+    )
+    parser.add_argument(
+        "--in-flight",
+        type=levels,
+        default=IN_FLIGHT,
+        metavar="N,N,...",
+        help="calls in flight of each measured loop, echo and system alike (default "
+        f"{','.join(map(str, IN_FLIGHT))})",
     )
     parser.add_argument("--skip-postgres", action="store_true", help="measure SQLite only")
     parser.add_argument(
@@ -440,7 +421,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
     parser.add_argument("--runners", type=int, default=1, help="runner processes (default 1)")
-    parser.add_argument("--slots", type=int, default=32, help="writable/read-only slots each")
+    parser.add_argument(
+        "--slots",
+        type=int,
+        default=None,
+        help=f"writable/read-only slots each (default: the most in flight, at least {MIN_SLOTS}, "
+        "so a turn waits for the coordinator, not for a slot)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, stores)")
     parser.add_argument(
         "--api",
@@ -465,6 +452,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.turns is None:
         args.turns = QUICK_TURNS if args.quick else DEFAULT_TURNS
+    if args.slots is None:
+        args.slots = max(MIN_SLOTS, *args.in_flight)
     if args.turns < 1 or args.runners < 1 or args.slots < 1 or args.repeat < 1:
         parser.error("--turns, --runners, --slots and --repeat must be >= 1")
     return args

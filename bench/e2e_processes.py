@@ -2,7 +2,7 @@
 
 Every process is started with ``--listen 127.0.0.1:0`` and an address file
 (``turnwire.launcher.ManagedProcess``) and stopped by its own PID. The
-coordinator runs as ``bench/counting_coordinator.py`` (the real coordinator
+coordinator runs as ``python -m bench.counting_coordinator`` (the real coordinator
 with a counting journal); its counters are read by asking it for a snapshot
 (SIGUSR1), never from inside this process.
 """
@@ -17,6 +17,7 @@ import os
 import secrets
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +28,7 @@ from typing import Any
 
 import grpc
 
+from bench import REPO_ROOT
 from turnwire.certs import issue_deployment
 from turnwire.launcher import ManagedProcess, python_module
 from turnwire.secure_channels import channel_credentials, runner_sync_channel
@@ -39,7 +41,6 @@ from turnwire.transport_security import (
 
 MAX_RUNNERS = 8  # runner certificates a TLS run makes
 
-BENCH_DIR = Path(__file__).resolve().parent
 START_TIMEOUT = 60.0  # one process start, or one PostgreSQL cluster start
 STOP_GRACE = 5.0
 SNAPSHOT_TIMEOUT = 10.0  # one counters snapshot from the coordinator
@@ -50,12 +51,20 @@ class BenchBroke(RuntimeError):
     """Something the bench needs did not work (not: something was slow)."""
 
 
+# Calls in flight per measured loop (e2e's --in-flight): one at a time, the 16 the
+# peer harness runs, and 64, four times that, where queueing shows in the tail.
+IN_FLIGHT = (1, 16, 64)
+# Up to this many in flight a loop runs ``turns`` operations; above it, ``turns`` per
+# this many callers (16: 2x, 64: 8x), so a loop at 64 lasts about as many turns per
+# caller as one at 16 and its p99 is not the start-up of a few callers.
+CALLERS_PER_TURNS = 8
+
+
 @dataclass(frozen=True)
 class Plan:
-    """How many operations each loop runs, and the deployment's size."""
+    """How many operations each loop runs, at which levels, and the deployment's size."""
 
-    sequential: int
-    concurrent: int
+    turns: int  # operations of a loop one at a time (more in flight run more: count)
     runners: int
     slots: int
     # How the client runs a turn: "one-call" (SubmitAndWatch) or "two-calls"
@@ -64,9 +73,10 @@ class Plan:
     # Issue 11: the public API over TLS and coordinator -> runner over mutual TLS
     # (certificates made for the run), instead of plaintext with a shared secret.
     tls: bool = False
+    in_flight: tuple[int, ...] = IN_FLIGHT
 
     def count(self, in_flight: int) -> int:
-        return self.sequential if in_flight == 1 else self.concurrent
+        return self.turns * max(1, in_flight // CALLERS_PER_TURNS)
 
     def warmup(self, in_flight: int) -> int:
         return max(5, self.count(in_flight) // 10)
@@ -120,6 +130,33 @@ def tree_cpu_seconds(roots: Mapping[str, int | None]) -> dict[str, float]:
             stack.extend(children.get(pid, []))
         totals[name] = total
     return totals
+
+
+def run_within(
+    argv: Sequence[str],
+    timeout: float,
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    grace: float = STOP_GRACE,
+) -> tuple[int, str, str] | None:
+    """(exit code, stdout, stderr) of ``argv`` run to its end within ``timeout``; on
+    overrun None, having sent it SIGTERM (a bench stops its own children by PID), after
+    ``grace`` SIGKILL, and reaped it."""
+    process = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate(timeout=grace)
+        return None
+    return process.returncode, stdout, stderr
 
 
 # --- the scratch area -------------------------------------------------------
@@ -183,8 +220,14 @@ class Scratch:
         healthy: bool,
         open_channel: Callable[[str], Any] | None = None,
     ) -> ManagedProcess:
+        # In this tree's root: ``python -m bench.baseline`` (and the services) import
+        # this tree's code whatever directory the bench was started from.
         process = ManagedProcess(
-            name, argv, self.root / "logs" / f"{name}.log", self.root / f"{name}.addr"
+            name,
+            argv,
+            self.root / "logs" / f"{name}.log",
+            self.root / f"{name}.addr",
+            cwd=REPO_ROOT,
         )
         self.processes.append(process)
         process.start(START_TIMEOUT)
@@ -296,6 +339,53 @@ class CoordinatorProcess:
             await asyncio.sleep(SNAPSHOT_POLL)
 
 
+@dataclass(frozen=True)
+class Counters:
+    """What the coordinator process has counted so far (one snapshot, see
+    CoordinatorProcess.snapshot)."""
+
+    journal_commits: int
+    dispatcher_commits: int
+    rpc_calls: Mapping[str, int]
+    journal_calls: Mapping[str, int]
+    dispatcher_events: Mapping[str, int]  # the dispatcher's other integer metrics
+    # The SQL journal's COMMITs (writes sharing one count once); 0 if not told.
+    journal_transactions: int = 0
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Mapping[str, Any]) -> Counters:
+        dispatcher = snapshot["dispatcher"]
+        return cls(
+            journal_commits=int(snapshot["journal_commits"]),
+            dispatcher_commits=int(dispatcher.get("commits", 0)),
+            rpc_calls=dict(dispatcher.get("rpc_calls", {})),
+            journal_calls=dict(snapshot["journal_calls"]),
+            dispatcher_events={
+                k: v for k, v in dispatcher.items() if isinstance(v, int) and k != "commits"
+            },
+            journal_transactions=int(snapshot.get("journal_transactions") or 0),
+        )
+
+    def minus(self, earlier: Counters) -> Counters:
+        return Counters(
+            self.journal_commits - earlier.journal_commits,
+            self.dispatcher_commits - earlier.dispatcher_commits,
+            _difference(self.rpc_calls, earlier.rpc_calls),
+            _difference(self.journal_calls, earlier.journal_calls),
+            _difference(self.dispatcher_events, earlier.dispatcher_events),
+            self.journal_transactions - earlier.journal_transactions,
+        )
+
+    def counts(self) -> tuple[int, int, Mapping[str, int]]:
+        """What must stop moving before a loop counts as finished (not the
+        journal reads: the due scan reads every idle_poll seconds)."""
+        return self.journal_commits, self.dispatcher_commits, self.rpc_calls
+
+
+def _difference(later: Mapping[str, int], earlier: Mapping[str, int]) -> dict[str, int]:
+    return {k: later.get(k, 0) - earlier.get(k, 0) for k in set(later) | set(earlier)}
+
+
 def start_coordinator(
     area: Scratch,
     prefix: str,
@@ -310,7 +400,7 @@ def start_coordinator(
     tokens_file, token = write_tokens(area, prefix)
     counters_file = area.root / f"{prefix}-coordinator-counters.json"
     argv = [
-        sys.executable, str(BENCH_DIR / "counting_coordinator.py"),
+        *python_module("bench.counting_coordinator"),
         "--counters-file", str(counters_file),
         "serve",
         "--listen", "127.0.0.1:0",

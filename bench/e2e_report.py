@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from baseline import Figures
+from bench.baseline import Figures
 
 # Every coordinator -> runner method the dispatcher counts (DispatcherMetrics.rpc_calls).
 RPC_METHODS = (
@@ -37,6 +37,7 @@ def latency_figures(figures: Figures) -> dict[str, Any]:
         "ops_per_second": round(figures.ops_per_second, 2),
         "p50_ms": round(figures.p50_ms, 3),
         "p99_ms": round(figures.p99_ms, 3),
+        "p99_over_p50": _rounded(figures.p99_over_p50, 3),
         "mean_ms": round(figures.mean_ms, 3),
     }
 
@@ -219,8 +220,7 @@ def median_run(reports: Sequence[Report]) -> Report:
 
 @dataclass(frozen=True)
 class Report:
-    sequential_turns: int
-    concurrent_turns: int
+    turns: Mapping[int, int]  # calls in flight -> operations each loop at that level ran
     baseline: Sequence[BaselineResult]
     systems: Sequence[SystemResult]
     postgres_skipped: str | None
@@ -249,7 +249,7 @@ class Report:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "turns": {"sequential": self.sequential_turns, "concurrent": self.concurrent_turns},
+            "turns": {str(n): count for n, count in sorted(self.turns.items())},
             "api": self.api,
             "tls": self.tls,
             "baseline": [b.as_json() for b in self.baseline],
@@ -362,11 +362,13 @@ def system_lines(system: SystemResult, base: BaselineResult | None) -> list[str]
     ]
 
 
+def turns_text(report: Report, each: str = "{count} ops {n} in flight") -> str:
+    """'300 ops 1 in flight, 600 ops 16 in flight, ...': what each level's loop ran."""
+    return ", ".join(each.format(count=c, n=n) for n, c in sorted(report.turns.items()))
+
+
 def print_report(report: Report) -> None:
-    print(
-        f"Turnwire end-to-end bench: {report.sequential_turns} sequential ops, "
-        f"{report.concurrent_turns} ops 16 in flight; no-op turns (echo executor)"
-    )
+    print(f"Turnwire end-to-end bench: {turns_text(report)}; no-op turns (echo executor)")
     print(
         f"machine: {report.cpus} CPUs, 1-minute load average {report.load_before:.2f} before, "
         f"{report.load_after:.2f} after"
@@ -388,10 +390,45 @@ def print_report(report: Report) -> None:
             print("  " + line)
     if report.postgres_skipped is not None:
         print(f"postgresql: skipped ({report.postgres_skipped})")
+    for line in latency_lines(report):
+        print(line)
     for line in runs_lines(report):
         print(line)
     if not report.all_succeeded:
         print("SOME NO-OP TURNS DID NOT SUCCEED: the figures above are not the happy path")
+
+
+LATENCY_ROW = "  {:<12} {:>9} {:>9} {:>7} {:>9} {:>9} {:>8}"
+
+
+def latency_lines(report: Report) -> list[str]:
+    """The latency table: every row at every level, p50, p99 and p99/p50 (how far the
+    slowest 1% sit from the middle: queueing shows there first as calls in flight rise)."""
+    rows: list[tuple[str, int, Figures, str]] = [
+        ("grpc echo", base.in_flight, base.figures, "(base)") for base in report.baseline
+    ]
+    for system in report.systems:
+        ops_ratio, _ = system.ratios(report.baseline_for(system.in_flight))
+        x_echo = "-" if ops_ratio is None else f"{ops_ratio:.3f}"
+        rows.append((system.journal, system.in_flight, system.figures, x_echo))
+    lines = [
+        "latency by calls in flight (p99/p50: the slowest 1% against the middle):",
+        LATENCY_ROW.format("row", "in flight", "ops/s", "x echo", "p50 ms", "p99 ms", "p99/p50"),
+    ]
+    for name, in_flight, figures, x_echo in rows:
+        tail = figures.p99_over_p50
+        lines.append(
+            LATENCY_ROW.format(
+                name,
+                in_flight,
+                f"{figures.ops_per_second:.1f}",
+                x_echo,
+                f"{figures.p50_ms:.2f}",
+                f"{figures.p99_ms:.2f}",
+                "-" if tail is None else f"{tail:.2f}",
+            )
+        )
+    return lines
 
 
 def runs_lines(report: Report) -> list[str]:

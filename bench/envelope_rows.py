@@ -1,7 +1,8 @@
-"""What a turn's envelope size costs the journal's writes (issue 12: envelopes
-live in ``operation_envelopes``, out of the row every commit rewrites).
+"""What a turn's envelope size costs the journal's writes, out of the row and in it (issue 12).
 
-    .venv/bin/python bench/envelope_rows.py [--turns N] [--sizes 0,65536,1048576]
+Envelopes live in ``operation_envelopes``, out of the row every commit rewrites.
+
+    .venv/bin/python -m bench envelope_rows [--turns N] [--sizes 0,65536,1048576]
 
 On a SQLite journal in a temporary directory (WAL, synchronous=FULL: the
 journal's own settings), for each envelope size it writes N turns' happy
@@ -23,19 +24,13 @@ import asyncio
 import dataclasses
 import os
 import sqlite3
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-
-from coordinator_svc.core.model import AttemptOutcome, AttemptUpdate, OpState  # noqa: E402
-from coordinator_svc.storage import migrate, open_journal  # noqa: E402
-from turnwire.testing.records import dispatch, first_event, new_operation, transition  # noqa: E402
+from coordinator_svc.core.model import AttemptOutcome, AttemptUpdate, OpState
+from coordinator_svc.storage import migrate, open_journal
+from turnwire.testing.records import dispatch, first_event, new_operation, transition
 
 WRITES_PER_TURN = 3
 

@@ -1,6 +1,6 @@
 """The floor under bench/e2e.py's ratios: what Turnwire's shape costs before it does any work.
 
-    .venv/bin/python bench/floor.py [--ops N] [--quick] [--json]
+    .venv/bin/python -m bench floor [--ops N] [--quick] [--json]
 
 A turn crosses two gRPC hops (client -> coordinator, a server-streaming
 SubmitAndWatch; coordinator -> runner, a unary Dispatch) and, when run one at
@@ -11,7 +11,7 @@ transactions). This script measures, in one run and on this
 machine, each sequentially and with 16 in flight:
 
 1. grpc echo: the client -> one server, unary, the denominator e2e.py uses
-   (``bench/baseline.py --serve``, its own process);
+   (``python -m bench.baseline --serve``, its own process);
 2. the relay: the same shape with nothing in it, client -> a middle server
    (a server-streaming call whose one reply waits for) -> a unary Echo to a
    backend server, each server its own process (``baseline.py --serve
@@ -45,16 +45,9 @@ from typing import Any
 
 import grpc
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for _path in (str(REPO_ROOT), str(BENCH_DIR)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-
-from baseline import ECHO_METHOD, RELAY_METHOD, Figures, measure  # noqa: E402
-from e2e_processes import STOP_GRACE, Scratch, scratch, tree_cpu_seconds, wait_quiet  # noqa: E402
-
-from turnwire.launcher import ManagedProcess  # noqa: E402
+from bench.baseline import ECHO_METHOD, RELAY_METHOD, Figures, measure
+from bench.e2e_processes import STOP_GRACE, Scratch, scratch, tree_cpu_seconds, wait_quiet
+from turnwire.launcher import ManagedProcess, python_module
 
 IN_FLIGHT = (1, 16)
 PAYLOAD = b"x" * 256  # e2e.py's echo payload
@@ -261,7 +254,7 @@ async def measure_loop(
 
 
 def start_server(area: Scratch, name: str, *extra: str) -> ManagedProcess:
-    argv = [sys.executable, str(BENCH_DIR / "baseline.py"), "--serve", *extra]
+    argv = python_module("bench.baseline", "--serve", *extra)
     return area.start(name, argv, healthy=False)
 
 

@@ -1,7 +1,9 @@
-"""How often a child the runner forks to exec dies before its command runs, with
-gRPC's fork handlers on (gRPC's default) and off (the runner's setting).
+"""How often a forked child dies before exec, with gRPC's fork handlers on and off.
 
-    .venv/bin/python bench/fork_aborts.py [--children N] [--json]
+A child the runner forks to exec its command, with gRPC's fork handlers on
+(gRPC's default) and off (the runner's setting).
+
+    .venv/bin/python -m bench fork_aborts [--children N] [--json]
 
 gRPC's fork handlers start its event-engine threads again in every forked
 child, between fork and exec; one of them sometimes polls a descriptor that
@@ -33,10 +35,10 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from bench import REPO_ROOT
+
 SWITCH = "GRPC_ENABLE_FORK_SUPPORT"
 CALL_EVERY = 0.05
 SIDE_TIMEOUT = 600.0
@@ -58,7 +60,6 @@ def _caller(port: int, stop: threading.Event) -> None:
 async def _side(children: int) -> dict[str, Any]:
     import grpc
 
-    sys.path.insert(0, str(REPO_ROOT))
     from runner_svc.executors import groups
 
     server = grpc.aio.server()
@@ -114,8 +115,17 @@ def _run_side(handlers: str, children: int) -> dict[str, Any]:
     if handlers == "off":
         env[SWITCH] = "false"
     completed = subprocess.run(
-        [sys.executable, __file__, "--side", handlers, "--children", str(children)],
+        [
+            sys.executable,
+            "-m",
+            "bench.fork_aborts",
+            "--side",
+            handlers,
+            "--children",
+            str(children),
+        ],
         env=env,
+        cwd=REPO_ROOT,  # where ``-m bench.fork_aborts`` and runner_svc import from: this tree
         capture_output=True,
         text=True,
         timeout=SIDE_TIMEOUT,

@@ -1,6 +1,6 @@
 """What gRPC itself costs here, per exchange: the figures behind issue 10's structural choices.
 
-    .venv/bin/python bench/grpc_costs.py [--ops N] [--json]
+    .venv/bin/python -m bench grpc_costs [--ops N] [--json]
 
 One server process (on the loop the services run on: uvloop when installed)
 and this client, both measured by CPU per exchange, for two questions:
@@ -30,17 +30,9 @@ from typing import Any
 
 import grpc
 
-SCRIPT = Path(__file__).resolve()
-BENCH_DIR = SCRIPT.parent
-REPO_ROOT = BENCH_DIR.parent
-for _path in (str(REPO_ROOT), str(BENCH_DIR)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-
-from e2e_processes import STOP_GRACE, scratch, tree_cpu_seconds, wait_quiet  # noqa: E402
-
-from turnwire import event_loop  # noqa: E402
-from turnwire.launcher import LaunchError  # noqa: E402
+from bench.e2e_processes import STOP_GRACE, scratch, tree_cpu_seconds, wait_quiet
+from turnwire import event_loop
+from turnwire.launcher import LaunchError, python_module
 
 SERVICE = "turnwire.bench.Costs"
 PAYLOAD_BYTES = 256
@@ -222,10 +214,7 @@ def progress(line: str) -> None:
 async def run(ops: int, delay_ms: float) -> list[Cost]:
     with scratch(False) as area:
         await wait_quiet(progress)
-        argv = [
-            sys.executable, str(SCRIPT),
-            "--serve", "--delay-ms", str(delay_ms),
-        ]  # fmt: skip
+        argv = python_module("bench.grpc_costs", "--serve", "--delay-ms", str(delay_ms))
         server = area.start("costs-server", argv, healthy=False)
         try:
             return await measure_all(server.address, server.pid, ops)

@@ -1,8 +1,8 @@
 """A turn's three journal writes on PostgreSQL: one statement each, or BEGIN ... COMMIT.
 
-    .venv/bin/python bench/journal_writes.py [--turns N] [--rounds R]
+    .venv/bin/python -m bench journal_writes [--turns N] [--rounds R]
 
-Starts a throwaway PostgreSQL cluster (tests/support/postgres.py), then, in
+Starts a throwaway PostgreSQL cluster (turnwire/testing/postgres.py), then, in
 alternating rounds on the real journal (``open_journal``), writes N turns'
 worth of the happy path, one turn at a time and 16 turns at once: the
 submit (C1), the attempt written ahead (C4) and the move to RUNNING that
@@ -23,20 +23,12 @@ import argparse
 import asyncio
 import sys
 import time
-from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for _path in (str(REPO_ROOT), str(BENCH_DIR)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-
-from ab_rounds import Figures, alternating, cluster_missing, medians, throwaway_cluster  # noqa: E402
-from e2e_processes import tree_cpu_seconds  # noqa: E402
-
-from coordinator_svc.core.model import AttemptOutcome, AttemptUpdate, OpState  # noqa: E402
-from coordinator_svc.storage import migrate, open_journal  # noqa: E402
-from tests.coordinator.storage.records import (  # noqa: E402
+from bench.ab_rounds import Figures, alternating, cluster_missing, medians, throwaway_cluster
+from bench.e2e_processes import tree_cpu_seconds
+from coordinator_svc.core.model import AttemptOutcome, AttemptUpdate, OpState
+from coordinator_svc.storage import migrate, open_journal
+from turnwire.testing.records import (
     dispatch,
     first_event,
     new_operation,

@@ -1,11 +1,11 @@
-"""``bench/e2e.py --peers``: the peer harness and Turnwire in one window, one table.
+"""``python -m bench e2e --peers``: the peer harness and Turnwire in one window, one table.
 
 Order: the peer harness first (``../shared/bench-peers/run_all.py``, run with
 its own virtualenv; it starts and stops its own redis-server and PostgreSQL
 cluster and writes its report under ``--peers-out``, never into its own
 read-only folder), then Turnwire's bench (bench/e2e.py's echo baseline,
-SQLite and PostgreSQL). Then one table: every peer row (median over the
-harness's rounds) and every Turnwire row (one run).
+SQLite and PostgreSQL). Then one table, grouped by calls in flight: every
+peer row (median over the harness's rounds) and every Turnwire row (one run).
 
 Each side's "x echo" is against the gRPC echo baseline measured by its own
 harness in this window: the peers' against run_all.py's b_grpc.py echo (64 B,
@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from e2e_report import Report
-from peers_table import PEER_SYSTEMS, PeerRun, print_table, table_json
+from bench.e2e_report import Report
+from bench.peers_table import PEER_SYSTEMS, PeerRun, print_table, table_json
 
 BENCH_DIR = Path(__file__).resolve().parent
 DEFAULT_PEERS_DIR = BENCH_DIR.parent.parent / "shared" / "bench-peers"

@@ -1,9 +1,13 @@
-"""The one table of ``bench/e2e.py --peers`` (bench/peers.py): rows, text, JSON.
+"""The one table of ``python -m bench e2e --peers`` (bench/peers.py): rows, text, JSON.
 
 Peer rows are the median over the peer harness's rounds; each peer's "x echo"
 is the median of its per-round ratios to the same round's b_grpc.py echo at
 the same C (as run_all.py computes it). Turnwire rows come from one
-bench/e2e.py run, against bench/baseline.py's echo in that run.
+bench/e2e.py run, against bench/baseline.py's echo in that run. The table is
+grouped by C, the calls in flight, so each Turnwire row stands beside the
+peers measured at the same C; a C one side did not measure says so (the peer
+harness runs C=1 and C=16 only and takes no concurrency argument, so
+Turnwire's C=64 rows have no peers beside them).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e_report import Report, SystemResult, runs_lines
+from bench.e2e_report import Report, SystemResult, runs_lines, turns_text
 
 PEER_SYSTEMS = (
     "grpc",
@@ -84,13 +88,19 @@ def _median(values: Sequence[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
+def mode_in_flight(mode: str) -> int:
+    """run_all.py's mode ("seq", "c16", any "cN") as calls in flight."""
+    return 1 if mode == "seq" else int(mode.lstrip("c"))
+
+
 def peer_rows(results: Sequence[dict[str, Any]]) -> list[Row]:
     echo = {(r["round"], r["mode"]): r["ops_per_s"] for r in results if r["system"] == "grpc"}
     rows = []
     known = [s for s in PEER_SYSTEMS if any(r["system"] == s for r in results)]
     others = sorted({r["system"] for r in results} - set(PEER_SYSTEMS))
+    modes = sorted({r["mode"] for r in results}, key=mode_in_flight)
     for system in [*known, *others]:
-        for mode in ("seq", "c16"):
+        for mode in modes:
             runs = [r for r in results if r["system"] == system and r["mode"] == mode]
             if not runs:
                 continue
@@ -104,7 +114,7 @@ def peer_rows(results: Sequence[dict[str, Any]]) -> list[Row]:
                     "peers",
                     system,
                     PEER_LABELS.get(system, system),
-                    1 if mode == "seq" else int(mode.lstrip("c")),
+                    mode_in_flight(mode),
                     _median([r.get("ops_per_s") for r in runs]),
                     None if system == "grpc" else _median(ratios),
                     _median([r.get("p50_ms") for r in runs]),
@@ -160,18 +170,41 @@ def _cell(value: float | None, digits: int) -> str:
 
 HEADER = (
     f"{'system':<48} {'C':>2} {'ops/s':>8} {'x echo':>7} {'p50 ms':>8} {'p99 ms':>9} "
-    f"{'stack CPU ms/op':>15} {'commits/op':>10} {'runner RPCs/op':>14}"
+    f"{'p99/p50':>7} {'stack CPU ms/op':>15} {'commits/op':>10} {'runner RPCs/op':>14}"
 )
 
 
 def row_line(row: Row) -> str:
     x_echo = "(base)" if row.system in ("grpc", "echo") else _cell(row.x_echo, 3)
+    tail = row.p99_ms / row.p50_ms if row.p50_ms and row.p99_ms is not None else None
     return (
         f"{row.label:<48} {row.in_flight:>2} {_cell(row.ops_per_second, 1):>8} {x_echo:>7} "
-        f"{_cell(row.p50_ms, 2):>8} {_cell(row.p99_ms, 2):>9} "
+        f"{_cell(row.p50_ms, 2):>8} {_cell(row.p99_ms, 2):>9} {_cell(tail, 2):>7} "
         f"{_cell(row.stack_cpu_ms_per_op, 3):>15} {_cell(row.commits_per_op, 2):>10} "
         f"{_cell(row.runner_rpcs_per_op, 2):>14}"
     )
+
+
+def level_lines(peers: Sequence[Row], turnwire: Sequence[Row]) -> list[str]:
+    """The rows grouped by C: at each, the peers' rows, then Turnwire's; a C only one
+    side measured says so in place of the other side's rows."""
+    lines: list[str] = []
+    measured = ", ".join(str(n) for n in sorted({row.in_flight for row in peers}))
+    for in_flight in sorted({row.in_flight for row in [*peers, *turnwire]}):
+        if lines:
+            lines.append("")
+        ours = [row for row in turnwire if row.in_flight == in_flight]
+        theirs = [row for row in peers if row.in_flight == in_flight]
+        if not theirs:
+            lines.append(
+                f"(no peers at C={in_flight}: run_all.py measured C={measured or 'nothing'}; "
+                "it takes no concurrency argument)"
+            )
+        lines += [row_line(row) for row in theirs]
+        if not ours:
+            lines.append(f"(no Turnwire rows at C={in_flight}: e2e's --in-flight left it out)")
+        lines += [row_line(row) for row in ours]
+    return lines
 
 
 def _clock(seconds: float) -> str:
@@ -188,22 +221,18 @@ def print_table(
         f"{_clock(turnwire_started)} ({turnwire_wall:.0f} s); total "
         f"{peer_run.wall + turnwire_wall:.0f} s"
     )
-    print(HEADER)
-    print("-" * len(HEADER))
     print(f"peers: ../shared/bench-peers/run_all.py, median of {len(rounds)} round(s)")
-    for row in peer_rows(peer_run.results):
-        print(row_line(row))
     runs = (
         f"the median of {len(report.runs)} runs (run {report.chosen_run})"
         if len(report.runs) > 1
         else "one run"
     )
-    print(
-        f"Turnwire: bench/e2e.py, {runs} ({report.sequential_turns} ops at C=1, "
-        f"{report.concurrent_turns} at C=16), no-op turns"
-    )
-    for row in turnwire_rows(report):
-        print(row_line(row))
+    turns = turns_text(report, "{count} ops at C={n}")
+    print(f"Turnwire: bench/e2e.py, {runs} ({turns}), no-op turns")
+    print(HEADER)
+    print("-" * len(HEADER))
+    for line in level_lines(peer_rows(peer_run.results), turnwire_rows(report)):
+        print(line)
     print("-" * len(HEADER))
     for note in notes(peer_run, report):
         print(textwrap.fill(note, width=len(HEADER), subsequent_indent="  "))
@@ -263,7 +292,13 @@ def table_json(
 ) -> dict[str, Any]:
     return {
         "order": "peers first, then turnwire",
-        "table": [r.as_json() for r in peer_rows(peer_run.results) + turnwire_rows(report)],
+        # By C, as the text: at each, the peers' rows, then Turnwire's.
+        "table": [
+            r.as_json()
+            for r in sorted(
+                peer_rows(peer_run.results) + turnwire_rows(report), key=lambda r: r.in_flight
+            )
+        ],
         "peers": {
             "out": str(peer_run.out),
             "command": peer_run.command,

@@ -1,6 +1,6 @@
 """One PostgreSQL statement from the event loop: through a worker thread, or on the loop itself.
 
-    .venv/bin/python bench/postgres_handoff.py [--writes N] [--rounds R]
+    .venv/bin/python -m bench postgres_handoff [--writes N] [--rounds R]
 
 The journal runs its PostgreSQL statements on worker threads (psycopg's
 blocking connection), so every write costs a hand-off to a thread and a
@@ -24,19 +24,12 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
-BENCH_DIR = Path(__file__).resolve().parent
-for _path in (str(BENCH_DIR.parent), str(BENCH_DIR)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-
-from ab_rounds import Figures, alternating, cluster_missing, medians, throwaway_cluster  # noqa: E402
-
-from turnwire import event_loop  # noqa: E402
+from bench.ab_rounds import Figures, alternating, cluster_missing, medians, throwaway_cluster
+from turnwire import event_loop
 
 ROWS = 500
 WRITE = (

@@ -1,10 +1,10 @@
 """Coordinator replicas on one PostgreSQL journal (issue 12): 1, 2, 3 replicas next to grpc echo.
 
-    .venv/bin/python bench/replicas.py [--replicas 1,2,3] [--turns N] [--concurrency N]
+    .venv/bin/python -m bench replicas [--replicas 1,2,3] [--turns N] [--concurrency N]
         [--runners N] [--rounds R] [--json PATH] [--out DIR] [--no-pg-commit-rate]
 
 For each replica count it starts a fresh throwaway PostgreSQL cluster
-(tests/support/postgres.py) and a fresh deployment on it
+(turnwire/testing/postgres.py) and a fresh deployment on it
 (turnwire/testing/replicas.py ``ReplicaCluster``: N ``python -m coordinator_svc
 serve --replica-id replica-i --lease-ttl T`` processes and M runners with
 the no-op ``echo`` executor, every process its own), then, after a warm-up,
@@ -12,8 +12,8 @@ runs ``--rounds`` measured rounds. In each round this process (the client)
 submits ``--turns`` no-op turns (model "builtin/echo") spread round robin
 over the replicas, ``--concurrency`` at once, each one a SubmitAndWatch call
 followed to its terminal state (the SDK's submit_and_wait), right after a
-gRPC echo loop at the same concurrency against a ``bench/baseline.py
---serve`` process (the denominator: "x echo").
+gRPC echo loop at the same concurrency against a ``python -m
+bench.baseline --serve`` process (the denominator: "x echo").
 
 Per round it measures turns/s, p50/p99 latency, and per turn:
 
@@ -71,26 +71,19 @@ from typing import Any
 import grpc
 import psycopg
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
-for _path in (str(REPO_ROOT), str(BENCH_DIR)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-
-from baseline import ECHO_METHOD, measure  # noqa: E402
-from e2e_processes import (  # noqa: E402
+from bench.baseline import ECHO_METHOD, measure
+from bench.e2e_processes import (
     STOP_GRACE,
     BenchBroke,
     Scratch,
     proc_cpu_table,
     wait_quiet,
 )
-
-from tests.support.postgres import ClusterStartError, PostgresCluster, missing_binary  # noqa: E402
-from turnwire.client import AsyncTurnwireClient  # noqa: E402
-from turnwire.client.failures import TurnwireError  # noqa: E402
-from turnwire.launcher import LaunchError, ManagedProcess  # noqa: E402
-from turnwire.testing.replicas import OPEN, ReplicaCluster  # noqa: E402
+from turnwire.client import AsyncTurnwireClient
+from turnwire.client.failures import TurnwireError
+from turnwire.launcher import LaunchError, ManagedProcess, python_module
+from turnwire.testing.postgres import ClusterStartError, PostgresCluster, missing_binary
+from turnwire.testing.replicas import OPEN, ReplicaCluster
 
 PAYLOAD = b"x" * 256  # e2e.py's echo payload
 RPC_TIMEOUT = 10.0  # one client call
@@ -1195,7 +1188,7 @@ def run(args: argparse.Namespace) -> Report:
         try:
             asyncio.run(wait_quiet(progress))
             echo = area.start(
-                "echo-server", [sys.executable, str(BENCH_DIR / "baseline.py"), "--serve"],
+                "echo-server", python_module("bench.baseline", "--serve"),
                 healthy=False,
             )  # fmt: skip
             progress(f"echo server pid {echo.pid} at {echo.address}; data in {root}")

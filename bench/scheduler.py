@@ -1,6 +1,6 @@
 """The scheduler under load (issue 9): capacity, fairness, results first.
 
-    python bench/scheduler.py [--scenario all|capacity|flood|lag] [--quick] [--json]
+    python -m bench scheduler [--scenario all|capacity|flood|lag] [--quick] [--json]
 
 A real runner (metered executor, gRPC on 127.0.0.1) and the real dispatcher
 on a SQLite journal in a temporary directory, in this process; turns are
@@ -47,18 +47,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import grpc
 
 from coordinator_svc.core.decision import CAPACITY_REFUSALS, counted_attempts, refusal_reason
 from coordinator_svc.core.model import OperationRecord, OpState
 from coordinator_svc.dispatcher import Dispatcher
-from tests.coordinator.dispatcher.rig import Rig, new_operation, sqlite_journal
-from tests.support import runner_access
 from turnwire.faults.interceptor import fault_interceptors
 from turnwire.faults.rules import RuleSet, parse_rule
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
+from turnwire.secure_channels import runner_aio_channel
+from turnwire.testing.dispatcher_rig import Rig, new_operation, sqlite_journal
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -105,7 +103,7 @@ class Stack:
 
     async def runner_in_use(self) -> int:
         address = self.rig.runners["r1"].address
-        async with runner_access.aio_channel(address) as channel:
+        async with runner_aio_channel(self.rig.credentials, address) as channel:
             stub = runner_pb2_grpc.RunnerServiceStub(channel)
             info = await stub.GetRunnerInfo(runner_pb2.GetRunnerInfoRequest(), timeout=2.0)
         return sum(p.in_use for p in info.pools if p.kind == 1)  # TURN_KIND_WRITABLE
@@ -342,9 +340,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     # Shutdown noise (drives cut off as the journal closes) is not a figure.
     logging.basicConfig(level=logging.ERROR)
     if args.quick:

@@ -1,11 +1,11 @@
 """Streamed output relayed to clients (PROTOCOL.md §12), every part its own process.
 
-    .venv/bin/python bench/streaming.py [--turns 100] [--rate 20] [--seconds 10] [--json]
+    .venv/bin/python -m bench streaming [--turns 100] [--rate 20] [--seconds 10] [--json]
 
 ``--turns`` turns at once, each emitting ``--rate`` chunks per second for
 ``--seconds`` (``bench/streaming_executor.py``: a python executor on a
 timer), on one runner process (``python -m runner_svc serve``, a slot per
-turn) behind the real coordinator (``bench/counting_coordinator.py`` on a
+turn) behind the real coordinator (``python -m bench.counting_coordinator`` on a
 SQLite journal); the client (this process, one asyncio SDK client) runs
 every turn with ``submit_and_stream`` (SubmitAndWatch with stream_output).
 
@@ -27,34 +27,27 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-REPO = BENCH_DIR.parent
-for path in (str(REPO), str(BENCH_DIR)):
-    if path not in sys.path:
-        sys.path.insert(0, path)
-
-from e2e_processes import (  # noqa: E402
+from bench import REPO_ROOT
+from bench.e2e_processes import (
     BenchBroke,
     Scratch,
     scratch,
     start_coordinator,
     tree_cpu_seconds,
 )
-
-from turnwire.client import (  # noqa: E402
+from turnwire.client import (
     Operation,
     OperationState,
     OutputChunk,
     OutputGap,
     RetryPolicy,
 )
-from turnwire.client.aio import AsyncTurnwireClient  # noqa: E402
-from turnwire.launcher import ManagedProcess  # noqa: E402
-from turnwire.testing.processes import start_runner_process  # noqa: E402
+from turnwire.client.aio import AsyncTurnwireClient
+from turnwire.launcher import ManagedProcess
+from turnwire.testing.processes import start_runner_process
 
-EXECUTOR = "python:streaming_executor:tick"
+EXECUTOR = "python:bench.streaming_executor:tick"
 
 
 @dataclass
@@ -96,7 +89,9 @@ def start_runner(area: Scratch, slots: int) -> ManagedProcess:
             "--plaintext", "--coordinator-secret-file", str(area.runner_secret_file),
             "--log-level", "WARNING",
         ),
-        env={"PYTHONPATH": os.pathsep.join((str(BENCH_DIR), str(REPO)))},
+        # The runner imports the executor from this tree's bench package.
+        env={"PYTHONPATH": str(REPO_ROOT)},
+        cwd=REPO_ROOT,
         timeout=60.0,
     )  # fmt: skip
     area.processes.append(process)

@@ -1,6 +1,6 @@
 """The executor bench/streaming.py serves: emits chunks on a timer.
 
-``python:streaming_executor:tick`` (bench/ on the runner's PYTHONPATH):
+``python:bench.streaming_executor:tick`` (the repository's root on the runner's PYTHONPATH):
 ``chunks`` chunks (default 20) at ``rate`` per second (default 20), each at
 its scheduled time (start + n / rate, not "sleep after emit", so the rate
 holds however long an emit takes), ``size`` bytes each (default 16).

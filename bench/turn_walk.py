@@ -1,6 +1,6 @@
 """One turn's walk through the code: which files of ours it enters, and how often it comes back.
 
-    .venv/bin/python bench/turn_walk.py [--warmup N] [--top N] [--timeout S] [--json]
+    .venv/bin/python -m bench turn_walk [--warmup N] [--top N] [--timeout S] [--json]
 
 Stands up a real runner (``runner_svc.app.start_runner``, the ``echo``
 executor) and a real coordinator (``coordinator_svc.app.start_coordinator``,

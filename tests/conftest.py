@@ -1,4 +1,4 @@
-"""Shared fixtures (the throwaway PostgreSQL cluster, tests/support/postgres.py) and
+"""Shared fixtures (the throwaway PostgreSQL cluster, turnwire/testing/postgres.py) and
 the ``serial`` marking that decides which tests scripts/test runs alone."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.postgres import PostgresCluster, running_cluster
 from turnwire.observability.logs import remove_logging
+from turnwire.testing.postgres import PostgresCluster, running_cluster
 
 # Packages whose tests run alone, never beside a pytest-xdist worker: the bench
 # smoke tests measure CPU and throughput and run whole deployments against

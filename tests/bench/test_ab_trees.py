@@ -1,4 +1,4 @@
-"""bench/ab_trees.py: bench/e2e.py on two source trees, in alternating runs (issue 26).
+"""python -m bench ab_trees: the e2e bench on two source trees, in alternating runs (issue 26).
 
 The table's arithmetic is checked on made-up reports; a smoke run of the real
 script (both trees this repository) checks every figure heading is printed.
@@ -7,28 +7,23 @@ Neither looks at how fast anything was.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bench.ab_trees import FIGURES, print_backend
+from bench.e2e_processes import IN_FLIGHT
+from tests.bench.invoke import run_bench
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BENCH_DIR = REPO_ROOT / "bench"
-if str(BENCH_DIR) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR))
-
-from ab_trees import FIGURES, IN_FLIGHT, print_backend  # noqa: E402
-
-from tests.bench.test_bench_smoke import run_script  # noqa: E402
 
 RUN_TIMEOUT = 240.0  # two quick e2e runs, each waiting up to 20 s for a quiet machine twice
 
 
-def made_up_report(ops_per_second: float) -> dict[str, Any]:
+def made_up_report(ops_per_second: float, levels: tuple[int, ...] = IN_FLIGHT) -> dict[str, Any]:
     systems = [
-        {"journal": "sqlite", "in_flight": n, "ops_per_second": ops_per_second * n}
-        for n in IN_FLIGHT
+        {"journal": "sqlite", "in_flight": n, "ops_per_second": ops_per_second * n} for n in levels
     ]
     return {"systems": systems, "postgresql": {"skipped": "--skip-postgres"}}
 
@@ -50,10 +45,26 @@ def test_the_table_shows_medians_their_ratio_and_every_run(
     assert "PostgreSQL\n  skipped: --skip-postgres" in text
 
 
+def test_a_level_only_one_tree_measured_is_shown_with_dashes_for_the_other(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An older baseline's e2e measured 1 and 16 in flight only: the candidate's 64 is
+    still shown, the baseline's cells and the ratio "-"."""
+    reports = {
+        "baseline": [made_up_report(100.0, (1, 16))],
+        "candidate": [made_up_report(110.0, (1, 16, 64))],
+    }
+    print_backend("sqlite", "SQLite", reports)
+    text = capsys.readouterr().out
+    line = next(line for line in text.splitlines() if "x64 ops/s " in line)
+    # baseline, candidate, cand/base, then each run: the baseline's one "-", the candidate's.
+    assert line.split()[2:] == ["-", "7040.000", "-", "-", "|", "7040"]
+
+
 def test_a_tree_without_the_bench_is_refused() -> None:
     """--baseline must be a checkout with bench/e2e.py; anything else stops before measuring."""
-    code, _stdout, stderr = run_script(
-        BENCH_DIR / "ab_trees.py", "--baseline", str(REPO_ROOT / "docs"), timeout=60.0
+    code, _stdout, stderr = run_bench(
+        "ab_trees", "--baseline", str(REPO_ROOT / "docs"), timeout=60.0
     )
     assert code == 2 and "no bench/e2e.py there" in stderr, stderr
 
@@ -63,8 +74,8 @@ def test_a_tree_without_the_bench_is_refused() -> None:
 def test_a_quick_run_prints_every_figure_for_both_trees() -> None:
     """A quick run (both trees this repository): heads, where each imports from, load
     averages, and every SQLite figure at 1 and 16 in flight; PostgreSQL said skipped."""
-    code, stdout, stderr = run_script(
-        BENCH_DIR / "ab_trees.py",
+    code, stdout, stderr = run_bench(
+        "ab_trees",
         *("--baseline", str(REPO_ROOT), "--quick", "--skip-postgres", "--rounds", "1"),
         timeout=RUN_TIMEOUT,
     )

@@ -1,4 +1,4 @@
-"""bench/e2e.py --peers without running the peer harness (it needs its own venv).
+"""python -m bench e2e --peers without running the peer harness (it needs its own venv).
 
 Without the peer venv it says how to set it up and exits 2, installing
 nothing; the one table puts each side against its own echo baseline.
@@ -8,33 +8,27 @@ from __future__ import annotations
 
 import contextlib
 import io
-import subprocess
-import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BENCH_DIR = REPO_ROOT / "bench"
-if str(BENCH_DIR) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR))
-
-import peers_table as peers  # noqa: E402
-from baseline import Figures  # noqa: E402
-from e2e_report import BaselineResult, Report, SystemResult  # noqa: E402
+from bench import peers_table as peers
+from bench.baseline import Figures
+from bench.e2e_report import BaselineResult, Report, SystemResult
+from tests.bench.invoke import run_bench
 
 
 def test_peers_without_the_venv_prints_the_setup_command(tmp_path: Path) -> None:
     harness = tmp_path / "bench-peers"
     harness.mkdir()
     (harness / "run_all.py").write_text("raise SystemExit('must not run')\n")
-    done = subprocess.run(
-        [sys.executable, str(BENCH_DIR / "e2e.py"), "--peers", "--quick",
-         "--peers-dir", str(harness), "--peers-venv", str(tmp_path / "no-venv")],
-        capture_output=True, text=True, timeout=60, check=False, cwd=REPO_ROOT,
+    code, stdout, stderr = run_bench(
+        "e2e", "--peers", "--quick",
+        "--peers-dir", str(harness), "--peers-venv", str(tmp_path / "no-venv"),
+        timeout=60,
     )  # fmt: skip
-    assert done.returncode == 2, done.stderr
-    assert f"{tmp_path / 'no-venv' / 'bin' / 'python'} does not exist" in done.stderr
-    assert f"bash {harness / 'setup_env.sh'}" in done.stderr
-    assert done.stdout == ""
+    assert code == 2, stderr
+    assert f"{tmp_path / 'no-venv' / 'bin' / 'python'} does not exist" in stderr
+    assert f"bash {harness / 'setup_env.sh'}" in stderr
+    assert stdout == ""
 
 
 def peer_result(system: str, mode: str, round_: int, ops: float) -> dict[str, object]:
@@ -78,8 +72,7 @@ def test_one_table_puts_each_side_against_its_own_echo() -> None:
     ]
     peer_run = peers.PeerRun(Path("/tmp/x"), results, [], 0, 0.0, 1.0, ["run_all.py"])
     report = Report(
-        10,
-        20,
+        {1: 10},
         [BaselineResult(1, figures(500.0), 0.1, 0.2)],
         [system("sqlite", 1, 50.0)],
         "--skip-postgres",
@@ -103,3 +96,44 @@ def test_one_table_puts_each_side_against_its_own_echo() -> None:
     assert "peers first" in text
     celery_line = next(line for line in text.splitlines() if line.startswith("Celery"))
     assert celery_line.split()[-2:] == [peers.MISSING, peers.MISSING]
+
+
+def test_the_table_is_grouped_by_calls_in_flight_and_says_where_peers_are_missing() -> None:
+    """Each C's peer rows stand beside Turnwire's at that C (the peers' own echo against
+    Turnwire's own); at C=64, which the peer harness cannot run, the table says so in
+    place of peer rows. Every row shows p99/p50."""
+    results = [
+        peer_result(system, mode, 1, ops)
+        for system, ops in (("grpc", 1000.0), ("celery", 100.0))
+        for mode in ("seq", "c16")
+    ]
+    peer_run = peers.PeerRun(Path("/tmp/x"), results, [], 0, 0.0, 1.0, ["run_all.py"])
+    report = Report(
+        {1: 10, 16: 20, 64: 80},
+        [BaselineResult(n, figures(500.0 * n), 0.1, 0.2) for n in (1, 16, 64)],
+        [system("sqlite", n, 50.0 * n) for n in (1, 16, 64)],
+        "--skip-postgres",
+        load_before=0.0,
+        load_after=0.0,
+        cpus=2,
+    )
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        peers.print_table(peer_run, report, 0.0, 1.0)
+    lines = out.getvalue().splitlines()
+    assert "(10 ops at C=1, 20 ops at C=16, 80 ops at C=64)" in out.getvalue()
+    header = next(line for line in lines if line.startswith("system "))
+    assert header.split()[:8] == ["system", "C", "ops/s", "x", "echo", "p50", "ms", "p99"]
+    assert "p99/p50" in header
+    rows = [line for line in lines if line.startswith(("gRPC", "Celery", "Turnwire,"))]
+    levels = [int(line[49:51]) for line in rows]
+    assert levels == sorted(levels) == [1] * 4 + [16] * 4 + [64] * 2  # grouped by C
+    at_64 = lines.index(next(line for line in lines if line.startswith("(no peers at C=64")))
+    assert "run_all.py measured C=1, 16" in lines[at_64]
+    assert (
+        lines[at_64 + 1].startswith("gRPC echo, bench/baseline.py") and " 64 " in lines[at_64 + 1]
+    )
+    celery = next(line for line in rows if line.startswith("Celery"))
+    assert celery.split()[-5] == "2.00"  # p99/p50: 2.0 ms over 1.0 ms
+    document = peers.table_json(peer_run, report, 0.0, 1.0)
+    assert [row["in_flight"] for row in document["table"]] == levels

@@ -1,9 +1,10 @@
-"""bench/e2e.py runs the coordinator as its own process and reports CPU by process (issue 10).
+"""The e2e bench runs the coordinator as its own process and reports CPU by process (issue 10).
 
 The text report names each process's CPU per op and still carries the
 coordinator's counters (read from the coordinator process, not from inside
 the bench); every process it started is gone when it exits; it listens on
-127.0.0.1 only. And bench/counting_coordinator.py answers a counters request.
+127.0.0.1 only. And bench/counting_coordinator.py (``python -m
+bench.counting_coordinator``) answers a counters request.
 Never judged on speed.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.test_bench_smoke import run_bench
+from tests.bench.test_bench_smoke import run_e2e
 from turnwire.launcher import ManagedProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -74,17 +75,27 @@ def processes_mentioning(text: str) -> list[int]:
 def test_bench_text_report_has_cpu_by_process_and_counters() -> None:
     """Issue 10: CPU per op of the client, the coordinator process and the runner, and the
     coordinator's counters; every process stopped by PID; 127.0.0.1 only."""
-    code, stdout, stderr = run_bench("--turns", str(TURNS), "--skip-postgres", "--keep")
+    code, stdout, stderr = run_e2e("--turns", str(TURNS), "--skip-postgres", "--keep")
     kept = re.search(r"bench files kept in (\S+)", stderr)
     assert kept is not None, stderr[-3000:]
     root = Path(kept.group(1))
     try:
         assert code == 0, stderr[-3000:]
-        for label in ("sqlite x1", "sqlite x16"):
+        for label in ("sqlite x1", "sqlite x16", "sqlite x64"):
             block = system_block(stdout, label)
             assert CPU_LINE.search(block), block
             for pattern in COUNTER_LINES:
                 assert pattern.search(block), (pattern.pattern, block)
+        # The latency table: every row at every level, with p50, p99 and their ratio.
+        table = [
+            line for line in stdout.split("latency by calls in flight", 1)[1].splitlines()[2:]
+            if line.strip()
+        ]  # fmt: skip
+        found = {(line.split()[-7], int(line.split()[-6])) for line in table}
+        assert found == {(row, n) for row in ("echo", "sqlite") for n in (1, 16, 64)}, table
+        for line in table:
+            p50, p99, ratio = (float(x) for x in line.split()[-3:])
+            assert ratio == pytest.approx(p99 / p50, rel=0.05), line  # of figures rounded
         started = re.search(
             r"sqlite: coordinator pid (\d+) at 127\.0\.0\.1:\d+, runner-1 pid (\d+) at "
             r"127\.0\.0\.1:\d+",
@@ -128,7 +139,7 @@ def test_counting_coordinator_writes_its_counters_on_sigusr1(tmp_path: Path) -> 
     tokens.chmod(0o600)
     counters = tmp_path / "counters.json"
     argv = [
-        sys.executable, str(REPO_ROOT / "bench" / "counting_coordinator.py"),
+        sys.executable, "-m", "bench.counting_coordinator",
         "--counters-file", str(counters),
         "serve",
         "--listen", "127.0.0.1:0",
@@ -138,7 +149,9 @@ def test_counting_coordinator_writes_its_counters_on_sigusr1(tmp_path: Path) -> 
         "--plaintext",
         "--log-level", "WARNING",
     ]  # fmt: skip
-    process = ManagedProcess("coordinator", argv, tmp_path / "log", tmp_path / "addr")
+    process = ManagedProcess(
+        "coordinator", argv, tmp_path / "log", tmp_path / "addr", cwd=REPO_ROOT
+    )
     try:
         assert process.start(60.0).startswith("127.0.0.1:")
         process.wait_healthy(60.0)

@@ -1,22 +1,16 @@
-"""bench/e2e.py --repeat: the median run, whole, with every run's ratios (pure)."""
+"""python -m bench e2e --repeat: the median run, whole, with every run's ratios (pure)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
-if str(BENCH_DIR) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR))
-
-import peers_table  # noqa: E402
-from e2e_report import BaselineResult, Report, median_run, print_report  # noqa: E402
-
-from tests.bench.test_bench_peers import figures, system  # noqa: E402
+from bench import peers_table
+from bench.e2e_report import BaselineResult, Report, median_run, print_report
+from tests.bench.test_bench_peers import figures, system
 
 
 def report(echo: float, sqlite_x1: float, sqlite_x16: float, *, ok: bool = True) -> Report:
@@ -24,8 +18,7 @@ def report(echo: float, sqlite_x1: float, sqlite_x16: float, *, ok: bool = True)
     if not ok:
         x16 = type(x16)(**{**x16.__dict__, "states": {"SUCCEEDED": 9, "FAILED": 1}})
     return Report(
-        10,
-        20,
+        {1: 10, 16: 20},
         [
             BaselineResult(1, figures(echo), 0.1, 0.2),
             BaselineResult(16, figures(echo * 2), 0.1, 0.2),

@@ -1,4 +1,4 @@
-"""bench/e2e.py still runs end to end and reports every figure (issue #4).
+"""The e2e bench (python -m bench e2e) still runs end to end and reports every figure (issue #4).
 
 A smoke test so the bench cannot rot: it runs the real script (a baseline
 echo server, a runner and the coordinator as processes, the client in the
@@ -10,21 +10,26 @@ from __future__ import annotations
 
 import json
 import math
-import signal
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BENCH = REPO_ROOT / "bench" / "e2e.py"
-RUN_TIMEOUT = 50.0
-STOP_TIMEOUT = 15.0
+from bench.e2e_processes import IN_FLIGHT
+from bench.e2e_report import RPC_METHODS  # every method the bench counts
+from tests.bench.invoke import run_bench
+
+RUN_TIMEOUT = 75.0  # up to 20 s twice waiting for a quiet machine, then three levels
 TURNS = 20
 
-LATENCY_FIELDS = ("operations", "seconds", "ops_per_second", "p50_ms", "p99_ms", "mean_ms")
+LATENCY_FIELDS = (
+    "operations",
+    "seconds",
+    "ops_per_second",
+    "p50_ms",
+    "p99_ms",
+    "p99_over_p50",
+    "mean_ms",
+)
 SYSTEM_NUMBERS = (
     "journal_commits_per_op",
     "dispatcher_commits_per_op",
@@ -36,41 +41,10 @@ SYSTEM_NUMBERS = (
     "cpu_ms_per_op_runners",
     "cpu_ms_per_op_stack",
 )
-RPC_METHODS = (
-    "GetOperationStatus",
-    "BatchGetOperationStatus",
-    "Dispatch",
-    "Release",
-    "Cancel",
-    "WatchOperations",
-    "GetRunnerInfo",
-)
 
 
-def run_bench(*args: str) -> tuple[int, str, str]:
-    return run_script(BENCH, *args, timeout=RUN_TIMEOUT)
-
-
-def run_script(script: Path, *args: str, timeout: float) -> tuple[int, str, str]:
-    """Run a bench script; on overrun SIGTERM it (it stops its children by PID), then SIGKILL."""
-    process = subprocess.Popen(
-        [sys.executable, str(script), *args],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.communicate(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate(timeout=STOP_TIMEOUT)
-        pytest.fail(f"{script.name} did not finish within {timeout:.0f}s")
-    return process.returncode, stdout, stderr
+def run_e2e(*args: str) -> tuple[int, str, str]:
+    return run_bench("e2e", *args, timeout=RUN_TIMEOUT)
 
 
 def is_number(value: Any) -> bool:
@@ -81,11 +55,14 @@ def check_latency(entry: dict[str, Any], expected_operations: int) -> None:
     for name in LATENCY_FIELDS:
         assert is_number(entry[name]) and entry[name] >= 0, (name, entry[name])
     assert entry["operations"] == expected_operations
-    assert entry["in_flight"] in (1, 16)
+    assert entry["in_flight"] in IN_FLIGHT
+    # Of the unrounded figures: the rounded ms give it to within their rounding.
+    assert entry["p99_over_p50"] == pytest.approx(entry["p99_ms"] / entry["p50_ms"], rel=0.01)
 
 
 def expected_ops(in_flight: int) -> int:
-    return TURNS if in_flight == 1 else 2 * TURNS
+    """--turns N: N one at a time, 2N at 16 in flight, 8N at 64 (N per 8 callers)."""
+    return {1: TURNS, 16: 2 * TURNS, 64: 8 * TURNS}[in_flight]
 
 
 def check_system(system: dict[str, Any]) -> None:
@@ -134,17 +111,17 @@ def check_cpu(system: dict[str, Any]) -> None:
 @pytest.mark.rule("C1", "C2", "C4")
 @pytest.mark.slow
 def test_bench_e2e_reports_every_figure_as_json() -> None:
-    """Issue #4: bench/e2e.py --json runs and reports baseline and SQLite figures (C1, C2, C4)."""
-    code, stdout, stderr = run_bench("--turns", str(TURNS), "--skip-postgres", "--json")
+    """Issue #4: e2e --json runs and reports baseline and SQLite figures (C1, C2, C4)."""
+    code, stdout, stderr = run_e2e("--turns", str(TURNS), "--skip-postgres", "--json")
     assert code == 0, stderr[-3000:]
     report = json.loads(stdout)
-    assert report["turns"] == {"sequential": TURNS, "concurrent": 2 * TURNS}
-    assert sorted(b["in_flight"] for b in report["baseline"]) == [1, 16]
+    assert report["turns"] == {"1": TURNS, "16": 2 * TURNS, "64": 8 * TURNS}
+    assert sorted(b["in_flight"] for b in report["baseline"]) == [1, 16, 64]
     for base in report["baseline"]:
         check_latency(base, expected_ops(base["in_flight"]))
         for name in ("cpu_ms_per_op_client", "cpu_ms_per_op_server", "cpu_ms_per_op_stack"):
             assert is_number(base[name]), (name, base[name])
-    assert sorted(s["in_flight"] for s in report["systems"]) == [1, 16]
+    assert sorted(s["in_flight"] for s in report["systems"]) == [1, 16, 64]
     for system in report["systems"]:
         check_system(system)
     assert report["postgresql"] == {"ran": False, "skipped": "--skip-postgres"}
@@ -158,11 +135,21 @@ def test_bench_e2e_reports_every_figure_as_json() -> None:
 
 @pytest.mark.slow
 def test_bench_e2e_runs_every_hop_over_tls_when_asked() -> None:
-    """Issue 11: bench/e2e.py --tls measures the same turns with TLS to the coordinator and
+    """Issue 11: e2e --tls measures the same turns with TLS to the coordinator and
     mutual TLS to the runners (certificates made for the run); every turn succeeds."""
-    code, stdout, stderr = run_bench("--turns", str(TURNS), "--skip-postgres", "--tls", "--json")
+    code, stdout, stderr = run_e2e(
+        "--turns", str(TURNS), "--in-flight", "1,16", "--skip-postgres", "--tls", "--json"
+    )  # fmt: skip
     assert code == 0, stderr[-3000:]
     report = json.loads(stdout)
     assert report["tls"] is True and report["all_succeeded"] is True
+    assert report["turns"] == {"1": TURNS, "16": 2 * TURNS}  # the levels asked for, only
     for system in report["systems"]:
         check_system(system)
+
+
+@pytest.mark.parametrize("levels", ["0,16", "1,x", ","])
+def test_bad_in_flight_levels_are_a_usage_error(levels: str) -> None:
+    """--in-flight takes counts of at least 1; anything else exits 2 before starting."""
+    code, stdout, stderr = run_bench("e2e", "--in-flight", levels, timeout=RUN_TIMEOUT)
+    assert code == 2 and stdout == "" and "--in-flight" in stderr, stderr

@@ -6,17 +6,15 @@ as PROTOCOL C1a says). It never looks at how fast anything was."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from tests.bench.test_bench_smoke import run_script
+from tests.bench.invoke import run_bench
 
-BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
 RUN_TIMEOUT = 120.0
 
 
 def test_both_systems_are_measured_with_their_own_flags() -> None:
-    code, stdout, stderr = run_script(
-        BENCH_DIR / "coordinator_ab.py",
+    code, stdout, stderr = run_bench(
+        "coordinator_ab",
         "--quick",
         "--rounds",
         "1",
@@ -40,6 +38,6 @@ def test_both_systems_are_measured_with_their_own_flags() -> None:
 
 
 def test_two_identical_systems_are_refused() -> None:
-    code, _, stderr = run_script(BENCH_DIR / "coordinator_ab.py", "--quick", timeout=RUN_TIMEOUT)
+    code, _, stderr = run_bench("coordinator_ab", "--quick", timeout=RUN_TIMEOUT)
     assert code == 2
     assert "give A or B a flag" in stderr

@@ -4,16 +4,16 @@ layout's milliseconds per turn with ratios to the smallest size. Never judged on
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from tests.bench.test_bench_smoke import run_script
+from tests.bench.invoke import run_bench
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "envelope_rows.py"
 ROW = re.compile(r"^\s+(\d+)\s+(\d+\.\d+)\s+(\d+\.\d+)\s+(\d+\.\d+)\s+(\d+\.\d+)$", re.M)
 
 
 def test_envelope_bench_prints_a_row_per_size() -> None:
-    code, stdout, stderr = run_script(SCRIPT, "--turns", "3", "--sizes", "0,4096", timeout=120)
+    code, stdout, stderr = run_bench(
+        "envelope_rows", "--turns", "3", "--sizes", "0,4096", timeout=120
+    )
     assert code == 0, stderr
     rows = ROW.findall(stdout)
     assert [int(size) for size, *_ in rows] == [0, 4096]
@@ -22,5 +22,5 @@ def test_envelope_bench_prints_a_row_per_size() -> None:
 
 
 def test_bad_sizes_are_a_usage_error() -> None:
-    code, _, stderr = run_script(SCRIPT, "--sizes", "big", timeout=60)
+    code, _, stderr = run_bench("envelope_rows", "--sizes", "big", timeout=60)
     assert code == 2 and "--sizes must be integers" in stderr

@@ -8,20 +8,12 @@ there. Neither looks at how fast anything was.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BENCH_DIR = REPO_ROOT / "bench"
-if str(BENCH_DIR) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR))
-
-from baseline import Figures  # noqa: E402
-from floor import COMMITS_ON_THE_PATH, Floor, Loop  # noqa: E402
-
-from tests.bench.test_bench_smoke import run_script  # noqa: E402
+from bench.baseline import Figures
+from bench.floor import COMMITS_ON_THE_PATH, Floor, Loop
+from tests.bench.invoke import run_bench
 
 RUN_TIMEOUT = 60.0
 
@@ -71,9 +63,7 @@ def test_the_report_says_what_the_targets_leave_for_turnwires_own_work() -> None
 
 
 def test_the_script_measures_every_loop_and_the_commit() -> None:
-    code, stdout, stderr = run_script(
-        BENCH_DIR / "floor.py", "--ops", "20", "--json", timeout=RUN_TIMEOUT
-    )
+    code, stdout, stderr = run_bench("floor", "--ops", "20", "--json", timeout=RUN_TIMEOUT)
     assert code == 0, stderr
     found = json.loads(stdout)
     assert sorted((x["name"], x["in_flight"]) for x in found["loops"]) == [

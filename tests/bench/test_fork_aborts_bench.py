@@ -4,16 +4,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from tests.bench.test_bench_smoke import run_script
+from tests.bench.invoke import run_bench
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "fork_aborts.py"
 RUN_TIMEOUT = 60.0
 
 
 def test_both_sides_are_measured_with_every_figure() -> None:
-    code, stdout, stderr = run_script(BENCH, "--children", "3", "--json", timeout=RUN_TIMEOUT)
+    code, stdout, stderr = run_bench(
+        "fork_aborts", "--children", "3", "--json", timeout=RUN_TIMEOUT
+    )
     assert code == 0, stderr
     sides = {side["handlers"]: side for side in json.loads(stdout)["sides"]}
     assert set(sides) == {"on", "off"}
@@ -25,12 +25,12 @@ def test_both_sides_are_measured_with_every_figure() -> None:
 
 
 def test_the_text_report_has_a_line_per_side() -> None:
-    code, stdout, stderr = run_script(BENCH, "--children", "2", timeout=RUN_TIMEOUT)
+    code, stdout, stderr = run_bench("fork_aborts", "--children", "2", timeout=RUN_TIMEOUT)
     assert code == 0, stderr
     assert "handlers  on: " in stdout and "handlers off: " in stdout
     assert "thread(s) between fork and exec" in stdout
 
 
 def test_a_bad_count_is_refused() -> None:
-    code, _, stderr = run_script(BENCH, "--children", "0", timeout=RUN_TIMEOUT)
+    code, _, stderr = run_bench("fork_aborts", "--children", "0", timeout=RUN_TIMEOUT)
     assert code == 2 and "--children must be at least 1" in stderr

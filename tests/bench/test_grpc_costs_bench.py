@@ -4,16 +4,14 @@ process, and the comparisons printed (it never looks at how fast anything was)."
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from tests.bench.test_bench_smoke import run_script
+from tests.bench.invoke import run_bench
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "grpc_costs.py"
 RUN_TIMEOUT = 60.0
 
 
 def test_every_exchange_kind_is_measured() -> None:
-    code, stdout, stderr = run_script(BENCH, "--ops", "40", "--json", timeout=RUN_TIMEOUT)
+    code, stdout, stderr = run_bench("grpc_costs", "--ops", "40", "--json", timeout=RUN_TIMEOUT)
     assert code == 0, stderr
     found = {(c["name"], c["in_flight"]): c for c in json.loads(stdout)}
     assert set(found) == {
@@ -28,7 +26,9 @@ def test_every_exchange_kind_is_measured() -> None:
 
 
 def test_the_text_report_compares_each_pair() -> None:
-    code, stdout, stderr = run_script(BENCH, "--quick", "--delay-ms", "1", timeout=RUN_TIMEOUT)
+    code, stdout, stderr = run_bench(
+        "grpc_costs", "--quick", "--delay-ms", "1", timeout=RUN_TIMEOUT
+    )
     assert code == 0, stderr
     assert "a stream message instead of a unary call, x1:" in stdout
     assert "a stream message instead of a unary call, x16:" in stdout

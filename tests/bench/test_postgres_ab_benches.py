@@ -5,14 +5,12 @@ never look at how fast anything was."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-from tests.bench.test_bench_smoke import run_script
-from tests.support.postgres import missing_binary
+from tests.bench.invoke import run_bench
+from turnwire.testing.postgres import missing_binary
 
-BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
 RUN_TIMEOUT = 90.0
 
 pytestmark = pytest.mark.postgres
@@ -22,13 +20,13 @@ pytestmark = pytest.mark.postgres
     ("script", "args", "ways", "figures_per_line"),
     [
         (
-            "journal_writes.py",
+            "journal_writes",
             ("--turns", "20", "--rounds", "1"),
             ("one statement", "BEGIN ... COMMIT"),
             3,
         ),
         (
-            "postgres_handoff.py",
+            "postgres_handoff",
             ("--writes", "20", "--rounds", "1"),
             ("worker thread", "on the loop"),
             2,
@@ -40,7 +38,7 @@ def test_every_way_is_measured(
 ) -> None:
     if missing_binary() is not None:
         pytest.skip(f"no PostgreSQL cluster can start here: {missing_binary()} is missing")
-    code, stdout, stderr = run_script(BENCH_DIR / script, *args, timeout=RUN_TIMEOUT)
+    code, stdout, stderr = run_bench(script, *args, timeout=RUN_TIMEOUT)
     assert code == 0, stderr
     lines = [" ".join(line.split()) for line in stdout.splitlines()]
     for in_flight in (1, 16):

@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.bench.test_bench_smoke import run_script
-from tests.support.postgres import missing_binary
+from tests.bench.invoke import run_bench
+from turnwire.testing.postgres import missing_binary
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "replicas.py"
 RUN_TIMEOUT = 240.0
 TURNS = 20
 COUNTS = (2,)  # one count keeps CI short; two replicas cover the per-replica figures
@@ -34,8 +33,8 @@ def test_a_tiny_run_reports_every_figure_for_each_replica_count(tmp_path: Path) 
     if missing_binary() is not None:
         pytest.skip(f"no PostgreSQL cluster can start here: {missing_binary()} is missing")
     report_file = tmp_path / "replicas.json"
-    code, stdout, stderr = run_script(
-        BENCH,
+    code, stdout, stderr = run_bench(
+        "replicas",
         "--replicas", ",".join(str(n) for n in COUNTS),
         "--turns", str(TURNS),
         "--concurrency", str(CONCURRENCY),

@@ -4,20 +4,14 @@ speed: the correctness figures only, which a working scheduler always meets)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.invoke import run_bench
 
 
 def test_scheduler_bench_reports_every_scenario() -> None:
-    done = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "bench" / "scheduler.py"), "--quick", "--json"],
-        capture_output=True, text=True, timeout=300, check=False, cwd=REPO_ROOT,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    code, stdout, stderr = run_bench("scheduler", "--quick", "--json", timeout=300)
+    assert code == 0, stderr[-2000:]
+    figures = json.loads(stdout.strip().splitlines()[-1])
     for run in (figures["capacity"], figures["capacity_with_loss"]):
         assert run["states"] == {"SUCCEEDED": 12}, run
         assert (run["duplicates"], run["lost_not_terminal"], run["capacity_refusals"]) == (0, 0, 0)

@@ -8,16 +8,13 @@ reordered (S2: none without a crash); it never looks at how fast anything was.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from tests.bench.test_bench_smoke import run_script
-
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "streaming.py"
+from tests.bench.invoke import run_bench
 
 
 def test_the_streaming_bench_runs_small_and_loses_nothing() -> None:
-    code, out, err = run_script(
-        SCRIPT, "--turns", "3", "--rate", "20", "--seconds", "1", "--json", timeout=120.0
+    code, out, err = run_bench(
+        "streaming", "--turns", "3", "--rate", "20", "--seconds", "1", "--json", timeout=120.0
     )
     assert code == 0, err
     report = json.loads(out.strip().splitlines()[-1])

@@ -11,10 +11,9 @@ import json
 import re
 from pathlib import Path
 
-from tests.bench.test_bench_smoke import run_script
+from tests.bench.invoke import run_bench
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BENCH = REPO_ROOT / "bench" / "turn_walk.py"
 PACKAGES = ("coordinator_svc", "runner_svc", "turnwire")
 COLUMNS = ("files", "functions", "entries", "returns", "resumptions")
 SCRIPT_TIMEOUT = "40"
@@ -23,8 +22,8 @@ RUN_TIMEOUT = 60.0
 
 def test_the_json_has_every_figure_per_package() -> None:
     """--json: every count per package, the top files and the definition of a return."""
-    code, stdout, stderr = run_script(
-        BENCH, "--timeout", SCRIPT_TIMEOUT, "--top", "5", "--json", timeout=RUN_TIMEOUT
+    code, stdout, stderr = run_bench(
+        "turn_walk", "--timeout", SCRIPT_TIMEOUT, "--top", "5", "--json", timeout=RUN_TIMEOUT
     )
     assert code == 0, stderr
     found = json.loads(stdout)
@@ -46,7 +45,7 @@ def test_the_json_has_every_figure_per_package() -> None:
 
 def test_the_text_report_prints_the_table_the_definition_and_the_top_files() -> None:
     """The text report: where each package came from, its row, the definition, the top files."""
-    code, stdout, stderr = run_script(BENCH, "--timeout", SCRIPT_TIMEOUT, timeout=RUN_TIMEOUT)
+    code, stdout, stderr = run_bench("turn_walk", "--timeout", SCRIPT_TIMEOUT, timeout=RUN_TIMEOUT)
     assert code == 0, stderr
     assert re.search(r"^package\s+" + r"\s+".join(COLUMNS) + "$", stdout, re.MULTILINE)
     for name in PACKAGES:
@@ -60,5 +59,5 @@ def test_the_text_report_prints_the_table_the_definition_and_the_top_files() -> 
 
 def test_bad_arguments_are_refused() -> None:
     """A bad argument exits 2 and says which one."""
-    code, _, stderr = run_script(BENCH, "--top", "0", timeout=RUN_TIMEOUT)
+    code, _, stderr = run_bench("turn_walk", "--top", "0", timeout=RUN_TIMEOUT)
     assert code == 2 and "--top at least 1" in stderr

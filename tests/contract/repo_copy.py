@@ -33,7 +33,7 @@ def copy_proto_and_stubs(target: Path) -> Path:
 
 def copy_python_packages(target: Path) -> Path:
     """Copy the importable packages and .importlinter, for lint-imports to analyse."""
-    for package in ("turnwire", "coordinator_svc", "runner_svc"):
+    for package in ("turnwire", "coordinator_svc", "runner_svc", "bench"):
         shutil.copytree(REPO_ROOT / package, target / package, ignore=_IGNORED)
     shutil.copy2(REPO_ROOT / ".importlinter", target / ".importlinter")
     return target

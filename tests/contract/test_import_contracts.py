@@ -88,6 +88,16 @@ def test_importing_the_conformance_suite_outside_it_is_reported(tmp_path: Path) 
     assert "runner_svc.leak_by_test -> turnwire.testing" in output
 
 
+def test_a_shipped_module_importing_a_bench_is_reported(tmp_path: Path) -> None:
+    """bench/ is not in the wheel: a service or shared module importing it is reported (it
+    would import in this tree and fail where Turnwire is installed)."""
+    root = copy_python_packages(tmp_path)
+    _add_module(root, "coordinator_svc.leak_by_test", "from bench.e2e_report import RPC_METHODS\n")
+    code, output = _lint_imports(root)
+    assert code != 0, output
+    assert "coordinator_svc.leak_by_test -> bench.e2e_report" in output
+
+
 def test_the_executor_api_importing_protobuf_is_reported(tmp_path: Path) -> None:
     """turnwire.executor stays light (a user's executor imports it with the client
     install only): an import of the generated stubs there breaks a contract."""

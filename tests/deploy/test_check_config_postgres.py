@@ -1,6 +1,6 @@
 """--check-config against a real PostgreSQL that asks for a password over TLS.
 
-A cluster of its own (tests/support/postgres.py), set up as docs/DEPLOYMENT.md
+A cluster of its own (turnwire/testing/postgres.py), set up as docs/DEPLOYMENT.md
 tells an operator to: the server's certificate from `turnwire certs`, a role
 whose password has the characters a URL reserves, and pg_hba.conf letting that
 role in only over TLS with scram-sha-256. The journal URL then carries the
@@ -28,7 +28,7 @@ from coordinator_svc.storage import head_revision
 from coordinator_svc.storage.journal_check import connections_per_replica
 from tests.deploy.conftest import Certs
 from tests.deploy.test_check_config_coordinator import line_of
-from tests.support.postgres import PostgresCluster, running_cluster
+from turnwire.testing.postgres import PostgresCluster, running_cluster
 
 pytestmark = pytest.mark.postgres
 PASSWORD = "p@ss:w/rd%#?"

@@ -44,7 +44,7 @@ import yaml
 
 from tests.deploy import artefacts
 from tests.packaging.venvs import REPO_ROOT, Venv
-from tests.support.postgres import PostgresCluster
+from turnwire.testing.postgres import PostgresCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 ENTRYPOINT = REPO_ROOT / "deploy" / "entrypoint.sh"

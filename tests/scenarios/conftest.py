@@ -29,7 +29,7 @@ import pytest
 
 from tests.scenarios.cells import Cell, Fault
 from tests.scenarios.stage import Stage, make_deployment
-from tests.support.postgres import PostgresCluster
+from turnwire.testing.postgres import PostgresCluster
 
 BACKENDS = ("sqlite", "postgresql")
 # The faults whose cells run on PostgreSQL too by default (see above).

@@ -15,7 +15,7 @@ crash when it is INTERNAL, a non-OK status without a Turnwire ErrorInfo (except
 the fuzzer's own deadline or cancel, and UNAVAILABLE while shutting down), a
 reply that does not decode, an answer to a caller without valid credentials,
 or a dead process. Calls are made with synchronous gRPC on raw bytes, so the
-CI test (tests/security/test_fuzz_budget.py) and the long run (bench/fuzz.py)
+CI test (tests/security/test_fuzz_budget.py) and the long run (fuzz_long_run.py)
 share every line of it.
 """
 

@@ -19,7 +19,7 @@ loop in a background thread for the whole module (started and stopped through
 ``asyncio.run_coroutine_threadsafe``) and each example calls them with
 *synchronous* gRPC from the test thread: no coroutine ever crosses loops, each
 ``@given`` example is an ordinary function, and the very same ``rpc_fuzz.call``
-serves the long run (bench/fuzz.py), whose servers are other processes.
+serves the long run (tests/security/fuzz_long_run.py), whose servers are other processes.
 
 Reproducible: ``derandomize=True`` (the seed comes from the test), no example
 database. Budget: about 25 s on 2 cores (``EXAMPLES`` per method and path).

@@ -354,7 +354,7 @@ def test_a_coordinator_with_the_wrong_secret_sends_nothing_and_says_so(
     calls are turned away, no turn executes (the ledger stays empty, the turn is not
     terminal), and one ERROR line names the runner and the flags to fix."""
     from coordinator_svc.storage import FakeJournal
-    from tests.coordinator.dispatcher.rig import Rig
+    from turnwire.testing.dispatcher_rig import Rig
 
     async def scenario() -> None:
         rig = Rig(tmp_path, FakeJournal())

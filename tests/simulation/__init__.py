@@ -15,8 +15,9 @@ cancels and clock jumps, and checks PROTOCOL.md §8 after every step.
     invariants.py       the §8 checker (ground truth: ledger, runners, journal)
     broken_policies.py  deliberately broken wrappers of decide (teeth)
     shrink.py           delta debugging of a failing label list
-    budget.py           many seeds in a row (CI budget and bench/simulate.py)
+    budget.py           many seeds in a row (CI budget and explore.py)
+    explore.py          many seeds for as long as asked, or one replayed (a command)
 
 Run: ``.venv/bin/pytest tests/simulation`` (CI budget, teeth, regressions);
-``python bench/simulate.py --seconds 60 [--jobs 2]``; ``--seed S [--shrink]``.
+``python -m tests.simulation.explore --seconds 60 [--jobs 2]``; ``--seed S [--shrink]``.
 """

@@ -1,4 +1,4 @@
-"""Running many seeds: the CI budget and the bench share this loop."""
+"""Running many seeds: the CI budget and explore.py (the long run) share this loop."""
 
 from __future__ import annotations
 

@@ -101,7 +101,10 @@ Turnwire's own tests stand the system up in one of two ways, both here:
 
 ``turnwire.testing.runner_gateway.InProcessRunner`` is the one fake of the
 coordinator's runner-gateway port: a real runner called in process, passing
-the contract suite the gRPC adapter passes. These import both services, so
+the contract suite the gRPC adapter passes. ``turnwire.testing.dispatcher_rig.Rig``
+puts the coordinator's dispatcher alone on a journal, against Stack runners;
+``turnwire.testing.postgres.PostgresCluster`` is a throwaway PostgreSQL
+server (the tests' journal, and the benchmarks' in bench/). These import both services, so
 install Turnwire whole (not the client extra alone) to use them.
 """
 

@@ -24,7 +24,6 @@ from tests.coordinator.api.harness import (
     submit_request,
     typed_error,
 )
-from tests.coordinator.dispatcher.rig import Rig
 from turnwire.client.failures import RetryLater, exception_for
 from turnwire.common.v1 import turn_pb2
 from turnwire.coordinator.v1.coordinator_pb2 import (
@@ -33,6 +32,7 @@ from turnwire.coordinator.v1.coordinator_pb2 import (
     GetOperationRequest,
     ListOperationsRequest,
 )
+from turnwire.testing.dispatcher_rig import Rig
 
 
 def _dispatch(journal: Journal, limits: PrincipalLimits, clock: list[float]) -> FakeDispatch:

@@ -10,9 +10,9 @@ import pytest
 
 from coordinator_svc.core.model import Execution, OpState, StopReason
 from coordinator_svc.storage import FakeJournal
-from tests.coordinator.dispatcher.rig import Rig, sqlite_journal
 from tests.support.fault_interceptor import DROP_REQUEST, Fault, FaultInterceptor
 from turnwire.runner.v1 import runner_pb2
+from turnwire.testing.dispatcher_rig import Rig, sqlite_journal
 from turnwire.testing.runner_gateway import InProcessRunner
 
 

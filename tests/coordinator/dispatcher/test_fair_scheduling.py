@@ -8,7 +8,7 @@ from pathlib import Path
 
 from coordinator_svc.core.model import Execution, OpState
 from coordinator_svc.storage import FakeJournal
-from tests.coordinator.dispatcher.rig import GHOST, Rig
+from turnwire.testing.dispatcher_rig import GHOST, Rig
 
 
 def test_a_flood_does_not_make_another_principal_wait_behind_it(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 from coordinator_svc.core.model import AttemptOutcome, Change, OperationRecord, OpState, TurnKind
 from coordinator_svc.ports import Journal, JournalUnavailable
 from coordinator_svc.storage.sql import SqlJournal
-from tests.coordinator.dispatcher.rig import Rig, new_operation, sqlite_journal
+from turnwire.testing.dispatcher_rig import Rig, new_operation, sqlite_journal
 
 
 def transactions(journal: Journal) -> int:

@@ -11,8 +11,8 @@ import pytest
 from coordinator_svc.core.events import RunnerIdentity
 from coordinator_svc.core.model import AttemptOutcome, Execution, OpState
 from coordinator_svc.storage import FakeJournal
-from tests.coordinator.dispatcher.rig import Rig, per_operation_rpcs, sqlite_journal
 from tests.support.fault_interceptor import DROP_REQUEST, DROP_RESPONSE, Fault, FaultInterceptor
+from turnwire.testing.dispatcher_rig import Rig, per_operation_rpcs, sqlite_journal
 
 
 @pytest.mark.rule("C2a", "C4", "C10")

@@ -18,7 +18,7 @@ from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core.model import Execution, OpState, TurnKind
 from coordinator_svc.dispatcher import Dispatcher
 from coordinator_svc.storage import FakeJournal
-from tests.coordinator.dispatcher.rig import Rig
+from turnwire.testing.dispatcher_rig import Rig
 
 
 def endpoint(rig: Rig, name: str, generation: int = 1) -> RunnerEndpoint:

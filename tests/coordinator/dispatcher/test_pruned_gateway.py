@@ -33,9 +33,8 @@ from coordinator_svc.dispatcher.runner_client import RunnerClient
 from coordinator_svc.ports import RunnerGateway
 from coordinator_svc.storage import FakeJournal
 from runner_svc.app import RunningRunner
-from tests.coordinator.dispatcher.rig import TIMINGS, Rig, new_operation
-from tests.support import runner_access
 from turnwire.ids import dispatch_stamp
+from turnwire.testing.dispatcher_rig import TIMINGS, Rig, new_operation
 from turnwire.testing.runner_gateway import InProcessRunner
 
 Scenario = Callable[[RunnerGateway, RunningRunner, Path], Awaitable[None]]
@@ -50,7 +49,7 @@ def _run(tmp_path: Path, adapter: str, scenario: Scenario) -> None:
                 RunnerEndpoint("r1", running.address),
                 TIMINGS,
                 DispatcherMetrics(),
-                runner_access.CREDENTIALS,
+                rig.credentials,
             )
             if adapter == "grpc"
             else InProcessRunner("r1", running.service)

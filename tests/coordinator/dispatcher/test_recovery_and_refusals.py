@@ -23,12 +23,12 @@ from coordinator_svc.dispatcher import utc_now
 from coordinator_svc.ports import Journal, JournalUnavailable
 from coordinator_svc.storage import FakeJournal
 from runner_svc.app import RunningRunner
-from tests.coordinator.dispatcher.rig import Rig, new_operation, sqlite_journal
-from tests.support import runner_access
 from tests.support.fault_interceptor import DROP_REQUEST, DROP_RESPONSE, Fault, FaultInterceptor
 from turnwire.common.v1 import turn_pb2
 from turnwire.ids import sha256_hex, stamp_now
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
+from turnwire.secure_channels import runner_aio_channel
+from turnwire.testing.dispatcher_rig import Rig, new_operation, sqlite_journal
 
 
 async def write_ahead_only(journal: Journal, runner: RunningRunner) -> OperationRecord:
@@ -43,9 +43,9 @@ async def write_ahead_only(journal: Journal, runner: RunningRunner) -> Operation
     return dispatching
 
 
-async def send_dispatch(runner: RunningRunner, record: OperationRecord) -> None:
+async def send_dispatch(rig: Rig, runner: RunningRunner, record: OperationRecord) -> None:
     """The first coordinator's Dispatch that left just before it died."""
-    async with runner_access.aio_channel(runner.address) as channel:
+    async with runner_aio_channel(rig.credentials, runner.address) as channel:
         await runner_pb2_grpc.RunnerServiceStub(channel).Dispatch(
             runner_pb2.DispatchRequest(
                 operation_id=record.operation_id,
@@ -102,7 +102,7 @@ def test_restart_after_the_send_adopts_without_resending(tmp_path: Path) -> None
         try:
             runner = await rig.start_runner()
             stopped = await write_ahead_only(rig.journal, runner)
-            await send_dispatch(runner, stopped)
+            await send_dispatch(rig, runner, stopped)
             await rig.journal.close()
             rig.journal = sqlite_journal(db)
             dispatcher = rig.make_dispatcher()

@@ -12,7 +12,7 @@ from coordinator_svc.core import commands as cmd
 from coordinator_svc.core.model import OpState
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.releases import ReleaseCarrier
-from tests.coordinator.dispatcher.rig import Rig, sqlite_journal
+from turnwire.testing.dispatcher_rig import Rig, sqlite_journal
 
 A, B = "a" * 32, "b" * 32
 

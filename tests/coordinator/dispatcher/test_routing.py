@@ -10,8 +10,8 @@ import pytest
 
 from coordinator_svc.core.model import Execution, OpState
 from coordinator_svc.storage import FakeJournal
-from tests.coordinator.dispatcher.rig import TIMINGS, Rig
 from tests.support.fault_interceptor import DROP_REQUEST, DROP_RESPONSE, Fault, FaultInterceptor
+from turnwire.testing.dispatcher_rig import TIMINGS, Rig
 
 
 @pytest.mark.rule("C6")

@@ -11,9 +11,10 @@ import pytest
 from coordinator_svc.config import RunnerEndpoint
 from coordinator_svc.core.model import Execution, OpState
 from coordinator_svc.storage import FakeJournal
-from tests.coordinator.dispatcher.rig import TIMINGS, Rig
+from tests.support import runner_access
 from tests.support.fault_interceptor import DROP_RESPONSE, Fault, FaultInterceptor
 from tests.support.runner_process import runner_process
+from turnwire.testing.dispatcher_rig import TIMINGS, Rig
 from turnwire.testing.processes import ServiceProcess
 
 STATUS_AND_WATCH = (
@@ -165,7 +166,8 @@ def test_killed_runner_on_the_same_durable_store_reports_interrupted(tmp_path: P
     """§6/R3: runner SIGKILLed mid-turn, same durable store: TIMED_OUT INTERRUPTED, STARTED."""
 
     async def scenario() -> None:
-        rig = Rig(tmp_path, FakeJournal())
+        # The runner processes demand the session's secret (tests/support/runner_access.py).
+        rig = Rig(tmp_path, FakeJournal(), secret=runner_access.SECRET)
         store = tmp_path / "r1.db"
         first = runner_process(store, tmp_path, executor="metered", ledger_path=rig.ledger)
         second: ServiceProcess | None = None

@@ -12,12 +12,12 @@ import pytest
 
 from coordinator_svc.core.model import AttemptOutcome, Execution, OpState
 from coordinator_svc.storage import FakeJournal
-from tests.coordinator.dispatcher.rig import TIMINGS, Rig, new_operation, sqlite_journal
 from tests.support.fault_interceptor import DROP_REQUEST, Fault, FaultInterceptor
 from turnwire.common.v1 import turn_pb2
 from turnwire.ids import sha256_hex
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, MessageLimits
 from turnwire.runner.v1 import runner_pb2
+from turnwire.testing.dispatcher_rig import TIMINGS, Rig, new_operation, sqlite_journal
 
 STATUS_AND_WATCH = (
     "GetOperationStatus",

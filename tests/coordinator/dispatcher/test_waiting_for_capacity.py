@@ -22,11 +22,10 @@ from coordinator_svc.core.model import AttemptOutcome, Execution, OpState, TurnK
 from coordinator_svc.dispatcher import Dispatcher, utc_now
 from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.storage import FakeJournal
-from tests.coordinator.dispatcher.rig import TIMINGS, Rig, new_operation
-from tests.support import runner_access
 from tests.support.fault_interceptor import FaultInterceptor
 from turnwire.ids import sha256_hex
 from turnwire.runner.v1 import runner_pb2
+from turnwire.testing.dispatcher_rig import TIMINGS, Rig, new_operation
 
 TURNS = 6
 SLOTS = 2
@@ -174,7 +173,7 @@ def test_a_slot_another_coordinator_holds_is_waited_for_not_dispatched_to(
                 [endpoint],
                 TIMINGS,
                 ChangeFeed(),
-                runner_credentials=runner_access.CREDENTIALS,
+                runner_credentials=rig.credentials,
             )
             await other.start()
             record, event = new_operation({"sleep_ms": "3000"})

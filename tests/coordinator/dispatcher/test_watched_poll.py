@@ -14,8 +14,8 @@ import pytest
 
 from coordinator_svc.core.model import OpState
 from coordinator_svc.storage import FakeJournal
-from tests.coordinator.dispatcher.rig import TIMINGS, Rig
 from tests.support.fault_interceptor import FaultInterceptor
+from turnwire.testing.dispatcher_rig import TIMINGS, Rig
 
 FAST_POLL = dataclasses.replace(TIMINGS, status_poll=0.2, watched_status_poll=300.0)
 WATCH_AND_INFO = ("WatchOperations", "GetRunnerInfo")

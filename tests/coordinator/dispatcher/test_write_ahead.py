@@ -15,9 +15,9 @@ import pytest
 from coordinator_svc.core.model import AttemptOutcome, OpState
 from coordinator_svc.ports import Journal
 from coordinator_svc.storage import open_journal
-from tests.coordinator.dispatcher.rig import Rig, sqlite_journal
 from tests.support.fault_interceptor import DROP_REQUEST, Fault, FaultInterceptor
 from turnwire.runner.v1 import runner_pb2
+from turnwire.testing.dispatcher_rig import Rig, sqlite_journal
 
 
 class WriteAheadWitness(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]

@@ -1,6 +1,6 @@
 """The fuzzer's long run (issue 11): every RPC of both services, against real processes.
 
-    .venv/bin/python bench/fuzz.py --minutes 20 [--seed N] [--json]
+    .venv/bin/python -m tests.security.fuzz_long_run --minutes 20 [--seed N] [--json]
 
 Starts a runner (``python -m runner_svc serve``, metered executor with a
 ledger, plaintext on 127.0.0.1 with a secret file) and a coordinator
@@ -36,30 +36,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+import grpc
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
 
-import grpc  # noqa: E402
-from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from coordinator_svc.api.auth import Scope, add_token  # noqa: E402
-from tests.security import fuzz_hints, rpc_fuzz  # noqa: E402
-from tests.security.fuzz_hints import Known, Target  # noqa: E402
-from tests.security.rpc_fuzz import Method, Outcome, classify  # noqa: E402
-from turnwire.coordinator.v1 import coordinator_pb2 as C  # noqa: E402
-from turnwire.coordinator.v1 import coordinator_pb2_grpc  # noqa: E402
-from turnwire.launcher import ManagedProcess  # noqa: E402
-from turnwire.ledger import read_ledger  # noqa: E402
-from turnwire.runner.v1 import runner_pb2 as R  # noqa: E402
-from turnwire.runner.v1 import runner_pb2_grpc  # noqa: E402
-from turnwire.secure_channels import runner_sync_channel  # noqa: E402
-from turnwire.testing.processes import (  # noqa: E402
-    start_coordinator_process,
-    start_runner_process,
-)
-from turnwire.transport_security import (  # noqa: E402
+from coordinator_svc.api.auth import Scope, add_token
+from tests.security import fuzz_hints, rpc_fuzz
+from tests.security.fuzz_hints import Known, Target
+from tests.security.rpc_fuzz import Method, Outcome, classify
+from turnwire.coordinator.v1 import coordinator_pb2 as C
+from turnwire.coordinator.v1 import coordinator_pb2_grpc
+from turnwire.launcher import ManagedProcess
+from turnwire.ledger import read_ledger
+from turnwire.runner.v1 import runner_pb2 as R
+from turnwire.runner.v1 import runner_pb2_grpc
+from turnwire.secure_channels import runner_sync_channel
+from turnwire.testing.processes import start_coordinator_process, start_runner_process
+from turnwire.transport_security import (
     SECRET_HEADER,
     RunnerCredentials,
     read_secret_file,

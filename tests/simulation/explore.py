@@ -1,7 +1,7 @@
 """Deterministic simulation of the Turnwire protocol, for as long as asked.
 
-    python bench/simulate.py --seconds 60 [--seed-start N] [--steps K] [--jobs J]
-    python bench/simulate.py --seed S [--steps K]          # replay one seed, trace printed
+    python -m tests.simulation.explore --seconds 60 [--seed-start N] [--steps K] [--jobs J]
+    python -m tests.simulation.explore --seed S [--steps K]   # replay one seed, trace printed
 
 Runs seeded schedules (tests/simulation) against the pure cores of both
 services until the time is up, then prints schedules run, schedules/s,
@@ -27,9 +27,6 @@ import multiprocessing
 import sys
 import time
 from collections import Counter
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.simulation.broken_policies import BROKEN
 from tests.simulation.budget import HARD_CASES, RARE_CASES, BudgetResult, run_budget
@@ -95,7 +92,7 @@ def run_for(args: argparse.Namespace) -> int:
         print(f"violations by invariant: {dict(kinds)}")
         first = min(total.violations)[0]
         print(
-            f"replay the first with: python bench/simulate.py --seed {first} "
+            f"replay the first with: python -m tests.simulation.explore --seed {first} "
             f"--steps {args.steps}{' --shrink' if not args.shrink else ''}"
         )
     return 1 if total.violations else 0
@@ -120,7 +117,7 @@ def replay_seed(args: argparse.Namespace) -> int:
     return 1 if result.violation else 0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--seed-start", type=int, default=0)
@@ -143,7 +140,7 @@ def main() -> int:
         help="runners keep every row and key (default: they prune as eagerly as §9 allows)",
     )
     parser.add_argument("--broken", choices=sorted(BROKEN))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.seed is not None:
         return replay_seed(args)
     return run_for(args)

@@ -1,9 +1,17 @@
-"""A dispatcher against real runners (turnwire.testing's Stack: runner_svc's
-start_runner on 127.0.0.1:0, metered executor writing a real ledger) and a
-real journal (FakeJournal, or SqlJournal on a tmp SQLite file).
+"""The coordinator's dispatcher alone, against real runners and a journal you give it.
+
+``Rig`` stands up runners with turnwire.testing's Stack (runner_svc's
+start_runner on 127.0.0.1:0, the metered executor writing a real ledger) and
+builds a ``coordinator_svc.dispatcher.Dispatcher`` on the journal it is given
+(FakeJournal, or the SQL journal on a SQLite file: ``sqlite_journal``), with
+no API in front: the dispatcher's own tests (tests/coordinator/dispatcher) and
+the benchmarks of the scheduler (bench/capacity.py, bench/scheduler.py) drive
+it directly.
 
 Operations are put in the journal the way the API does (journal.submit with
-the envelope built once), then ``dispatcher.wake``.
+the envelope built once, ``new_operation``), then ``dispatcher.wake``. The
+runners demand a shared secret (a fresh one per rig unless ``secret`` is
+given); ``rig.credentials`` is what a caller presents to call a runner itself.
 """
 
 from __future__ import annotations
@@ -33,12 +41,13 @@ from coordinator_svc.feed import ChangeFeed
 from coordinator_svc.ports import Journal
 from coordinator_svc.storage import migrate, open_journal
 from runner_svc.app import RunningRunner
-from tests.support import runner_access
 from turnwire.common.v1 import turn_pb2
 from turnwire.ids import new_operation_id, sha256_hex
 from turnwire.ledger import count_starts, read_ledger
 from turnwire.runner.v1 import runner_pb2, runner_pb2_grpc
+from turnwire.secure_channels import runner_aio_channel
 from turnwire.testing.stack import Stack
+from turnwire.transport_security import RunnerCredentials
 
 TIMINGS = DispatchTimings(
     preflight_timeout=2.0,
@@ -123,11 +132,18 @@ class Rig:
     interceptors: Sequence[grpc.aio.ClientInterceptor] = ()
     dispatcher: Dispatcher | None = None
     feed: ChangeFeed = field(default_factory=ChangeFeed)
+    # The runners' shared secret (default: a fresh one for this rig).
+    secret: str | None = None
 
     def __post_init__(self) -> None:
         # The runners: turnwire.testing's in-process Stack (no coordinator app: the
-        # tests build the Dispatcher themselves, on ``journal``).
-        self.stack = Stack(self.tmp, secret=runner_access.SECRET)
+        # rig builds the Dispatcher itself, on ``journal``).
+        self.stack = Stack(self.tmp, secret=self.secret)
+
+    @property
+    def credentials(self) -> RunnerCredentials:
+        """What the rig's dispatcher presents to its runners, and a caller may too."""
+        return self.stack.credentials
 
     @property
     def runners(self) -> dict[str, RunningRunner]:
@@ -195,7 +211,7 @@ class Rig:
             self.feed,
             interceptors=self.interceptors,
             status_poll=status_poll,
-            **{"runner_credentials": runner_access.CREDENTIALS, **options},
+            **{"runner_credentials": self.credentials, **options},
         )
         return self.dispatcher
 
@@ -249,7 +265,7 @@ class Rig:
     async def runner_row(
         self, name: str, operation_id: str
     ) -> runner_pb2.GetOperationStatusResponse:
-        async with runner_access.aio_channel(self.runners[name].address) as channel:
+        async with runner_aio_channel(self.credentials, self.runners[name].address) as channel:
             stub = runner_pb2_grpc.RunnerServiceStub(channel)
             reply: runner_pb2.GetOperationStatusResponse = await stub.GetOperationStatus(
                 runner_pb2.GetOperationStatusRequest(operation_id=operation_id), timeout=2.0

@@ -1,4 +1,4 @@
-"""A throwaway PostgreSQL cluster for tests: initdb, start on 127.0.0.1, stop, delete.
+"""A throwaway PostgreSQL cluster (tests, benchmarks): initdb, start on 127.0.0.1, stop, delete.
 
 The server binaries (initdb, pg_ctl, postgres) must be on PATH. initdb
 refuses to run as root, so as root every server command runs as the
@@ -186,8 +186,9 @@ class PostgresCluster:
 
 @contextlib.contextmanager
 def running_cluster() -> Iterator[PostgresCluster]:
-    """A started PostgreSQL cluster of its own, stopped and deleted after; skips the test
-    without the binaries, or when it fails to start (fails it instead with CI=true)."""
+    """A started PostgreSQL cluster of its own, stopped and deleted after (for a pytest
+    fixture or test); skips the test without the binaries, or when it fails to start
+    (fails it instead with CI=true)."""
     missing = missing_binary()
     if missing is not None:
         pytest.skip(f"cannot start a PostgreSQL test cluster, missing: {missing}")
