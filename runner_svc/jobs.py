@@ -10,12 +10,15 @@ before the next command.
 
 The per-operation lock (shared with the service's Dispatch/Cancel) makes the
 launch check, the launch intent and the executor's start one step with
-respect to a Cancel. The start confirmation is queued behind the store's
-writer, not awaited: a turn that finishes before the writer takes it up
-withdraws it and its settlement records the start (R3; core/job_lifecycle.py).
+respect to a Cancel. A turn admitted with its launch intent (issue 27: the
+admission's commit carried it) skips the check and the write: its run begins
+with ``StartDue`` under the same lock. The start confirmation is queued behind
+the store's writer, not awaited: a turn that finishes before the writer takes
+it up withdraws it and its settlement records the start (R3; core/job_lifecycle.py).
 The crash points sit between the same durable writes as ever: after the
-launch intent, and after the executor finished but before its settlement is
-written (whether or not its start confirmation was).
+launch intent (its own write's, or the admission's: the executor not yet
+started either way), and after the executor finished but before its
+settlement is written (whether or not its start confirmation was).
 
 Each job has an output stream in the runner's OutputHub (R13) from admission
 to the end of its run, and a channel its executor emits chunks and heartbeats
@@ -67,6 +70,7 @@ from runner_svc.core.job_lifecycle import (
     RetryTimerFired,
     SettlementWriteFailed,
     SettlementWritten,
+    StartDue,
     StartExecutor,
     StopExecutor,
     WithdrawConfirmStart,
@@ -152,9 +156,11 @@ class JobRunner:
         envelope_bytes: bytes,
         *,
         draining: bool,
+        with_intent: bool = False,
     ) -> Job:
         """Register the job of a row just admitted (its slot is reserved) and
-        launch it in the background (after the reply)."""
+        launch it in the background (after the reply). ``with_intent``: the row
+        was written with its launch intent (R3, R4): the start is next."""
         state = admitted(
             self.incarnation_id,
             deadline=turn_limits.deadline(envelope),
@@ -162,6 +168,7 @@ class JobRunner:
             heartbeat_seconds=turn_limits.heartbeat_seconds(envelope),
             draining=draining,
             retry=turn_limits.retry_rule(envelope),
+            with_intent=with_intent,
         )
         job = Job(operation_id, kind, attempt, envelope, envelope_bytes, state)
         self.jobs[operation_id] = job
@@ -198,7 +205,7 @@ class JobRunner:
         op = job.operation_id
         try:
             async with self.lock(op):
-                await self._feed(job, await self._launch_check(job))
+                await self._feed(job, await self._first_event(job))
             while True:
                 if _waits_to_retry(job):  # R15: also after one that finished as it started
                     await self._next_execution(job)
@@ -293,6 +300,15 @@ class JobRunner:
         return None
 
     # --- launch (R3) -------------------------------------------------------------------
+
+    async def _first_event(self, job: Job) -> JobEvent:
+        """What the job's run begins with: the launch check for a row admitted alone,
+        the start for one whose admission wrote its intent (the machine decides
+        what either leads to)."""
+        if job.state.phase is Phase.READY:
+            crash_point("runner.after_launch_intent")  # the admission's, not yet started
+            return StartDue(now=self._clock())
+        return await self._launch_check(job)
 
     async def _launch_check(self, job: Job) -> JobEvent:
         try:

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
+from runner_svc import turn_limits
 from runner_svc.core.admission import (
     Admission,
     AdmissionAction,
@@ -169,7 +170,8 @@ class RunnerService:
     async def _admitted(self, call: DispatchCall) -> DispatchOutcome:
         # A caller that gives up (deadline, reset) cancels this handler. The
         # admission must still finish as one unit: a row committed without its
-        # job would stay ACCEPTED on this incarnation forever and hold a slot.
+        # job would stay ACCEPTED (or LAUNCHING, never started) on this
+        # incarnation forever and hold a slot.
         return await asyncio.shield(self._dispatch(call))
 
     async def _dispatch(self, call: DispatchCall) -> DispatchOutcome:
@@ -182,6 +184,7 @@ class RunnerService:
             call.fencing_token,
             KINDS[envelope.kind],
             envelope.executor or DEFAULT_EXECUTOR,
+            turn_limits.deadline(envelope),
         )
         async with self.jobs.lock(call.operation_id):
             row = self.store.remembered(call.operation_id)
@@ -193,16 +196,17 @@ class RunnerService:
                 if admission.action is AdmissionAction.DUPLICATE:
                     assert row is not None
                     return await self._duplicate(call, row, admission.raise_fencing_token)
-                admitted = await self._admit(call, facts, row, envelope)
+                admitted = await self._admit(call, facts, row, envelope, admission)
                 action = admission.action
             assert admitted is not None  # only a guess at a new id comes back empty
         log.info(
-            "dispatch %s accepted (incarnation %s, kind %s, attempt %d, %s)",
+            "dispatch %s accepted (incarnation %s, kind %s, attempt %d, %s, row %s)",
             call.operation_id,
             self.incarnation_id,
             facts.kind,
             call.attempt,
             action.value,
+            admitted.state,
         )
         return DispatchOutcome(self._view(admitted), duplicate=False)
 
@@ -213,6 +217,7 @@ class RunnerService:
             incarnation_id=self.incarnation_id,
             accepting=self.accepting,
             pools=self._pools,
+            now=self._clock(),
             openings=self.store.openings,
             executors=self.executors.names,
         )
@@ -227,10 +232,10 @@ class RunnerService:
         read the row and decide as always. A refusal as new (full, draining) is not
         final either: the row may make it a duplicate, which is answered even then."""
         try:
-            self._decide(facts, None)
+            admission = self._decide(facts, None)
         except RunnerRefusal:
             return None
-        return await self._admit(call, facts, None, envelope, guessed_new=True)
+        return await self._admit(call, facts, None, envelope, admission, guessed_new=True)
 
     async def _duplicate(
         self, call: DispatchCall, row: OperationRow, raise_token: bool
@@ -252,15 +257,17 @@ class RunnerService:
         facts: DispatchFacts,
         row: OperationRow | None,
         envelope: runner_pb2.TurnEnvelope,
+        admission: Admission,
         *,
         guessed_new: bool = False,
     ) -> OperationRow | None:
-        """R4: reserve (no await since the decision), write the row, launch in the
+        """R4: reserve (no await since the decision), write the row (with its launch
+        intent when ``admission`` says it launches at once, R3), launch in the
         background. ``guessed_new``: ``row`` is None only because memory did not hold
         the id; if the store has it, nothing is written and None comes back."""
         self._pools.reserve(facts.kind)
         try:
-            change = self._admission_change(call, facts, row)
+            change = self._admission_change(call, facts, row, admission.with_intent)
             if guessed_new:
                 try:
                     written = await self.store.write(call.operation_id, change)
@@ -286,13 +293,14 @@ class RunnerService:
             call.attempt,
             envelope,
             call.envelope,
-            # Shutdown began while the row was being written: never launched (R8).
+            # Shutdown began while the row was being written: never started (R8).
             draining=not self.accepting,
+            with_intent=admission.with_intent,
         )
         return row
 
     def _admission_change(
-        self, call: DispatchCall, facts: DispatchFacts, row: OperationRow | None
+        self, call: DispatchCall, facts: DispatchFacts, row: OperationRow | None, with_intent: bool
     ) -> RowEvent:
         return admission_change(
             facts,
@@ -301,6 +309,7 @@ class RunnerService:
             attempt=call.attempt,
             dispatch_stamp=call.dispatch_stamp,
             now=self._clock(),
+            with_intent=with_intent,
         )
 
     # --- Cancel (R5, R6) ------------------------------------------------------------

@@ -21,8 +21,13 @@ CRASH_POINTS: dict[str, str] = {
     "coordinator.after_dispatch_send": "Dispatch sent, its reply not yet recorded",
     "coordinator.after_terminal_commit": "terminal state committed (C10), Release not yet sent",
     # runner
-    "runner.after_dedupe_commit": "dedupe row committed (R3), Dispatch reply not yet sent",
-    "runner.after_launch_intent": "launch intent committed (R3), executor not yet started",
+    "runner.after_dedupe_commit": (
+        "dedupe row committed (R3; with its launch intent when the turn launches at once, "
+        "R4), Dispatch reply not yet sent"
+    ),
+    "runner.after_launch_intent": (
+        "launch intent committed (R3: its own write, or the admission's), executor not yet started"
+    ),
     "runner.after_executor_finished": "executor finished, settlement not yet committed (R7)",
     "runner.after_execution_end": "a failed execution's end committed (R15), no retry intent yet",
     "runner.before_retry_intent": "the retry wait is over (R15), its launch intent not yet written",

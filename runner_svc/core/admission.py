@@ -1,9 +1,14 @@
-"""Admission (R2, R4, R5, §5, §6): what to do with a Dispatch, decided in one step.
+"""Admission (R2, R3, R4, R5, §5, §6): what to do with a Dispatch, decided in one step.
 
 The shell loads the operation's row (if any), then asks :func:`decide_admission`
 with the runner's slot pools; the answer is one instruction. Reserving the slot
 is part of the same synchronous step (``SlotPools.reserve``), so two Dispatches
 can never both take the last slot, and a failed write gives it back.
+
+An admitted turn that launches at once (nothing could block its launch check,
+R3) is written with its launch intent in the admission's own commit
+(``Admission.with_intent``, issue 27): one durable commit before the executor
+starts instead of two.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from runner_svc.core.model import (
     SlotKind,
     StopReason,
 )
+from runner_svc.core.settlement import due_stop_reason
 from runner_svc.core.witness import StoreOpening, vouches
 
 
@@ -41,12 +47,18 @@ class DispatchFacts:
     kind: SlotKind
     # The executor the envelope names ("default" when it names none, R14).
     executor: str = DEFAULT_EXECUTOR
+    # The envelope's limits.deadline, unix seconds; None when it has none (R6).
+    deadline: float | None = None
 
 
 @dataclass(frozen=True)
 class Admission:
     action: AdmissionAction
     raise_fencing_token: bool = False
+    # R3, R4: the row is written with its launch intent (execution 1) in the
+    # admission's own commit, and the job starts the executor right after it
+    # lands, with no launch check and no write of its own (issue 27).
+    with_intent: bool = False
 
 
 def check_incarnation(expected: str, ours: str) -> None:
@@ -74,12 +86,13 @@ def decide_admission(
     incarnation_id: str,
     accepting: bool,
     pools: SlotPools,
+    now: float,
     openings: Sequence[StoreOpening] = (),
     executors: Collection[str] = (DEFAULT_EXECUTOR,),
 ) -> Admission:
     """The one admission decision; raises RunnerRefusal for every refusal.
-    ``openings``: the store's chain (§6 witness), newest first; ``executors``:
-    the names of the executors this runner serves (R14)."""
+    ``now``: the runner's clock; ``openings``: the store's chain (§6 witness),
+    newest first; ``executors``: the names of the executors this runner serves (R14)."""
     check_incarnation(facts.expected_incarnation_id, incarnation_id)
     check_fencing_token(row, facts.fencing_token)
     raise_token = row is not None and facts.fencing_token > row.fencing_token
@@ -99,7 +112,20 @@ def decide_admission(
     check_executor_served(facts.executor, executors)
     _check_open_and_free(facts, accepting=accepting, pools=pools)
     action = AdmissionAction.ADMIT if row is None else AdmissionAction.TAKE_OVER
-    return Admission(action, raise_fencing_token=raise_token)
+    return Admission(
+        action, raise_fencing_token=raise_token, with_intent=launches_at_once(facts, now)
+    )
+
+
+def launches_at_once(facts: DispatchFacts, now: float) -> bool:
+    """R3, R4: whether the launch check would pass the moment the admitted row lands.
+    The row written is this incarnation's and ACCEPTED with no stop reason (a new
+    row has none; a take-over clears the earlier process's shutdown, §6), and the
+    runner is open (or the Dispatch was refused), so only a deadline already passed
+    can block the launch. Such a turn is admitted alone: its launch check then
+    settles it unlaunched, TIMED_OUT, NOT_STARTED (C14)."""
+    late = due_stop_reason(now=now, deadline=facts.deadline, started_at=None, budget_seconds=None)
+    return late is None
 
 
 def _needs_take_over(

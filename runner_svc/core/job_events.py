@@ -28,6 +28,14 @@ class LaunchCheckFailed:
 
 
 @dataclass(frozen=True)
+class StartDue:
+    """The run of a job admitted with its launch intent begins (R3, R4), under the
+    operation's lock, at ``now``: its executor's start is next."""
+
+    now: float
+
+
+@dataclass(frozen=True)
 class LaunchIntentWritten:
     """The launch intent is durable (answers WriteLaunchIntent)."""
 
@@ -133,6 +141,7 @@ class JobAbandoned:
 JobEvent = (
     LaunchChecked
     | LaunchCheckFailed
+    | StartDue
     | LaunchIntentWritten
     | LaunchIntentFailed
     | ExecutorStarted

@@ -9,7 +9,14 @@ in on events; nothing here awaits, reads a clock or touches the store.
 A job is made by a successful admission, which reserved its slot::
 
     ADMITTED --launch check passes--> LAUNCHING --intent durable--> STARTING
+    READY (admitted with its intent) --start due------------------> STARTING
       --executor started--> RUNNING --outcome in--> SETTLING --durable--> SETTLED
+
+A turn that launches at once is admitted with its launch intent in the same
+commit (issue 27) and starts READY; only one admitted alone (its deadline
+had passed) goes through the launch check and an intent of its own
+(core/job_launch.py has both ways and why a stopped READY job settles
+NOT_STARTED).
 
 A retry (R15) loops back inside the same job and the same slot: an execution
 that failed with declared effect NONE, nothing having stopped the turn, with
@@ -21,8 +28,9 @@ the turn with that stop and no further execution. Anything else is final
 (core/retries.py decides; PROTOCOL.md R15).
 
 Side exits: a launch check that is blocked settles the never-launched row when
-a stop reason blocked it, or gives the slot back unsettled when nothing of
-ours can launch (RELEASED); a write that fails leaves the slot held, marked
+a stop reason blocked it (a READY job stopped before its start settles so too),
+or gives the slot back unsettled when nothing of ours can launch (RELEASED,
+never after an intent); a write that fails leaves the slot held, marked
 result-not-saved, until restart (HELD, R7). The slot is given back
 (``FreeSlot``) at most once, and once a launch intent exists only after the
 settlement is durable (R6).
@@ -30,7 +38,9 @@ settlement is durable (R6).
 Three commands are requests (``WriteLaunchIntent``, ``StartExecutor``,
 ``WriteSettlement``): the shell answers each with one event before it performs
 the next command. An answer that matches no open request changes nothing, so
-no event, however misplaced, can start an executor or free a slot.
+no event, however misplaced, can start an executor or free a slot. The one
+start that answers no request is ``StartDue``'s, and only in READY, which only
+an admission that wrote the intent makes (``admitted(with_intent=True)``).
 
 The start confirmation (R3's second step) is not a request: it is queued
 behind the store's single writer and the job goes on to wait for the outcome.
@@ -44,13 +54,13 @@ straight to settled: a crash before that leaves the intent alone (``UNKNOWN``,
 never ``NOT_STARTED``), and after it the settled row implies the start. A turn
 still running gets its confirmation as before (issue 10).
 
-Events and commands are defined in core/job_events.py and re-exported here.
+Events and commands are defined in core/job_events.py, the job's state in
+core/job_state.py, and all of them are re-exported here.
 """
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import assert_never
 
 from runner_svc.core.job_events import (
@@ -79,6 +89,7 @@ from runner_svc.core.job_events import (
     RetryTimerFired,
     SettlementWriteFailed,
     SettlementWritten,
+    StartDue,
     StartExecutor,
     StopExecutor,
     WithdrawConfirmStart,
@@ -88,6 +99,8 @@ from runner_svc.core.job_events import (
     WriteSettlement,
     WriteStopReason,
 )
+from runner_svc.core.job_launch import launch_checked, start_due
+from runner_svc.core.job_state import FINAL_PHASES, JobState, Phase, Step, admitted, settle
 from runner_svc.core.model import Execution, RowState, StopReason, TurnFailure
 from runner_svc.core.retries import retry_after_failure, stopped_in_backoff
 from runner_svc.core.settlement import (
@@ -96,10 +109,8 @@ from runner_svc.core.settlement import (
     due_stop_reason,
     first_stop_reason,
     heartbeat_due,
-    launch_block,
     unlaunched_settlement,
 )
-from turnwire.retry_policy import RetryRule
 
 __all__ = [
     "FINAL_PHASES",
@@ -130,6 +141,7 @@ __all__ = [
     "RetryTimerFired",
     "SettlementWriteFailed",
     "SettlementWritten",
+    "StartDue",
     "StartExecutor",
     "Step",
     "StopExecutor",
@@ -144,96 +156,13 @@ __all__ = [
 ]
 
 
-class Phase(enum.StrEnum):
-    ADMITTED = "ADMITTED"  # holds its slot; the launch check is still to come
-    LAUNCHING = "LAUNCHING"  # the launch check passed; the launch intent is being written
-    STARTING = "STARTING"  # the launch intent is durable; the executor is being started
-    RUNNING = "RUNNING"  # the executor started; its outcome is awaited
-    SETTLING = "SETTLING"  # the job's own settlement is decided and being written
-    # An execution failed with effect NONE and its end is durable (or being
-    # written); the next one starts when the retry timer fires (R15).
-    BACKOFF = "BACKOFF"
-    SETTLED = "SETTLED"  # the settlement is durable and the slot given back
-    RELEASED = "RELEASED"  # nothing of ours launched: the slot given back, nothing to settle
-    HELD = "HELD"  # the job's run is over without a durable settlement: slot held (R7)
-
-
-# Phases after which nothing more happens to the job: its slot is back in the pool.
-FINAL_PHASES = frozenset({Phase.SETTLED, Phase.RELEASED})
-
-
-@dataclass(frozen=True)
-class JobState:
-    """One job as the machine knows it; the shell keeps it and replaces it each step."""
-
-    incarnation_id: str
-    deadline: float | None = None  # limits.deadline, unix seconds
-    budget_seconds: float | None = None  # limits.budget_ms, counted from the start
-    # limits.heartbeat_timeout (R12): the longest the executor may go without a
-    # heartbeat once started; None when the turn requires none.
-    heartbeat_seconds: float | None = None
-    phase: Phase = Phase.ADMITTED
-    # R6: the first reason wins. Kept here always; written durably when the
-    # machine says so (WriteStopReason), which is not every time (see step).
-    stop_reason: StopReason | None = None
-    started_at: float | None = None
-    # The start confirmation is queued (WriteConfirmStart) and the outcome not in
-    # yet: an outcome that comes now withdraws it (WithdrawConfirmStart).
-    confirmation_queued: bool = False
-    # When the limit timer is armed to wake next (deadline, budget, heartbeat);
-    # None once a limit stopped the turn, or when it has none.
-    limit_alarm: float | None = None
-    settlement_pending: bool = False  # a WriteSettlement awaits its answer
-    result_not_saved: bool = False  # a write the turn's truth needed failed: slot held (R7)
-    # R15: the turn's retry policy (None: one execution), the current
-    # execution's number (0 before the first launch intent) and start, and
-    # when the next execution may start while in BACKOFF.
-    retry: RetryRule | None = None
-    execution_number: int = 0
-    execution_started_at: float | None = None
-    retry_at: float | None = None
-    retry_reason: str = ""
-
-    @property
-    def slot_held(self) -> bool:
-        return self.phase not in FINAL_PHASES
-
-    @property
-    def executor_live(self) -> bool:
-        """The job started an executor and has not finished with it: a stop is passed
-        on (one that already finished ignores it: ExecutionHandle.cancel contract)."""
-        return self.started_at is not None and self.phase in (Phase.RUNNING, Phase.SETTLING)
-
-
-def admitted(
-    incarnation_id: str,
-    *,
-    deadline: float | None,
-    budget_seconds: float | None,
-    heartbeat_seconds: float | None = None,
-    draining: bool = False,
-    retry: RetryRule | None = None,
-) -> JobState:
-    """A job fresh from admission (R4). One admitted while the runner began to
-    drain carries SHUTDOWN (in memory), so its launch check settles it unlaunched."""
-    return JobState(
-        incarnation_id,
-        deadline=deadline,
-        budget_seconds=budget_seconds,
-        heartbeat_seconds=heartbeat_seconds,
-        stop_reason=StopReason.SHUTDOWN if draining else None,
-        retry=retry,
-    )
-
-
-Step = tuple[JobState, tuple[Command, ...]]
-
-
 def step(state: JobState, event: JobEvent) -> Step:
     """The job after ``event``, and what the shell must do, in order."""
     match event:
         case LaunchChecked():
-            return _launch_checked(state, event)
+            return launch_checked(state, event)
+        case StartDue():
+            return start_due(state, event)
         case LaunchCheckFailed():
             if state.phase is not Phase.ADMITTED:
                 return state, ()
@@ -258,8 +187,8 @@ def step(state: JobState, event: JobEvent) -> Step:
             settling = replace(state, phase=Phase.SETTLING)
             decision = SettlementDecision(RowState.FAILED, error=failure)
             if state.execution_number > 1:  # R15: an earlier execution of the turn ran
-                return _settle(settling, decision, Execution.STARTED, current=execution)
-            return _settle(settling, decision, execution)
+                return settle(settling, decision, Execution.STARTED, current=execution)
+            return settle(settling, decision, execution)
         case LimitTimerFired():
             return _limit_timer_fired(state, event)
         case ExecutorFinished():
@@ -319,36 +248,6 @@ def step(state: JobState, event: JobEvent) -> Step:
             return replace(state, phase=Phase.HELD, settlement_pending=False), ()
         case _:
             assert_never(event)
-
-
-def _launch_checked(state: JobState, event: LaunchChecked) -> Step:
-    """R3's launch check: launch only an ACCEPTED row of ours that nothing stopped."""
-    if state.phase not in (Phase.ADMITTED, Phase.SETTLED):
-        return state, ()
-    # A deadline that passed while the job waited blocks the launch. It is
-    # kept in memory only: the unlaunched settlement says what stopped it.
-    due = due_stop_reason(
-        now=event.now, deadline=state.deadline, started_at=None, budget_seconds=None
-    )
-    if due is not None:
-        state = replace(state, stop_reason=first_stop_reason(state.stop_reason, due))
-    row = event.row
-    block = launch_block(row, state.incarnation_id, state.stop_reason)
-    if state.phase is Phase.SETTLED:
-        # A Cancel settled the job before its check ran: nothing is left to do.
-        return state, (NoteNotLaunched(block or "it was settled before its launch check"),)
-    if not block:
-        return replace(state, phase=Phase.LAUNCHING, execution_number=1), (WriteLaunchIntent(),)
-    note = NoteNotLaunched(block)
-    reason = state.stop_reason or (row.stop_reason if row is not None else None)
-    if row is not None and row.state is RowState.ACCEPTED and reason is not None:
-        # Stopped before its launch intent: it provably never started (C14).
-        settling = replace(state, phase=Phase.SETTLING)
-        settled, commands = _settle(settling, unlaunched_settlement(reason), Execution.NOT_STARTED)
-        return settled, (note, *commands)
-    # The row is gone, settled, or not ours: nothing of ours launched, so
-    # there is nothing to settle and the slot is free again.
-    return replace(state, phase=Phase.RELEASED), (note, FreeSlot())
 
 
 def _executor_started(state: JobState, event: ExecutorStarted) -> Step:
@@ -415,10 +314,10 @@ def _executor_finished(state: JobState, event: ExecutorFinished) -> Step:
         write = WriteExecutionEnd(decision.error, started_at=ended.execution_started_at)
         return waiting, (*withdraw, write)
     settling = replace(ended, phase=Phase.SETTLING)
-    settling, settle = _settle(
+    settling, written = settle(
         settling, decision, Execution.STARTED, started_at=ended.execution_started_at
     )
-    return settling, (*withdraw, *settle)
+    return settling, (*withdraw, *written)
 
 
 def _budget_ends(state: JobState) -> float | None:
@@ -446,8 +345,8 @@ def _stop_in_backoff(state: JobState, reason: StopReason) -> Step:
     record = (WriteStopReason(reason),) if state.stop_reason is None else ()
     first = first_stop_reason(state.stop_reason, reason)
     stopped = replace(state, phase=Phase.SETTLING, stop_reason=first, retry_at=None)
-    settling, settle = _settle(stopped, stopped_in_backoff(first), Execution.STARTED)
-    return settling, (*record, *settle)
+    settling, written = settle(stopped, stopped_in_backoff(first), Execution.STARTED)
+    return settling, (*record, *written)
 
 
 def _limit_timer_fired(state: JobState, event: LimitTimerFired) -> Step:
@@ -477,11 +376,14 @@ def _cancel_requested(state: JobState, event: CancelRequested) -> Step:
     if state.phase is Phase.BACKOFF:
         return _stop_in_backoff(state, StopReason.CANCEL)
     row = event.row
-    if row.state is RowState.ACCEPTED and state.phase in (Phase.ADMITTED, Phase.HELD):
-        # Never launched: it settles now, NOT_STARTED (C14). The phase stays:
-        # if this write fails, a job still ADMITTED retries at its launch check.
+    unlaunched = row.state is RowState.ACCEPTED and state.phase in (Phase.ADMITTED, Phase.HELD)
+    if unlaunched or state.phase is Phase.READY:
+        # Never launched, or (READY) its intent durable and no executor asked to
+        # start: it settles now, NOT_STARTED (C14, core/job_launch.py). The phase
+        # stays: if this write fails, a job still ADMITTED retries at its launch
+        # check, one still READY at its start (StartDue).
         reason = first_stop_reason(state.stop_reason, StopReason.CANCEL)
-        return _settle(
+        return settle(
             replace(state, stop_reason=reason),
             unlaunched_settlement(reason),
             Execution.NOT_STARTED,
@@ -501,15 +403,3 @@ def _record_stop(state: JobState, reason: StopReason, *, ask_executor: bool) -> 
     if ask_executor and state.executor_live:
         commands.append(StopExecutor())
     return state, tuple(commands)
-
-
-def _settle(
-    state: JobState,
-    decision: SettlementDecision,
-    execution: Execution,
-    *,
-    started_at: float | None = None,
-    current: Execution | None = None,
-) -> Step:
-    command = WriteSettlement(decision, execution, started_at=started_at, current_execution=current)
-    return replace(state, settlement_pending=True), (command,)

@@ -32,9 +32,11 @@ def admission_change(
     attempt: int,
     dispatch_stamp: int,
     now: float,
+    with_intent: bool = False,
 ) -> RowEvent:
     """R2, §6: the write that admits a Dispatch ``decide_admission`` let in: a new
-    row, or this incarnation taking over an earlier one's row."""
+    row, or this incarnation taking over an earlier one's row; ``with_intent``
+    (``Admission.with_intent``): with its launch intent in the same write (R3, R4)."""
     if row is None:
         return Admit(
             facts.operation_id,
@@ -45,8 +47,9 @@ def admission_change(
             facts.fencing_token,
             now,
             dispatch_stamp,
+            with_intent,
         )
-    return TakeOver(incarnation_id, attempt, facts.fencing_token, now, dispatch_stamp)
+    return TakeOver(incarnation_id, attempt, facts.fencing_token, now, dispatch_stamp, with_intent)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,10 @@
 
 A row is born by ``Admit`` (a Dispatch was accepted) or ``Tombstone`` (a
 Cancel for an unknown id, R5). An accepted row is launched in two durable
-steps, ``LaunchIntent`` then ``ConfirmStart`` (R3), and ends with exactly one
+steps, ``LaunchIntent`` then ``ConfirmStart`` (R3); a turn that launches at
+once is admitted with its launch intent (``Admit`` or ``TakeOver`` with
+``with_intent``: the row is born ``LAUNCHING``, exactly as the two writes
+would leave it, in one commit, issue 27). It ends with exactly one
 ``Settle`` (R7); a turn that finished before its confirmation was written
 settles straight from ``LAUNCHING`` as ``STARTED`` with its start time (the
 settled row implies the start, so the confirmation is subsumed).
@@ -56,6 +59,8 @@ class Admit:
     fencing_token: int
     at: float
     dispatch_stamp: int = 0
+    # R3, R4: the launch intent of execution 1 goes in the same write (issue 27).
+    with_intent: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,8 @@ class TakeOver:
     fencing_token: int
     at: float
     dispatch_stamp: int = 0
+    # R3, R4: the launch intent of execution 1 goes in the same write (issue 27).
+    with_intent: bool = False
 
 
 @dataclass(frozen=True)
@@ -207,7 +214,7 @@ def _refuse(row: OperationRow | None, event: object, why: str) -> IllegalRowEven
 
 
 def _admit(row: OperationRow | None, event: Admit, name: str) -> OperationRow:
-    return OperationRow(
+    admitted = OperationRow(
         operation_id=event.operation_id,
         state=_S.ACCEPTED,
         execution=Execution.NOT_STARTED,
@@ -220,6 +227,16 @@ def _admit(row: OperationRow | None, event: Admit, name: str) -> OperationRow:
         accepted_at=event.at,
         dispatch_stamp=event.dispatch_stamp,
     )
+    return _with_intent(admitted, event)
+
+
+def _with_intent(row: OperationRow, event: Admit | TakeOver) -> OperationRow:
+    """The admitted row, launched too when the admission carries the intent: the
+    launch intent's own rule applied to it, so one write is legal exactly when
+    the two would be (R3)."""
+    if not event.with_intent:
+        return row
+    return _launch_intent(row, LaunchIntent(event.incarnation_id, event.at), row.operation_id)
 
 
 def _tombstone(row: OperationRow | None, event: Tombstone, name: str) -> OperationRow:
@@ -241,7 +258,7 @@ def _take_over(row: OperationRow | None, event: TakeOver, name: str) -> Operatio
         raise _refuse(row, event, "only an earlier incarnation's row can be taken over")
     if row.stop_reason not in (None, StopReason.SHUTDOWN):
         raise _refuse(row, event, "a row with a stop reason is never launched")
-    return replace(
+    taken = replace(
         row,
         incarnation_id=event.incarnation_id,
         attempt=event.attempt,
@@ -252,6 +269,7 @@ def _take_over(row: OperationRow | None, event: TakeOver, name: str) -> Operatio
         # holds within an incarnation: the new one records its own reasons).
         stop_reason=None,
     )
+    return _with_intent(taken, event)
 
 
 def _launch_intent(row: OperationRow | None, event: LaunchIntent, name: str) -> OperationRow:

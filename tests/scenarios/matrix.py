@@ -8,8 +8,9 @@ Phases, read from the coordinator -> runner path of one operation:
                      write-ahead (crash point coordinator.after_attempt_commit)
     in flight        the Dispatch call is on the wire, the runner has not
                      committed anything
-    after commit     the runner committed its dedupe row (R3); its Dispatch
-                     reply has not been recorded by the coordinator
+    after commit     the runner committed its dedupe row (R3; with its launch
+                     intent, R4); its Dispatch reply has not been recorded by
+                     the coordinator
     execution        the executor is running; the operation is RUNNING
     after execution  the executor finished; its result has not reached the
                      coordinator (the watch stream / a status poll carries it)
@@ -249,12 +250,13 @@ def _restart_cells(fault: Fault) -> list[Cell]:
         Cell(fault, P.AFTER_COMMIT,
              inj("runner_crash_point", "runner-1 armed with runner.after_dedupe_commit",
                  crash_point="runner.after_dedupe_commit"),
-             gone_unknown if wipe else changed_incarnation(
-                 "§6 witness: accepted by an incarnation that died before its floor passed "
-                 "the stamp: nothing proves the row is its last word, so it is never sent "
-                 "again (a clean stop seals the floor and re-admits; see the unit tests)",
-                 UNKNOWN, (0, 0)),
-             pins="C8" if wipe else "§6 witness, R3"),
+             gone_unknown if wipe else interrupted(
+                 "R3/§6: the turn launches at once, so the admission's write carried its "
+                 "launch intent (R4): the dead incarnation's row reads INTERRUPTED, UNKNOWN, "
+                 "adopted without vouching (W4), never sent again (a row admitted alone and "
+                 "never launched would need the §6 witness: see the unit tests)",
+                 UNKNOWN, 0),
+             pins="C8" if wipe else "§6, R3"),
         Cell(fault, P.EXECUTION,
              inj("runner_kill_running", "runner-1 SIGKILLed while the executor runs "
                  "(its start is in the ledger)", sleep_ms=SLOW),

@@ -23,6 +23,13 @@ HARD_CASES = {
     "dedupe of a delivered duplicate Dispatch": "dispatch:duplicate",
     "coordinator crash right after a commit": "coordinator_crash_after_commit",
     "crash between launch intent and start": "crash_after_intent",
+    "R3/R4 admissions written with their launch intent (issue 27)": "dispatch:admitted_with_intent",
+    "R3 restart between an admission with its intent and the start": (
+        "restart:unstarted_admission_intent"
+    ),
+    "§6 restart leaving a row accepted, never launched (an older release)": (
+        "restart:unstarted_accepted"
+    ),
     "crash between start and confirmation": "crash_after_start",
     "reconcile deadline": "reason:RECONCILE_DEADLINE",
     "max_attempts reached": "reason:MAX_ATTEMPTS_EXCEEDED",

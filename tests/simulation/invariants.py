@@ -316,6 +316,15 @@ class Checker:
             if entry.number > 1:
                 self._check_retry(entry)
                 continue
+            if entry.intent_number != 1:
+                # R3: the row held the launch intent of execution 1 when it started
+                # (its own write, or since issue 27 its admission's).
+                raise Violation(
+                    "R3 intent",
+                    entry.operation_id,
+                    f"started on {entry.runner}/{entry.incarnation_id} with no launch "
+                    "intent on its row",
+                )
             self.first_starts[entry.operation_id] += 1
             executor = self.executors.get(entry.operation_id) or "default"
             if executor not in served_executors(entry.runner):

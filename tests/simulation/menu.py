@@ -189,7 +189,8 @@ def complete(sim: Simulator, label: str) -> str:
             " unsaved" if rng.random() < 0.03 else ""
         )
     if kind == "restart":
-        return f"{label} {_restart_kind(sim, words[1])}"
+        apart = sim.side_rng.random() < sim.config.intent_apart_share
+        return f"{label} {_restart_kind(sim, words[1])}" + (" apart" if apart else "")
     if kind == "watch" and len(sim.coordinators) > 1:
         return f"{label} @{rng.choice(sorted(sim.coordinators))}"
     if kind == "advance":
@@ -241,9 +242,11 @@ def heal_action(sim: Simulator) -> str | None:
                     return f"retry {op}@{name} confirm"
                 return f"advance {job.retry_alarm - sim.now + 0.001:.3f}"  # R15: wait it out
             if job.phase == "result_not_saved":
-                return f"restart {name} kept"  # R7: held until restart; an operator restarts it
+                # R7: held until restart; an operator restarts it (the same release).
+                return f"restart {name} kept" + (" apart" if runner.intent_apart else "")
         if not runner.accepting:
-            return f"restart {name} kept"  # drained: an operator starts it again
+            # Drained: an operator starts it again (the same release).
+            return f"restart {name} kept" + (" apart" if runner.intent_apart else "")
     if sim.membership is not None:
         act = sim_membership.heal_action(sim.membership, sorted(sim.runners), _views(sim))
         if act is not None:
@@ -283,6 +286,13 @@ def draw_setup(rng: random.Random, seed: int, config: SimConfig) -> Setup:
     specs = tuple(
         RunnerSpec(f"r{n}", rng.random() < 0.75, rng.choice((1, 1, 2)))
         for n in range(1, runners + 1)
+    )
+    # Issue 27: which runners start on the release before it, from a generator of
+    # its own (as every draw below), so the other choices stay as they were.
+    release = random.Random(seed * 7331 + 11)
+    specs = tuple(
+        dataclasses.replace(s, intent_apart=release.random() < config.intent_apart_share)
+        for s in specs
     )
     skew = rng.choice((0.0, 0.0, 4.0, -4.0, 20.0, -20.0)) if replicas > 1 else 0.0
     # Its own generator, so every other schedule draws exactly as before.

@@ -31,6 +31,8 @@ def count_coverage(sim: Simulator) -> None:
         coverage.update(runner.counters)
     for record in sim.journal.operations.values():
         coverage[f"final:{record.state.value}"] += 1
+        if record.state.terminal:
+            coverage[f"final_execution:{record.execution.value}"] += 1
         if record.error_reason:
             coverage[f"reason:{record.error_reason}"] += 1
         if record.attempt_count > 1:
@@ -38,6 +40,10 @@ def count_coverage(sim: Simulator) -> None:
         if record.fencing_token > 1:
             coverage["lease_taken_over"] += 1
     coverage["executions"] += len(sim.ledger.entries)
+    for op, kind in sim.ledger.unstarted_at_crash.items():
+        record = sim.journal.operations[op]
+        if record.state.terminal:  # how a turn its runner died before starting ended
+            coverage[f"unstarted_at_crash:{kind}:{record.execution.value}"] += 1
 
 
 def operation_of(violation: str | None) -> str | None:

@@ -7,6 +7,14 @@ machine, interpreted against this store, the ledger and the slot pools by
 :mod:`tests.simulation.sim_runner_jobs` (launch, its crash points, settlement,
 the held slot of R7); nothing here decides about a job.
 
+A turn that launches at once is admitted with its launch intent in one write,
+as the real runner does (issue 27; the job then starts READY). An incarnation
+may instead run the release before that (``intent_apart``: a rolling upgrade
+or downgrade), which writes every admission alone and the intent after it:
+the world strips the merged intent from the core's decision, as that release
+never made it, so rows an older process left ACCEPTED meet newer ones (§6
+re-admission) and the other way round.
+
 The store is an in-memory dict of rows. A restart makes a new incarnation;
 the store is kept (same ``store_id``: a durable store, §6) or wiped (a new,
 empty store with a new ``store_id``). Like the real store it keeps the §6
@@ -30,6 +38,7 @@ from runner_svc.core.admission import (
 )
 from runner_svc.core.model import (
     DEFAULT_EXECUTOR,
+    Execution,
     OperationRow,
     Refusal,
     RowState,
@@ -184,6 +193,9 @@ class SimRunner:
     counters: Counter[str] = field(default_factory=Counter)
     # §9: prune before every call, by these rules (None: never prune).
     retention: SimRetention | None = None
+    # This incarnation runs the release before issue 27: its admissions never
+    # carry the launch intent (see the module docstring).
+    intent_apart: bool = False
 
     def __post_init__(self) -> None:
         self._start_process()
@@ -207,10 +219,14 @@ class SimRunner:
         self.job_runner.drain(now)
         self.store.raise_floor(SEALED_FLOOR)
 
-    def restart(self, incarnation_id: str, new_store: SimStore | None) -> None:
-        """Crash and start again: every job dies with the process (R1)."""
+    def restart(
+        self, incarnation_id: str, new_store: SimStore | None, *, intent_apart: bool = False
+    ) -> None:
+        """Crash and start again (``intent_apart``: on the release before issue 27):
+        every job dies with the process (R1)."""
         self.job_runner.die()
         self.incarnation_id = incarnation_id
+        self.intent_apart = intent_apart
         if new_store is not None:
             self.store = new_store
         self.store.open(incarnation_id)
@@ -279,9 +295,12 @@ class SimRunner:
             incarnation_id=self.incarnation_id,
             accepting=self.accepting,
             pools=self.pools,
+            now=now,
             openings=self.store.openings,
             executors=served_executors(self.name),  # R14
         )
+        if self.intent_apart:  # the release before issue 27 never merged the intent
+            admission = replace(admission, with_intent=False)
         if admission.action is AdmissionAction.DUPLICATE:
             assert row is not None
             self.counters["dispatch:duplicate"] += 1
@@ -298,6 +317,7 @@ class SimRunner:
             attempt=request.attempt,
             dispatch_stamp=request.dispatch_stamp,
             now=now,
+            with_intent=admission.with_intent,
         )
         if row is not None:
             self.counters["dispatch:take_over"] += 1
@@ -307,6 +327,8 @@ class SimRunner:
             self.pools.free(facts.kind)
             raise
         self.counters["dispatch:admitted"] += 1
+        if admission.with_intent:
+            self.counters["dispatch:admitted_with_intent"] += 1
         # Shutdown began while the row was being written: never launched (R8).
         self.job_runner.admit(
             request.operation_id,
@@ -315,6 +337,7 @@ class SimRunner:
             draining=not self.accepting,
             heartbeat_seconds=request.heartbeat_seconds,
             retry=turn_retry(request.operation_id),  # R15: fixed per turn, as its envelope
+            with_intent=admission.with_intent,
         )
         return DispatchReply(self.incarnation_id, self.view(row), duplicate=False)
 
@@ -338,17 +361,20 @@ class SimRunner:
         if plan.tell_job and job is not None:
             self.job_runner.cancel(job, row, now, write_fails)  # the job decides (R6)
             row = self.store.rows[op]
-        self._count_cancel(plan.outcome, before, job is not None)
+        self._count_cancel(plan.outcome, before, row, job is not None)
         return CancelReply(
             self.incarnation_id, self.view(row), tombstoned=row.state is RowState.TOMBSTONED
         )
 
-    def _count_cancel(self, outcome: str, row: OperationRow | None, has_job: bool) -> None:
+    def _count_cancel(
+        self, outcome: str, row: OperationRow | None, after: OperationRow, has_job: bool
+    ) -> None:
         if outcome == "tombstoned":
             self.counters["cancel:tombstoned"] += 1
         elif row is None or row.settled:
             return
-        elif row.state is RowState.ACCEPTED:
+        elif after.settled and after.execution is Execution.NOT_STARTED:
+            # Never launched, or (issue 27) launched by its admission, not started.
             self.counters["cancel:settled_unlaunched"] += 1
         elif has_job and row.incarnation_id == self.incarnation_id:
             self.counters["cancel:asked_to_stop"] += 1

@@ -14,6 +14,16 @@ the executor started, before the confirmation), whether the executor refuses
 to start, how it ends, and whether a step's store writes fail. An executor
 start is the billable event: it goes into the ledger the checker counts.
 
+A job admitted with its launch intent (issue 27) is READY: its launch is the
+start alone (``StartDue``), and "intent" crashes right before it (the intent
+is the admission's, already durable). Between its admission and its launch
+step any other action may come (a Cancel, the drain, a restart), a window the
+real runner keeps to one turn of its event loop: the simulation explores it
+wide open. A restart counts what every job that had not started leaves
+behind (``restart:unstarted_accepted``: a row a later incarnation may
+re-admit; ``restart:unstarted_intent``: an intent, read UNKNOWN ever after,
+``restart:unstarted_admission_intent`` when the admission wrote it).
+
 R15: a failed execution may declare effect NONE or APPLIED (``finish ...
 failed-none`` / ``failed-applied``); on a turn with a retry policy
 (world.turn_retry) the machine then ends the execution without settling and
@@ -54,6 +64,7 @@ from runner_svc.core.job_lifecycle import (
     RetryTimerFired,
     SettlementWriteFailed,
     SettlementWritten,
+    StartDue,
     StartExecutor,
     StopExecutor,
     WithdrawConfirmStart,
@@ -65,7 +76,7 @@ from runner_svc.core.job_lifecycle import (
     admitted,
     step,
 )
-from runner_svc.core.model import OperationRow, SlotKind, StopReason
+from runner_svc.core.model import OperationRow, RowState, SlotKind, StopReason
 from runner_svc.core.settlement import ReportedOutcome
 from runner_svc.core.transitions import (
     ConfirmStart,
@@ -86,6 +97,7 @@ from turnwire.retry_policy import RetryRule
 # restart (R7). The other phases last only inside one step.
 PHASE_NAMES: dict[Phase, str] = {
     Phase.ADMITTED: "admitted",
+    Phase.READY: "admitted",  # admitted with its intent: its launch is the start
     Phase.LAUNCHING: "launching",
     Phase.STARTING: "launching",
     Phase.RUNNING: "running",
@@ -177,10 +189,12 @@ class SimJobRunner:
         draining: bool,
         heartbeat_seconds: float | None = None,
         retry: RetryRule | None = None,
+        with_intent: bool = False,
     ) -> None:
-        """Register the job of a row just admitted (its slot is reserved). The
-        simulated envelopes carry no deadline and no budget; some carry a
-        heartbeat timeout (world.turn_heartbeat), some a retry policy (R15)."""
+        """Register the job of a row just admitted (its slot is reserved), READY when
+        its admission wrote the launch intent. The simulated envelopes carry no
+        deadline and no budget; some carry a heartbeat timeout
+        (world.turn_heartbeat), some a retry policy (R15)."""
         state = admitted(
             self.incarnation_id,
             deadline=None,
@@ -188,6 +202,7 @@ class SimJobRunner:
             heartbeat_seconds=heartbeat_seconds,
             draining=draining,
             retry=retry,
+            with_intent=with_intent,
         )
         self.jobs[operation_id] = SimJob(operation_id, kind, attempt, state)
 
@@ -204,8 +219,14 @@ class SimJobRunner:
         assert until in LAUNCH_UNTIL, until
         job = self.jobs[operation_id]
         world = _World(now, until=until, launching=True)
+        if job.state.phase is Phase.READY:
+            if until == "intent":  # runner.after_launch_intent, before the start
+                return "launch intent written with the admission; not started"
+            event: JobEvent = StartDue(now)
+        else:
+            event = LaunchChecked(self.store.rows.get(operation_id), now)
         try:
-            self._feed(job, LaunchChecked(self.store.rows.get(operation_id), now), world)
+            self._feed(job, event, world)
         except CrashPoint as crash:
             return str(crash)
         return "; ".join(world.notes)
@@ -281,6 +302,14 @@ class SimJobRunner:
         for job in self.jobs.values():
             if job.state.phase is Phase.BACKOFF:
                 self.counters["retry:died_in_backoff"] += 1
+            row = self.store.rows.get(job.operation_id)
+            if job.execution is None and row is not None and not row.settled:
+                # Nothing of it started: what its row tells the next incarnation.
+                kind = "accepted" if row.state is RowState.ACCEPTED else "intent"
+                self.counters[f"restart:unstarted_{kind}"] += 1
+                self.ledger.unstarted_at_crash[job.operation_id] = kind
+                if job.state.phase is Phase.READY:  # the intent is its admission's
+                    self.counters["restart:unstarted_admission_intent"] += 1
             if job.execution is not None and job.execution.outcome is None:
                 job.execution.outcome = "killed"
                 job.execution.ended_at = -1.0  # over: the process group died with it

@@ -25,7 +25,9 @@ absent):
                                launches (R15), with launch's crash points
     lapse <op>@<runner>        its heartbeat timeout passed with no heartbeat (R12):
                                the runner records HEARTBEAT and stops it
-    restart <runner> kept|wiped|restored:<k>   crash + restart (§6)
+    restart <runner> kept|wiped|restored:<k> [apart]   crash + restart (§6); ``apart``:
+                               the new process runs the release before issue 27
+                               (its admissions never carry the launch intent)
     drain <runner>             graceful shutdown begins (R8)
     crash @cN                  the coordinator process restarts (C12)
     resume @cN                 a frozen replica wakes up (§5)
@@ -128,6 +130,11 @@ class SimConfig:
     # one has a heartbeat timeout (world.turn_executor); False: none do, and the
     # schedules are the ones a seed gave before these rules.
     executor_rules: bool = True
+    # Issue 27: the share of runner processes (first starts and restarts) on the
+    # release before it, whose admissions never carry the launch intent (R3 in
+    # two writes, sim_runner.py): 0 is every runner on this release, 1 every
+    # runner on the one before (the "before" of a measurement).
+    intent_apart_share: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -135,6 +142,8 @@ class RunnerSpec:
     name: str
     durable: bool
     slots: int
+    # Its first process runs the release before issue 27 (SimConfig.intent_apart_share).
+    intent_apart: bool = False
 
 
 @dataclass(frozen=True)
@@ -185,6 +194,9 @@ class Simulator:
         # The heal phase draws from its own generator, so a replayed schedule
         # heals exactly as the generated one did.
         self.heal_rng = random.Random(0)
+        # Which release a restarted runner runs (issue 27), drawn apart from the
+        # schedule's own choices so that they stay as they were.
+        self.side_rng = random.Random(seed * 7331 + 13)
         self.network = Network()
         self.ledger = Ledger()
         self.runners: dict[str, SimRunner] = {}
@@ -231,6 +243,7 @@ class Simulator:
                 self._new_id("inc"),
                 self._new_store(spec.durable),
                 retention=config.retention,
+                intent_apart=spec.intent_apart,
             )
             runner.store.open(runner.incarnation_id)
             self.runners[spec.name] = runner
@@ -422,7 +435,8 @@ class Simulator:
         if kind in ("launch", "finish", "watch", "lapse", "retry"):
             return self._runner_step(kind, words, replica)
         if kind == "restart":
-            return self._restart(self.runners[words[1]], words[2])
+            apart = words[3:] == ["apart"]
+            return self._restart(self.runners[words[1]], words[2], intent_apart=apart)
         if kind == "drain":
             self.runners[words[1]].drain(self.now)
             self.coverage["runner_drain"] += 1
@@ -455,7 +469,9 @@ class Simulator:
             if words[2] in ("intent", "start") and result.startswith(("launch", "executor st")):
                 where = words[2] if kind == "launch" else f"retry_{words[2]}"
                 self.coverage[f"crash_after_{where}"] += 1
-                result += "; " + self._restart(runner, "kept" if runner.durable else "wiped")
+                # The same release again: a crash point is no upgrade.
+                how = "kept" if runner.durable else "wiped"
+                result += "; " + self._restart(runner, how, intent_apart=runner.intent_apart)
             return result
         if kind == "finish":
             effect = {"failed-none": "NONE", "failed-applied": "APPLIED"}.get(words[2], "")
@@ -501,9 +517,10 @@ class Simulator:
             describe(reply)
         )
 
-    def _restart(self, runner: SimRunner, how: str) -> str:
+    def _restart(self, runner: SimRunner, how: str, *, intent_apart: bool = False) -> str:
         """Crash and restart: the store is kept, wiped, or restored from an
-        older copy under a new store_id (§6: a copy never passes for the original)."""
+        older copy under a new store_id (§6: a copy never passes for the original);
+        ``intent_apart``: the new process runs the release before issue 27."""
         snapshots = self.snapshots.setdefault(runner.name, [])
         store: SimStore | None = None
         if how.startswith("restored:"):
@@ -517,9 +534,13 @@ class Simulator:
             store = self._new_store(runner.durable)
         if runner.durable:
             snapshots.append(runner.store.snapshot())
-        runner.restart(self._new_id("inc"), store)
+        runner.restart(self._new_id("inc"), store, intent_apart=intent_apart)
         self.coverage[f"runner_restart_{how.split(':')[0]}"] += 1
-        return f"{runner.name} restarted as {runner.incarnation_id}, store {runner.store.store_id}"
+        release = " (intent apart)" if intent_apart else ""
+        return (
+            f"{runner.name} restarted as {runner.incarnation_id}{release}, "
+            f"store {runner.store.store_id}"
+        )
 
     def _crash(self, name: str) -> str:
         coordinator = self.coordinators[name]

@@ -18,11 +18,15 @@ CONFIG = SimConfig(steps=70, trace=False)
 # §6 re-admission by a new incarnation (about 1 schedule in 2,000): seed 3920
 # (2026-12-06), shrunk from 70 steps to the 10 that still reach it (r2
 # drained, then restarted with its store kept, re-admits the row its shutdown
-# stopped before launch).
+# stopped before launch). Since issue 27 only a row admitted alone can be
+# re-admitted, which this release leaves only when a turn's deadline had
+# passed (a turn the simulation never has), so r2 first runs the release
+# before it (its admission writes no intent) and comes back on this one: a
+# rolling upgrade, about 1 schedule in 10,000 at the default share.
 READMISSION_SETUP = Setup(
     runners=(
         RunnerSpec("r1", durable=True, slots=1),
-        RunnerSpec("r2", durable=True, slots=1),
+        RunnerSpec("r2", durable=True, slots=1, intent_apart=True),
         RunnerSpec("r3", durable=False, slots=1),
     ),
     operations=2,

@@ -96,7 +96,13 @@ def test_seed_1213_c6_needs_each_dispatch_delivered_at_most_once() -> None:
 # ACCEPTED by the dead incarnation with a stop reason, so it is never taken
 # over (§6) and never launched, yet nothing settles it. Every replay is
 # answered "duplicate, ACCEPTED" and the operation burns all its attempts.
-DRAIN_CRASH_SETUP = Setup((RunnerSpec("r1", durable=True, slots=1),), operations=1)
+# Since issue 27 only a row admitted alone is left ACCEPTED, so r1 first runs
+# the release before it (a rolling upgrade: this release must still re-admit
+# what that one left); on this release the same steps leave a launch intent.
+DRAIN_CRASH_SETUP = Setup(
+    (RunnerSpec("r1", durable=True, slots=1, intent_apart=True),), operations=1
+)
+DRAIN_CRASH_THIS_RELEASE = Setup((RunnerSpec("r1", durable=True, slots=1),), operations=1)
 DRAIN_CRASH_STEPS = [
     "submit PROBE_FIRST 3 WRITABLE",
     "tick op3 r1",
@@ -117,6 +123,21 @@ def test_drained_row_of_a_dead_incarnation_is_settled_not_replayed_to_exhaustion
     assert result.violation is None, result.report()
     assert result.coverage["reason:MAX_ATTEMPTS_EXCEEDED"] == 0
     assert result.coverage["final:TIMED_OUT"] == 0
+    assert result.coverage["dispatch:take_over"] == 1
+
+
+@pytest.mark.rule("R3", "C14")
+def test_a_row_launched_by_its_admission_and_killed_before_its_start_ends_unknown() -> None:
+    """R3/§6/C14 (issue 27): the same steps on this release: the admission wrote the
+    launch intent, so the killed process leaves no row "accepted, never launched" but
+    an intent: it reads INTERRUPTED, UNKNOWN, and the turn ends TIMED_OUT, INTERRUPTED,
+    UNKNOWN once: never replayed, never run, never claimed NOT_STARTED."""
+    result = replay(DRAIN_CRASH_THIS_RELEASE, DRAIN_CRASH_STEPS, SimConfig())
+    assert result.violation is None, result.report()
+    assert result.coverage["restart:unstarted_admission_intent"] == 1
+    assert result.coverage["dispatch:take_over"] == 0 and result.coverage["executions"] == 0
+    assert result.coverage["reason:INTERRUPTED"] == 1
+    assert result.coverage["final_execution:UNKNOWN"] == 1
 
 
 # Seed 4468 (issue 9's scheduler, generator of 2026-12-01), shrunk from 52

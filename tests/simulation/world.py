@@ -57,6 +57,9 @@ class Ledger:
     entries: list[ExecutionEntry] = field(default_factory=list)
     # Executor starts the executor itself refused (nothing ran, nothing billed).
     start_refusals: list[tuple[str, str]] = field(default_factory=list)
+    # Operations whose runner died before their executor started, with what their
+    # row showed then ("accepted" or "intent", issue 27): how each ended is counted.
+    unstarted_at_crash: dict[str, str] = field(default_factory=dict)
 
     def start(
         self,

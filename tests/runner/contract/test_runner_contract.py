@@ -64,12 +64,13 @@ def test_status_of_unknown_id_carries_incarnation_and_store(tmp_path: Path) -> N
 
 @pytest.mark.rule("R2", "R3")
 def test_dispatch_runs_once_and_reports_success(tmp_path: Path) -> None:
-    """R2/R3: accepted reply, then SUCCEEDED with the executor's output, execution STARTED."""
+    """R2/R3: accepted reply (the row with its launch intent: the turn launches at once,
+    R4), then SUCCEEDED with the executor's output, execution STARTED."""
 
     async def scenario(live: Live) -> None:
         reply = await live.dispatch("op_ok", output="hello")
         assert reply.incarnation_id == live.incarnation and not reply.duplicate
-        assert reply.operation.state in (R.RUNNER_OPERATION_STATE_ACCEPTED,)
+        assert reply.operation.state == R.RUNNER_OPERATION_STATE_LAUNCHING
         done = await live.wait_settled("op_ok")
         assert done.state == R.RUNNER_OPERATION_STATE_SUCCEEDED
         assert done.execution == turn_pb2.EXECUTION_STARTED

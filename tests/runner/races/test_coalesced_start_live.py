@@ -22,9 +22,9 @@ R = runner_pb2
 
 
 def test_a_fast_turn_settles_without_a_separate_start_confirmation(tmp_path: Path) -> None:
-    """An echo turn finishes as it starts: admission, launch intent, settlement, and
-    no confirmation between; the settled row says STARTED with the start time, and
-    is what the store holds after a restart."""
+    """An echo turn finishes as it starts: admission with its launch intent (one write,
+    issue 27), settlement, and no confirmation between; the settled row says STARTED
+    with the start time, and is what the store holds after a restart."""
     store_path = tmp_path / "r.db"
 
     async def main() -> None:
@@ -35,8 +35,9 @@ def test_a_fast_turn_settles_without_a_separate_start_confirmation(tmp_path: Pat
             assert done.execution == turn_pb2.EXECUTION_STARTED
             assert done.result.output == b"hi"
             assert done.HasField("started_at")
-            # Admission n, launch intent n+1, settlement n+2.
-            assert done.sequence == accepted.operation.sequence + 2
+            # Admission with its launch intent n, settlement n+1.
+            assert accepted.operation.state == R.RUNNER_OPERATION_STATE_LAUNCHING
+            assert done.sequence == accepted.operation.sequence + 1
         async with live_runner(store_path, executor="echo") as again:
             after = (await again.status("op_fast")).operation
             assert (after.state, after.execution) == (
@@ -63,8 +64,8 @@ def test_a_slow_turn_gets_its_start_confirmation_while_it_runs(tmp_path: Path) -
             done = await live.wait_settled("op_slow")
             assert done.state == R.RUNNER_OPERATION_STATE_SUCCEEDED
             assert done.started_at == running.started_at
-            # Admission, launch intent, confirmation, settlement.
-            assert done.sequence == accepted.operation.sequence + 3
+            # Admission with its launch intent, confirmation, settlement.
+            assert done.sequence == accepted.operation.sequence + 2
 
     asyncio.run(main())
 
@@ -119,8 +120,8 @@ def test_a_confirmation_still_queued_when_the_outcome_comes_is_withdrawn(
                 turn_pb2.EXECUTION_STARTED,
             )
             assert done.HasField("started_at")
-            # Admission n, intent n+1, the tombstone n+2, the settlement n+3.
-            assert done.sequence == accepted.operation.sequence + 3
+            # Admission with its intent n, the tombstone n+1, the settlement n+2.
+            assert done.sequence == accepted.operation.sequence + 2
 
     asyncio.run(main())
     assert gated.starts == ["op_queued"]

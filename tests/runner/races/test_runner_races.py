@@ -303,30 +303,70 @@ def test_full_writable_pool_does_not_block_read_only_turns(tmp_path: Path) -> No
     asyncio.run(main())
 
 
-@pytest.mark.rule("R3")
+@pytest.mark.rule("R3", "R4")
 def test_launch_intent_is_durable_before_the_executor_starts(tmp_path: Path) -> None:
-    """R3: the dedupe row is on disk when Dispatch replies; the intent when start is called."""
+    """R3: the intent is on disk when the executor is started. A turn that launches at
+    once has it in its admission's own write (R4, issue 27): the Dispatch reply shows
+    it, and nothing more is written to the row before the start (its sequence is the
+    reply's)."""
     store_path = tmp_path / "r.db"
-    seen: list[str | None] = []
+    seen: list[tuple[str, int] | None] = []
     gate = asyncio.Event()
 
     def observe(request: ExecutionRequest) -> None:
-        seen.append(row_state_on_disk(store_path, request.operation_id))
+        seen.append(row_on_disk(store_path, request.operation_id))
 
     gated = GatedExecutor(on_start=observe, start_gate=gate)
+    replied: list[runner_pb2.RunnerOperation] = []
 
     async def main() -> None:
         async with live_runner(store_path, executor_override=gated) as live:
             reply = await live.dispatch("op_wal")
-            assert reply.operation.state == R.RUNNER_OPERATION_STATE_ACCEPTED
-            assert row_state_on_disk(store_path, "op_wal") in ("ACCEPTED", "LAUNCHING")
+            replied.append(reply.operation)
+            assert reply.operation.state == R.RUNNER_OPERATION_STATE_LAUNCHING
+            assert row_state_on_disk(store_path, "op_wal") == "LAUNCHING"
             await asyncio.wait_for(gated.start_entered.wait(), 5)
             gate.set()
             done = await live.wait_settled("op_wal")
             assert done.state == R.RUNNER_OPERATION_STATE_SUCCEEDED
 
     asyncio.run(main())
-    assert seen == ["LAUNCHING"]
+    assert seen == [("LAUNCHING", replied[0].sequence)]
+
+
+@pytest.mark.rule("R3", "R6", "C14")
+def test_a_turn_past_its_deadline_is_admitted_alone_and_never_launched(tmp_path: Path) -> None:
+    """R3/R6/C14: a Dispatch that arrives after its turn's deadline is admitted without
+    a launch intent (its launch check would fail): the reply shows it ACCEPTED, and it
+    settles TIMED_OUT, DEADLINE_EXCEEDED, NOT_STARTED, with no executor started."""
+    gated = GatedExecutor()
+
+    async def main() -> None:
+        async with live_runner(tmp_path / "r.db", executor_override=gated) as live:
+            reply = await live.dispatch("op_late", deadline=time.time() - 60.0)
+            assert reply.operation.state == R.RUNNER_OPERATION_STATE_ACCEPTED
+            done = await live.wait_settled("op_late")
+            assert (done.state, done.execution) == (
+                R.RUNNER_OPERATION_STATE_TIMED_OUT,
+                turn_pb2.EXECUTION_NOT_STARTED,
+            )
+            assert done.error.reason == "DEADLINE_EXCEEDED"
+
+    asyncio.run(main())
+    assert gated.starts == []
+
+
+def row_on_disk(store_path: Path, operation_id: str) -> tuple[str, int] | None:
+    """The row's state and change sequence as a fresh connection sees them."""
+    connection = sqlite3.connect(store_path, timeout=5)
+    try:
+        found = connection.execute(
+            "SELECT state, sequence FROM runner_operations WHERE operation_id = ?",
+            (operation_id,),
+        ).fetchone()
+    finally:
+        connection.close()
+    return (str(found[0]), int(found[1])) if found else None
 
 
 @pytest.mark.rule("R3", "C14")

@@ -35,6 +35,7 @@ OPENINGS = (
     StoreOpening(OLD, UNVOUCHED, 0, 2.0),
 )
 FACTS = DispatchFacts("op", "digest", OURS, 5, SlotKind.WRITABLE)
+NOW = 100.0
 
 
 def stored(state: RowState, incarnation: str = OURS, **changes: object) -> OperationRow:
@@ -222,6 +223,7 @@ def test_admission_decision_table(
                 incarnation_id=OURS,
                 accepting=accepting,
                 pools=slot_pools,
+                now=NOW,
                 openings=OPENINGS,
             )
         assert caught.value.refusal is expected
@@ -232,6 +234,7 @@ def test_admission_decision_table(
             incarnation_id=OURS,
             accepting=accepting,
             pools=slot_pools,
+            now=NOW,
             openings=OPENINGS,
         )
         assert decision.action is expected
@@ -246,8 +249,63 @@ def test_higher_token_on_a_duplicate_is_remembered() -> None:
         incarnation_id=OURS,
         accepting=True,
         pools=pools(),
+        now=NOW,
     )
     assert decision.action is AdmissionAction.DUPLICATE and decision.raise_fencing_token
+
+
+@pytest.mark.rule("R3", "R4")
+@pytest.mark.parametrize(
+    ("deadline", "row", "with_intent"),
+    [
+        (None, None, True),
+        (NOW + 0.001, None, True),
+        (NOW, None, False),
+        (NOW - 5.0, None, False),
+        (None, stored(RowState.ACCEPTED, OLD), True),
+        (None, stored(RowState.ACCEPTED, OLD, stop_reason=StopReason.SHUTDOWN), True),
+        (NOW - 5.0, stored(RowState.ACCEPTED, OLD), False),
+    ],
+    ids=[
+        "new, no deadline",
+        "new, deadline to come",
+        "new, deadline now",
+        "new, deadline passed",
+        "take-over",
+        "take-over of a row its process's shutdown stopped",
+        "take-over, deadline passed",
+    ],
+)
+def test_a_turn_that_launches_at_once_is_admitted_with_its_launch_intent(
+    deadline: float | None, row: OperationRow | None, with_intent: bool
+) -> None:
+    """R3/R4 (issue 27): an admission (new row or §6 take-over) whose launch check
+    would pass writes the launch intent in its own commit; one whose deadline has
+    passed is admitted alone, and its launch check settles it unlaunched."""
+    decision = decide_admission(
+        replace(FACTS, deadline=deadline),
+        row,
+        incarnation_id=OURS,
+        accepting=True,
+        pools=pools(),
+        now=NOW,
+        openings=OPENINGS,
+    )
+    assert decision.action is not AdmissionAction.DUPLICATE
+    assert decision.with_intent is with_intent
+
+
+def test_a_duplicate_writes_no_launch_intent() -> None:
+    """R2: a known id starts nothing, so its answer carries no intent to write."""
+    decision = decide_admission(
+        FACTS,
+        stored(RowState.ACCEPTED),
+        incarnation_id=OURS,
+        accepting=True,
+        pools=pools(),
+        now=NOW,
+    )
+    assert decision.action is AdmissionAction.DUPLICATE and not decision.with_intent
 
 
 @pytest.mark.rule("R4")

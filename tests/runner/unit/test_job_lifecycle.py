@@ -34,6 +34,7 @@ from runner_svc.core.job_lifecycle import (
     RecordProcessGroup,
     SettlementWriteFailed,
     SettlementWritten,
+    StartDue,
     StartExecutor,
     StopExecutor,
     WriteConfirmStart,
@@ -307,6 +308,7 @@ def test_a_settled_job_ignores_everything_after() -> None:
 _ANY_EVENT_EXAMPLES: tuple[JobEvent, ...] = (
     LaunchChecked(row(S.ACCEPTED), now=1.0),
     LaunchCheckFailed(),
+    StartDue(now=1.0),
     LaunchIntentWritten(),
     LaunchIntentFailed(),
     ExecutorStarted(at=1.0),

@@ -41,6 +41,7 @@ from runner_svc.core.job_lifecycle import (
     RecordProcessGroup,
     SettlementWriteFailed,
     SettlementWritten,
+    StartDue,
     StartExecutor,
     StopExecutor,
     WithdrawConfirmStart,
@@ -51,8 +52,9 @@ from runner_svc.core.job_lifecycle import (
     admitted,
     step,
 )
-from runner_svc.core.model import Execution, OperationRow, RowState, StopReason
+from runner_svc.core.model import Execution, OperationRow, RowState, SlotKind, StopReason
 from runner_svc.core.transitions import (
+    Admit,
     ConfirmStart,
     IllegalRowEvent,
     LaunchIntent,
@@ -61,7 +63,7 @@ from runner_svc.core.transitions import (
     Settle,
     apply,
 )
-from tests.runner.unit.test_job_lifecycle import FAILURE, INVALID, KNOWN, SUCCESS, job
+from tests.runner.unit.test_job_lifecycle import FAILURE, INVALID, KNOWN, SUCCESS
 from tests.runner.unit.test_row_transitions import OLD, OURS, row
 
 S = RowState
@@ -249,7 +251,11 @@ class World:
             self.advance_task()
 
     def advance_task(self) -> None:
-        if self.task == "check":
+        if self.task == "check" and self.state.phase is Phase.READY:
+            # Admitted with its intent (issue 27): no read, the start is due.
+            self.feed(StartDue(now=self.now))
+            self.task = "wait" if self.executor_running else "over"
+        elif self.task == "check":
             read = self.store_works()
             self.feed(LaunchChecked(self.stored, now=self.now) if read else LaunchCheckFailed())
             self.task = "wait" if self.executor_running else "over"
@@ -276,6 +282,7 @@ class World:
     budget=st.sampled_from([None, 0.5, 2.0]),
     heartbeat=st.sampled_from([None, None, 1.0]),
     draining=st.sampled_from([False, False, False, True]),
+    with_intent=st.booleans(),
 )
 def test_random_runs_keep_the_runner_rules(
     data: st.DataObject,
@@ -284,20 +291,28 @@ def test_random_runs_keep_the_runner_rules(
     budget: float | None,
     heartbeat: float | None,
     draining: bool,
+    with_intent: bool,
 ) -> None:
-    """R3: no start without a durable intent. R6/R7: the slot goes back exactly once
-    when the job ends settled or released, and after a launch intent only once its
-    settlement is durable. R5/R8: a stop before the launch check means no start.
+    """R3: no start without a durable intent (its own, or the admission's). R6/R7:
+    the slot goes back exactly once when the job ends settled or released, and after
+    a launch intent only once its settlement is durable. R5/R8: a stop before the
+    launch check (or the start of a job admitted with its intent) means no start.
     R12: a heartbeat stop ends TIMED_OUT, STARTED."""
     stored = {"ours": row(S.ACCEPTED), "gone": None, "not ours": row(S.ACCEPTED, incarnation=OLD)}
+    found_row = stored[found]
+    if with_intent:
+        # The admission wrote the row of ours with its intent (Admit with_intent).
+        found_row = apply(None, Admit("op", OURS, SlotKind.WRITABLE, "d", 1, 3, 99.0, 0, True))
     state = admitted(
         OURS,
         deadline=deadline,
         budget_seconds=budget,
         heartbeat_seconds=heartbeat,
         draining=draining,
+        with_intent=with_intent,
     )
-    world = World(data.draw, state, stored[found], stopped_before_check=draining)
+    world = World(data.draw, state, found_row, stopped_before_check=draining)
+    world.intent_durable = with_intent
     for _ in range(40):
         world.act(data.draw(st.sampled_from(world.actions())))
         if world.task == "over" and data.draw(st.booleans()):
@@ -338,6 +353,7 @@ _ROWS = st.sampled_from(
 _TIMES = st.sampled_from([0.0, 100.0, 100.5, 101.0, 102.0, 1e9])
 _EVENTS: st.SearchStrategy[JobEvent] = st.one_of(
     st.builds(LaunchChecked, st.one_of(st.none(), _ROWS), _TIMES),
+    st.builds(StartDue, _TIMES),
     st.builds(ExecutorStarted, _TIMES),
     st.builds(
         ExecutorStarted,
@@ -369,15 +385,18 @@ _EVENTS: st.SearchStrategy[JobEvent] = st.one_of(
     events=st.lists(_EVENTS, max_size=25),
     deadline=st.sampled_from([None, 101.0]),
     budget=st.sampled_from([None, 1.0]),
+    with_intent=st.booleans(),
 )
 def test_no_event_sequence_starts_without_an_intent_or_frees_twice(
-    events: list[JobEvent], deadline: float | None, budget: float | None
+    events: list[JobEvent], deadline: float | None, budget: float | None, with_intent: bool
 ) -> None:
     """Misplaced answers change nothing: StartExecutor only answers a LaunchIntentWritten
-    to an open WriteLaunchIntent; the slot goes back at most once, and once an intent
-    was asked for only as the answer to a durable settlement."""
-    state = job(deadline=deadline, budget=budget)
-    intent_open = intent_asked = settlement_open = False
+    to an open WriteLaunchIntent, or the first StartDue of a job admitted with its
+    intent; the slot goes back at most once, and once an intent was asked for (or
+    written by the admission) only as the answer to a durable settlement."""
+    state = admitted(OURS, deadline=deadline, budget_seconds=budget, with_intent=with_intent)
+    intent_open = settlement_open = False
+    intent_asked = start_due_open = with_intent
     frees = 0
     for event in events:
         before = state.stop_reason
@@ -388,6 +407,9 @@ def test_no_event_sequence_starts_without_an_intent_or_frees_twice(
                 intent_open and isinstance(event, LaunchIntentWritten)
             )
             intent_open = False
+        elif isinstance(event, StartDue):
+            assert StartExecutor() not in commands or start_due_open
+            start_due_open = False
         else:
             assert StartExecutor() not in commands
         for command in commands:
