@@ -42,23 +42,23 @@ def test_the_sequential_floor_is_the_relay_plus_five_commits_in_a_row() -> None:
     """PROTOCOL C1a: the acceptance carries the first attempt, so a turn waits for
     two journal commits and three runner transactions in a row."""
     floor = made_up_floor()
-    assert COMMITS_ON_THE_PATH == 5
-    assert floor.sequential_floor_ms == pytest.approx(2.0 + 5 * 0.3)  # 3.5 ms a turn
-    assert floor.sequential_floor_ops == pytest.approx(1000 / 3.5)
-    assert floor.sequential_floor_x_echo == pytest.approx(1000 / 3.5 / 1000)
+    assert COMMITS_ON_THE_PATH == 4
+    assert floor.sequential_floor_ms == pytest.approx(2.0 + 4 * 0.3)  # 3.2 ms a turn
+    assert floor.sequential_floor_ops == pytest.approx(1000 / 3.2)
+    assert floor.sequential_floor_x_echo == pytest.approx(1000 / 3.2 / 1000)
     # The CPU floor: the relay's stack CPU (1.0 ms) and five commits' CPU.
-    assert floor.sequential_cpu_floor_ms == pytest.approx(1.0 + 5 * 0.2)
+    assert floor.sequential_cpu_floor_ms == pytest.approx(1.0 + 4 * 0.2)
     assert floor.x_echo("relay", 1) == pytest.approx(0.5)
     assert floor.x_echo("relay", 16) == pytest.approx(0.25)
 
 
 def test_the_report_says_what_the_targets_leave_for_turnwires_own_work() -> None:
     text = "\n".join(made_up_floor().lines())
-    # 0.20x of 1000 ops/s is 200 ops/s, 5 ms a turn; the floor takes 3.5 ms of it.
-    assert "= 200.0 ops/s, a turn in 5.00 ms: 1.50 ms left" in text
-    assert "sequential floor: relay mean + 5 commits = 3.50 ms a turn" in text
-    assert "relay stack CPU + 5 such commits = 2.00 ms a turn" in text
-    assert "4 ms target leaves 2.00 ms" in text
+    # 0.20x of 1000 ops/s is 200 ops/s, 5 ms a turn; the floor takes 3.2 ms of it.
+    assert "= 200.0 ops/s, a turn in 5.00 ms: 1.80 ms left" in text
+    assert "sequential floor: relay mean + 4 commits = 3.20 ms a turn" in text
+    assert "relay stack CPU + 4 such commits = 1.80 ms a turn" in text
+    assert "4 ms target leaves 2.20 ms" in text
     assert "the relay alone runs 0.250x" in text
 
 
