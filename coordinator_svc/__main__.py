@@ -48,13 +48,14 @@ from coordinator_svc.security_flags import (
     limits_from_args,
     security_from_args,
 )
-from coordinator_svc.timing_flags import add_timing_flags, positive_seconds
+from coordinator_svc.timing_flags import add_timing_flags
 from coordinator_svc.tokens_cli import add_tokens_parser, run_tokens_add
 from turnwire import event_loop
 from turnwire.distribution import add_version_flag, exit_unless_server_installed, invoked_as
 from turnwire.limits import DEFAULT_RUNNER_MAX_RECEIVE_BYTES, MessageLimits, parse_byte_count
 from turnwire.observability import tracing
 from turnwire.observability.logs import add_log_format_flag, configure_logging
+from turnwire.seconds import positive_seconds
 from turnwire.transport_security import RunnerCredentials, TlsMaterial
 
 SCRIPT = "turnwire-coordinator"

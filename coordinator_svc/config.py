@@ -143,6 +143,9 @@ class DispatchTimings:
     # so the RUNNING commit records execution STARTED (R3) instead of a later
     # commit of its own. Ends at once when the start or a result is reported.
     start_grace: float = 0.5
+    # C2a: a never-sent first attempt skips its preflight only if the runner's
+    # live watch delivered something this recently (driver.runners.LIVE_WITHIN).
+    live_within: float = 0.5
 
 
 @dataclass(frozen=True)

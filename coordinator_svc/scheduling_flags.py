@@ -6,7 +6,7 @@ import argparse
 import os
 
 from coordinator_svc.core.quotas import PrincipalLimits, parse_limits
-from coordinator_svc.timing_flags import positive_seconds
+from turnwire.seconds import positive_seconds
 
 
 def _env(name: str) -> str | None:

@@ -8,6 +8,7 @@ import dataclasses
 import os
 
 from coordinator_svc.config import DispatchTimings
+from turnwire.seconds import positive_seconds
 
 
 def _env(name: str, fallback: str) -> str:
@@ -15,22 +16,12 @@ def _env(name: str, fallback: str) -> str:
     return value if value not in (None, "") else fallback
 
 
-def positive_seconds(text: str) -> float:
-    """argparse type: seconds, more than 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
-    return value
-
-
 # What each DispatchTimings field does, for its flag's help (coordinator_svc/config.py).
 _TIMING_HELP = {
     "preflight_timeout": "deadline of a status read of a runner (preflight, GetRunnerInfo)",
     "dispatch_timeout": "deadline of a Dispatch; with no reply by then the operation goes "
-    "DISPATCH_UNKNOWN (PROTOCOL.md C7); keep it below the runners' --admission-window",
+    "DISPATCH_UNKNOWN (PROTOCOL.md C7); it may exceed the runners' --admission-window: a "
+    "Dispatch arriving after it is refused DISPATCH_STALE and sent again (W2a, C6c)",
     "cancel_timeout": "deadline of a Cancel sent to a runner",
     "release_timeout": "deadline of a Release sent to a runner",
     "backoff_initial": "first pause before trying an operation again (it grows with each failure "
@@ -47,6 +38,9 @@ _TIMING_HELP = {
     "report the result, so a fast turn ends in one commit",
     "start_grace": "then how long it waits for the confirmed start, so RUNNING records "
     "execution STARTED (R3) in the same commit",
+    "live_within": "a turn's first attempt skips its status read (PROTOCOL.md C2a) only if "
+    "the runner's watch stream delivered something this recently; otherwise it asks first, "
+    "so a runner that just died fails the status read, not an ambiguous Dispatch",
 }
 
 

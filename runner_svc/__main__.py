@@ -48,6 +48,7 @@ from turnwire.observability import tracing
 from turnwire.observability.logs import LOG_LEVELS, add_log_format_flag, configure_logging
 from turnwire.observability.metrics_http import add_metrics_arguments
 from turnwire.output_stream import StreamLimits
+from turnwire.seconds import positive_seconds
 from turnwire.serving import AddressInUseError, announce
 from turnwire.transport_security import (
     DEFAULT_COORDINATOR_IDENTITIES,
@@ -180,13 +181,23 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--admission-window",
-        type=float,
-        default=float(_env("ADMISSION_WINDOW", "7") or 7),
+        type=positive_seconds,
+        default=_env("ADMISSION_WINDOW", "0.25"),
         help="seconds: a Dispatch stamped longer ago than this (coordinator clock) is refused "
-        "DISPATCH_STALE; keep it above the coordinator's dispatch timeout plus clock skew. "
-        "After a SIGKILL, turns sent within this window of the crash end UNKNOWN rather than "
-        "being proven absent (PROTOCOL.md §6.1) "
+        "DISPATCH_STALE and the coordinator sends it again with a fresh stamp (a cost in "
+        "re-sends, never in safety); keep it above the usual time from a coordinator's "
+        "write-ahead to its Dispatch's arrival plus the clock skew. After a SIGKILL, turns "
+        "sent within this window (plus --floor-interval) of the crash end UNKNOWN rather "
+        "than being proven absent (PROTOCOL.md §6.1 W2a) "
         "(env TURNWIRE_RUNNER_ADMISSION_WINDOW; default %(default)s)",
+    )
+    serve.add_argument(
+        "--floor-interval",
+        type=positive_seconds,
+        default=_env("FLOOR_INTERVAL", "0.25"),
+        help="seconds between two raises (each a store write) of the admission floor: the "
+        "floor trails the clock by at most --admission-window plus this "
+        "(env TURNWIRE_RUNNER_FLOOR_INTERVAL; default %(default)s)",
     )
     _add_stream_arguments(serve)
     _add_access_arguments(serve)
@@ -360,6 +371,7 @@ async def _serve(args: argparse.Namespace) -> int:
         address_file=Path(args.address_file) if args.address_file else None,
         max_receive_bytes=args.max_receive_bytes,
         admission_window_seconds=args.admission_window,
+        floor_interval_seconds=args.floor_interval,
         retention=retention_from_args(args),
         metrics_listen=args.metrics_listen,
         metrics_address_file=Path(args.metrics_address_file) if args.metrics_address_file else None,

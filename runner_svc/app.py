@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 
+from runner_svc.core.retention import key_window_seconds
 from runner_svc.executor_sweep import end_earlier_executors
 from runner_svc.executors import Executor
 from runner_svc.executors.registry import ExecutorSet, load_executors
@@ -55,8 +56,10 @@ class RunnerConfig:
     # gRPC's max receive message length: the largest Dispatch this runner takes
     # (turnwire.limits; reported by GetRunnerInfo).
     max_receive_bytes: int = DEFAULT_RUNNER_MAX_RECEIVE_BYTES
-    # §6.1 witness: how far the admission floor trails this runner's clock.
-    admission_window_seconds: float = 7.0
+    # §6.1 witness: how far the admission floor trails this runner's clock, and
+    # how often it is raised (it trails by at most their sum, W2a).
+    admission_window_seconds: float = 0.25
+    floor_interval_seconds: float = 0.25
     # §9 K2-K4: how long released rows and tombstones, then their keys, are kept.
     retention: RunnerRetention = field(default_factory=RunnerRetention)
     # Issue 13: where /metrics is served (None: off) and a file for its bound address.
@@ -181,6 +184,7 @@ async def start_runner(
         writable_slots=config.writable_slots,
         read_only_slots=config.read_only_slots,
         admission_window_seconds=config.admission_window_seconds,
+        floor_interval_seconds=config.floor_interval_seconds,
         stream_limits=config.stream_limits,
         stream_keep_seconds=config.stream_keep_seconds,
     )
@@ -230,7 +234,9 @@ async def start_runner(
             raise
     service.start_floor_keeper()
     retention = RunnerRetentionTask.started(
-        service.store, config.retention, window_seconds=settings.admission_window_seconds
+        service.store,
+        config.retention,
+        window_seconds=key_window_seconds(settings.admission_window_seconds),
     )
     if config.address_file is not None:
         _write_address(Path(config.address_file), server.address)

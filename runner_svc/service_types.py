@@ -33,15 +33,17 @@ class ServiceSettings:
     # past it the stream catches up from the store instead (memory bounded).
     watch_buffer: int = FEED_CAPACITY
     # §6 witness (runner_svc.core.witness): the admission floor trails this
-    # runner's clock by this much, so a Dispatch stamped up to this long ago
-    # (its deadline plus any clock skew between coordinator and runner) is
-    # still admitted; an older one is refused DISPATCH_STALE. Keep it above the
-    # coordinator's dispatch_timeout (5 s by default) plus the clock skew.
-    admission_window_seconds: float = 7.0
-    # How often the floor is raised. After a SIGKILL, a later incarnation can
-    # vouch for the dead one's Dispatches stamped before its last raise minus
-    # the window (a clean stop seals the floor and vouches for all of them).
-    floor_interval_seconds: float = 0.5
+    # runner's clock by this much, so a Dispatch stamped up to this long ago is
+    # still admitted; an older one is refused DISPATCH_STALE, a definite refusal
+    # the coordinator answers with a fresh attempt (C6c). Short on purpose
+    # (W2a): after a SIGKILL, a later incarnation can vouch only for Dispatches
+    # stamped before the dead one's last floor, so this window (plus the
+    # interval below) is how long before a crash a Dispatch becomes UNKNOWN
+    # instead of provably absent. A late Dispatch costs a re-send, never safety.
+    admission_window_seconds: float = 0.25
+    # How often the floor is raised (and written): it trails the clock by the
+    # window plus at most this (a clean stop seals the floor and vouches for all).
+    floor_interval_seconds: float = 0.25
     # Streamed output (R13): chunk size, per-turn budget, per-operation and
     # per-runner buffers (turnwire.output_stream), and how long a settled
     # turn's chunks stay readable.

@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 from turnwire.client import AsyncTurnwireClient, RetryLater, TurnwireError
 from turnwire.deployment import LocalDeployment
 from turnwire.faults import FaultControlClient, parse_rule
-from turnwire.harness import Verdict, check_run
-from turnwire.harness import oracle_schema as names
+from turnwire.harness import Verdict, check_run, outcomes
 
 # Coordinator timings for chaos: short, so ambiguity resolves within a cycle.
 CHAOS_COORDINATOR_ARGS = (
@@ -118,17 +117,11 @@ def plan_schedule(plan: ChaosPlan) -> list[CycleEvents]:
     return schedule
 
 
-def unknown_never_executed(verdict: Verdict) -> int:
+def unknown_never_executed(verdict: Verdict, reason: str = "") -> int:
     """Terminal operations left with execution UNKNOWN although the metered ledger
-    shows no executor start for them: ambiguity nobody could settle, or one a
-    tombstone could have (C14, R5)."""
-    return sum(
-        1
-        for h in verdict.run.histories.values()
-        if h.operation.state in names.TERMINAL_STATES
-        and h.operation.execution == names.UNKNOWN
-        and not h.ledger
-    )
+    shows no executor start for them (of ``reason`` only, when given): ambiguity
+    nobody could settle, or one a tombstone could have (C14, R5)."""
+    return outcomes.unknown_never_executed(verdict.run.histories.values(), reason)
 
 
 @dataclass

@@ -29,7 +29,12 @@ from turnwire.client import AsyncTurnwireClient, Operation
 from turnwire.deployment import LocalDeployment
 from turnwire.faults import FaultControlClient, parse_rule
 from turnwire.harness import Verdict, check_run
-from turnwire.harness.outcomes import explain, render_explanation
+from turnwire.harness.outcomes import (
+    explain,
+    render_explanation,
+    stale_refusals,
+    unknown_never_executed,
+)
 from turnwire.observability.metrics_check import MetricsReport, scrape_deployment
 
 
@@ -165,6 +170,7 @@ def render(report: DemoReport) -> str:
     if verdict is None:
         return "  (no verdict: the run did not finish)"
     figures = verdict.figures
+    histories = list(verdict.run.histories.values())
     rows = [
         (f"operations {state}", str(n)) for state, n in sorted(figures.by_terminal_state.items())
     ]
@@ -175,6 +181,12 @@ def render(report: DemoReport) -> str:
         ("reconciled without resend", str(figures.reconciled_without_resend)),
         ("exact replays", str(figures.replays)),
         ("ambiguous (TIMED_OUT, UNKNOWN)", str(figures.ambiguous)),
+        ("UNKNOWN, never executed (ledger)", str(unknown_never_executed(histories))),
+        (
+            "  of them INCARNATION_CHANGED",
+            str(unknown_never_executed(histories, "INCARNATION_CHANGED")),
+        ),
+        ("Dispatches refused stale, re-sent", str(stale_refusals(histories))),
         *((f"injected: {name}", str(n)) for name, n in sorted(report.faults.items())),
         ("runner restarted (SIGKILL)", report.restarted or "-"),
         ("oracle (PROTOCOL.md §8 1-6)", verdict.status.value),

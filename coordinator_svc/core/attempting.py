@@ -20,6 +20,7 @@ from coordinator_svc.core.decision import (
     counted_attempts,
     nothing,
     settled_stop_reason,
+    stale_streak,
     transition,
     with_updates,
 )
@@ -31,6 +32,7 @@ from coordinator_svc.core.model import (
     OpState,
     ReplayPolicy,
 )
+from coordinator_svc.core.stale import STALE_STREAK_LIMIT
 from coordinator_svc.core.truth import Evidence, joined_execution
 from turnwire.ids import dispatch_stamp
 from turnwire.vocabulary import ErrorReason
@@ -50,11 +52,25 @@ def attempts_exhausted(record: OperationRecord, ctx: Context) -> str | None:
     if counted > record.max_attempts:
         return (
             f"attempt {record.attempt_count + 1} would exceed max_attempts={record.max_attempts} "
-            f"({counted} counted; refusals by a full runner do not count)"
+            f"({counted} counted; refusals by a full runner, or of a stale Dispatch, do not "
+            "count)"
         )
     if not may_send_again(record, ctx):
         return "replay policy NEVER_AUTOMATIC: no replay after the first send"
     return None
+
+
+def stale_run_over(ctx: Context) -> str | None:
+    """C6c: why no further attempt may be sent after a run of DISPATCH_STALE
+    refusals (quoting the last, which says whether the clocks disagree), or None."""
+    streak = stale_streak(ctx.attempts)
+    if streak < STALE_STREAK_LIMIT:
+        return None
+    last = max(ctx.attempts, key=lambda a: a.number)
+    return (
+        f"{streak} Dispatches in a row were refused DISPATCH_STALE, never admitted "
+        f"(C6c, at most {STALE_STREAK_LIMIT}); the last: {last.detail}"
+    )
 
 
 def write_ahead(
@@ -68,16 +84,14 @@ def write_ahead(
 ) -> Decision:
     """C4: record attempt n+1 bound to (runner, incarnation), then send it (C5)."""
     number = record.attempt_count + 1
-    exhausted = attempts_exhausted(record, ctx)
-    if exhausted is not None:
-        return give_up(
-            record,
-            ctx,
-            ErrorReason.MAX_ATTEMPTS_EXCEEDED,
-            exhausted,
-            runner=runner,
-            incarnation_id=incarnation_id,
-        )
+    for reason, exhausted in (
+        (ErrorReason.MAX_ATTEMPTS_EXCEEDED, attempts_exhausted(record, ctx)),
+        (ErrorReason.DISPATCH_STALE, stale_run_over(ctx)),
+    ):
+        if exhausted is not None:
+            return give_up(
+                record, ctx, reason, exhausted, runner=runner, incarnation_id=incarnation_id
+            )
     attempt = AttemptRecord(
         operation_id=record.operation_id,
         number=number,

@@ -12,6 +12,7 @@ from datetime import timedelta
 from coordinator_svc.core.adopt import adopt
 from coordinator_svc.core.attempting import end
 from coordinator_svc.core.decision import (
+    STALE_REFUSALS,
     Context,
     Decision,
     all_refused,
@@ -20,6 +21,7 @@ from coordinator_svc.core.decision import (
     close_current,
     counted_attempts,
     nothing,
+    stale_streak,
     transition,
     with_updates,
 )
@@ -31,6 +33,7 @@ from coordinator_svc.core.model import (
     OperationRecord,
     OpState,
 )
+from coordinator_svc.core.stale import read_stale_at
 from coordinator_svc.core.truth import Evidence, joined_execution
 from turnwire.vocabulary import ErrorReason
 
@@ -108,6 +111,13 @@ def on_refused(record: OperationRecord, event: DispatchRefused, ctx: Context) ->
         )
     if reason not in DEFINITE_REFUSALS:
         return unknown(record, ctx, f"untyped or indefinite refusal {detail}")
+    if reason in STALE_REFUSALS:
+        # C6c: the attempt keeps what the refusal shows of the clocks (the give-up
+        # after a run of them, STALE_STREAK_LIMIT, quotes it).
+        sent_at = next((a.sent_at for a in ctx.attempts if a.number == event.attempt), ctx.now)
+        said = read_stale_at(sent_at, event.admission_floor, ctx.now).describe(record.runner or "")
+        detail = f"{detail}; {said}"
+        updates = close_current(record, AttemptOutcome.REFUSED, detail)
     return _definitely_refused(record, ctx, updates, detail)
 
 
@@ -129,7 +139,7 @@ def _definitely_refused(
                 f"cancelled; {detail}",
                 updates=attempt_updates,
             )
-        full = capacity_streak(attempts)
+        full, stale = capacity_streak(attempts), stale_streak(attempts)
         if full:
             # Issue 9: the runner is busy, not broken; wait (this does not count).
             waiting = (
@@ -137,6 +147,11 @@ def _definitely_refused(
                 f"({record.runner}: {detail})"
             )
             retry_in = backoff(ctx, full - 1)
+        elif stale:
+            # C6c: never admitted, nothing ran: a new attempt with a fresh stamp,
+            # after a backoff that grows with the run (this does not count).
+            waiting = f"attempt {record.attempt_count} refused ({detail}): sent again (C6c)"
+            retry_in = backoff(ctx, stale - 1)
         else:
             waiting = f"attempt {record.attempt_count} refused: {detail}"
             retry_in = backoff(ctx, counted_attempts(attempts) - 1)
@@ -175,6 +190,24 @@ def _definitely_refused(
             execution=joined_execution(record, attempts, None),
             unknown_since=ctx.now,
             next_action_at=ctx.now + backoff(ctx, full - 1),
+        )
+        return Decision(change, tags=frozenset({"ambiguous"}))
+    stale = stale_streak(attempts)
+    if stale:
+        # C6c, bound: C8 asks the bound runner again, then sends a fresh stamp;
+        # after a backoff that grows with the run. The reconcile deadline runs on.
+        change = transition(
+            record,
+            OpState.DISPATCH_UNKNOWN,
+            ctx,
+            detail=(
+                f"attempt {record.attempt_count} refused ({detail}); an earlier one is "
+                "unresolved: asked again, then sent again (C6c)"
+            ),
+            attempt_updates=attempt_updates,
+            execution=joined_execution(record, attempts, None),
+            unknown_since=record.unknown_since or ctx.now,
+            next_action_at=ctx.now + backoff(ctx, stale - 1),
         )
         return Decision(change, tags=frozenset({"ambiguous"}))
     change = transition(

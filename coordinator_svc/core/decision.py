@@ -242,9 +242,13 @@ def close_current(
 # did not run (C6) and says nothing against the turn, so it never counts
 # toward max_attempts and never fails a turn.
 CAPACITY_REFUSALS = frozenset({ErrorReason.NO_FREE_SLOT, ErrorReason.SHUTTING_DOWN})
-# Refusals that never count toward max_attempts: a full runner's (C6a), and a
-# Dispatch never sent because its runner is not a member (§11 M6).
-UNCOUNTED_REFUSALS = CAPACITY_REFUSALS | {ErrorReason.RUNNER_REMOVED}
+# C6c: never admitted because it reached the runner after its admission floor
+# (late, or the runner's clock runs ahead): nothing ran, nothing against the turn.
+STALE_REFUSALS = frozenset({ErrorReason.DISPATCH_STALE})
+# Refusals that never count toward max_attempts: a full runner's (C6a), a stale
+# Dispatch's (C6c), and a Dispatch never sent because its runner is not a member
+# (§11 M6).
+UNCOUNTED_REFUSALS = CAPACITY_REFUSALS | STALE_REFUSALS | {ErrorReason.RUNNER_REMOVED}
 
 
 def refusal_reason(attempt: AttemptRecord) -> str:
@@ -260,14 +264,23 @@ def counted_attempts(attempts: tuple[AttemptRecord, ...]) -> int:
     return sum(refusal_reason(a) not in UNCOUNTED_REFUSALS for a in attempts)
 
 
-def capacity_streak(attempts: tuple[AttemptRecord, ...]) -> int:
-    """How many attempts in a row, most recent first, a full runner refused."""
+def _streak(attempts: tuple[AttemptRecord, ...], reasons: frozenset[str]) -> int:
     streak = 0
     for attempt in sorted(attempts, key=lambda a: a.number, reverse=True):
-        if refusal_reason(attempt) not in CAPACITY_REFUSALS:
+        if refusal_reason(attempt) not in reasons:
             break
         streak += 1
     return streak
+
+
+def capacity_streak(attempts: tuple[AttemptRecord, ...]) -> int:
+    """How many attempts in a row, most recent first, a full runner refused."""
+    return _streak(attempts, CAPACITY_REFUSALS)
+
+
+def stale_streak(attempts: tuple[AttemptRecord, ...]) -> int:
+    """How many attempts in a row, most recent first, were refused DISPATCH_STALE (C6c)."""
+    return _streak(attempts, STALE_REFUSALS)
 
 
 def all_refused(attempts: tuple[AttemptRecord, ...]) -> bool:

@@ -86,12 +86,15 @@ class DispatchAccepted:
 
 @dataclass(frozen=True)
 class DispatchRefused:
-    """A typed refusal (C6) of Dispatch ``attempt``; ``reason`` is an ErrorReason string."""
+    """A typed refusal (C6) of Dispatch ``attempt``; ``reason`` is an ErrorReason string.
+    ``admission_floor``: the floor a DISPATCH_STALE refusal names (C6c: with the
+    stamp it bounds the runner's clock skew), None when not said."""
 
     attempt: int
     reason: str
     incarnation_id: str = ""
     message: str = ""
+    admission_floor: int | None = None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 
 import grpc
 
@@ -29,6 +30,7 @@ from coordinator_svc.core.events import (
 )
 from coordinator_svc.core.model import OperationRecord
 from coordinator_svc.core.runner_view import RunnerOp
+from coordinator_svc.core.stale import read_stale
 from coordinator_svc.dispatcher.batching import StatusBatcher
 from coordinator_svc.dispatcher.metrics import DispatcherMetrics
 from coordinator_svc.dispatcher.releases import ReleaseCarrier
@@ -38,9 +40,11 @@ from coordinator_svc.driver.runners import Runners
 from coordinator_svc.ports import RunnerGateway
 from turnwire.backoff import backoff_seconds
 from turnwire.crashpoints import crash_point
+from turnwire.ids import stamp_now
 from turnwire.limits import MessageLimits
 from turnwire.observability.logs import turn_context
 from turnwire.transport_security import RunnerCredentials, check_runner_address
+from turnwire.vocabulary import ErrorReason
 
 log = logging.getLogger("coordinator_svc.dispatcher")
 
@@ -74,8 +78,11 @@ class RunnerCalls:
         credentials: RunnerCredentials | None = None,
         gateways: Mapping[str, RunnerGateway] | None = None,
         memory: Runners | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._timings = timings
+        # The engine's clock: when a runner last answered a call (C2a's freshness).
+        self._clock = clock
         self._settle_grace = settle_grace
         self._metrics = metrics
         self._interceptors = tuple(interceptors)
@@ -201,6 +208,10 @@ class RunnerCalls:
         if runner not in self.clients:
             return False  # left the set meanwhile: no streak to keep
         if answered:
+            # An answer is as good a sign of life as a watch message (C2a): a
+            # turn's Dispatch reply, held until it settles, is often all a busy
+            # runner says (the watch leaves a held reply's rows out).
+            self.runners.heard(runner, self._clock())
             return self.runners.answered(runner)
         self.runners.unanswered(runner)
         return False
@@ -232,11 +243,37 @@ class RunnerCalls:
                 self.releases.give_back(carried)  # the runner may not have seen them
             crash_point("coordinator.after_dispatch_send")
             self._note(command.runner, answered=not isinstance(reply, DispatchUnknown))
+            self._note_staleness(command, reply)
             loop = asyncio.get_running_loop()
             self._held.replied(op_id, reply, loop.time())
             return await self._hold(op_id, loop)
         finally:
             self._held.done(op_id)
+
+    def _note_staleness(
+        self, command: cmd.Dispatch, reply: DispatchAccepted | DispatchRefused | DispatchUnknown
+    ) -> None:
+        """C6c: the runner's run of DISPATCH_STALE refusals (any turn's), which its
+        operator hears of once it is a run (``Runners.refused_stale``), and which
+        an admitted Dispatch ends."""
+        runner = command.runner
+        if runner not in self.clients:
+            return  # left the set meanwhile: nothing to keep
+        if isinstance(reply, DispatchAccepted):
+            self.runners.admitted(runner)
+            return
+        if not isinstance(reply, DispatchRefused) or reply.reason != ErrorReason.DISPATCH_STALE:
+            return
+        reading = read_stale(command.dispatch_stamp, reply.admission_floor, stamp_now())
+        said = reading.describe(runner)
+        if self.runners.refused_stale(runner, said):
+            log.warning(
+                "runner %s refused %d Dispatches in a row as stale (DISPATCH_STALE, "
+                "PROTOCOL.md C6c): %s",
+                runner,
+                self.runners.of(runner).stale,
+                said,
+            )
 
     async def _hold(
         self, operation_id: str, loop: asyncio.AbstractEventLoop

@@ -126,7 +126,7 @@ class Dispatcher:
         self.metrics = DispatcherMetrics()
         # All this process knows of each runner (driver.runners): who it is, its
         # unanswered calls, its silence.
-        self.runner_memory = Runners()
+        self.runner_memory = Runners(live_within=timings.live_within)
         self._calls = RunnerCalls(
             runners,
             timings,
@@ -137,6 +137,7 @@ class Dispatcher:
             credentials=runner_credentials,
             gateways=gateways,
             memory=self.runner_memory,
+            clock=clock,
         )
         # All this process knows of each operation beyond its record (driver.memory).
         self.memory = Memory()
@@ -176,7 +177,7 @@ class Dispatcher:
             self.metrics,
             clock=clock,
             ownership=ownership,
-            identity_of=lambda runner: self.fleet.identity_of(runner),
+            identity_of=lambda runner: self.fleet.identity_of(runner, clock()),
             watched=lambda runner: self.fleet.watched_incarnation(runner),
             before_grants=lambda: self.fleet.avoid_unreachable(),
             max_concurrency=max_concurrency,
@@ -194,6 +195,7 @@ class Dispatcher:
             spawn=ops.spawn,
             bound_to=self.bound_to,
             owns=lambda record: ownership is None or ownership.owns(record),
+            clock=clock,
             identities_known=not preflight_first_attempts,
         )
         fleet = self.fleet
@@ -273,7 +275,7 @@ class Dispatcher:
             context = self.operations.context((), record)  # reads the turn's limits
             first = self.driver.first_attempt(
                 record,
-                self.fleet.identity_of,
+                lambda runner: self.fleet.identity_of(runner, context.now),
                 context,
                 executor=envelope_executor(record.envelope),
             )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from coordinator_svc.config import DispatchTimings, RunnerEndpoint
@@ -59,7 +60,8 @@ class Fleet:
     """``bound_to(runner, states)``: the journal's open operations bound to a
     runner; ``owns(record)``: this process drives it (a replica: its lease);
     ``identities_known``: a never-sent first attempt may bind to the identity
-    a live watch knows (C2a; False: always preflight)."""
+    a live watch knows (C2a; False: always preflight); ``clock``: the engine's,
+    which times what the watches deliver (C2a's freshness)."""
 
     def __init__(
         self,
@@ -74,8 +76,10 @@ class Fleet:
         spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
         bound_to: BoundTo,
         owns: Callable[[OperationRecord], bool],
+        clock: Callable[[], datetime],
         identities_known: bool = True,
     ) -> None:
+        self._clock = clock
         self._calls = calls
         # Each runner's record (identity, unanswered calls, silence): driver/runners.py.
         self._runners = calls.runners
@@ -107,14 +111,14 @@ class Fleet:
         what they saw (``driver.inputs``); a journal read it needs may raise."""
         match item:
             case RunnerAnswered(runner=runner):
-                self._answered(runner)
+                self._answered(runner)  # and heard from now (C2a: RunnerCalls.note_answered)
             case RunnerUp(runner=runner):
                 self._runners.up(runner)
             case RunnerSilent(runner=runner, error=error, at=at):
                 self._runners.down(runner, error, at)
                 self._watch_lost(runner)
             case RunnerIdentified(runner=runner, identity=identity):
-                self._runners.identified(runner, identity)
+                self._runners.identified(runner, identity, self._clock())
             case RunnerLearned(runner=runner, sizes=sizes, executors=executors):
                 self._learned(runner, sizes, executors)
             case RunnerPools(runner=runner, sizes=sizes, in_use=in_use):
@@ -242,11 +246,12 @@ class Fleet:
         """Every member as this coordinator sees it (ListRunners)."""
         return runner_states(self.runners, self._room.scheduler, self._runners, self.drained)
 
-    def identity_of(self, runner: str) -> RunnerIdentity | None:
-        """The runner's identity if a live watch on it knows it (C2a)."""
+    def identity_of(self, runner: str, now: datetime) -> RunnerIdentity | None:
+        """The runner's identity if a live watch on it knows it and it is known
+        live at ``now`` (C2a: the driver's rule, ``Runners.live_identity``)."""
         if not self._identities_known or self.members.watch_on(runner) is None:
             return None
-        return self._runners.of(runner).identity
+        return self._runners.live_identity(runner, now)
 
     def watched_incarnation(self, runner: str) -> str | None:
         """The incarnation a live watch on ``runner`` follows (C9a), whatever C2a says."""

@@ -239,7 +239,13 @@ class RunnerClient:
             typed = error_info(error)
             if typed is not None and typed.reason in DISPATCH_REFUSALS:
                 incarnation = typed.metadata.get("incarnation_id", "")
-                return DispatchRefused(command.attempt, typed.reason, incarnation, typed.message)
+                return DispatchRefused(
+                    command.attempt,
+                    typed.reason,
+                    incarnation,
+                    typed.message,
+                    _admission_floor(typed.metadata.get("admission_floor", "")),
+                )
             if typed is None and refused_as_too_large(error, size):
                 return DispatchRefused(command.attempt, MESSAGE_TOO_LARGE, "", describe(error))
             return DispatchUnknown(command.attempt, describe(error))
@@ -341,3 +347,12 @@ def _release_request(operation_id: str, command: commands.Release) -> runner_pb2
         expected_incarnation_id=command.incarnation_id,
         fencing_token=command.fencing_token,
     )
+
+
+def _admission_floor(said: str) -> int | None:
+    """The floor a DISPATCH_STALE refusal names (C6c), None if absent or not a number
+    (it only sharpens the words about clock skew; the refusal is definite anyway)."""
+    try:
+        return int(said)
+    except ValueError:
+        return None

@@ -38,7 +38,13 @@ def describe_wait(
     if record.state.terminal:
         return ""
     op_id = record.operation_id
-    down = memory.silence
+
+    def down(runner: str) -> str:
+        """What is wrong with a runner it waits for: silent, or refusing its
+        Dispatches as stale (C6c: clock skew, or a path slower than the window)."""
+        return "; ".join(
+            said for said in (memory.silence(runner), memory.stale_note(runner)) if said
+        )
 
     runner = scheduler.bound_to(op_id) or record.runner
     if record.state is not OpState.QUEUED:

@@ -27,8 +27,11 @@ The stamp bound: every Dispatch for a turn was written ahead (C4) before the
 turn's terminal write, which came before the coordinator's Release (or, for a
 tombstone, before the give-up Cancel that made it; C8b, C11). So each stamp
 is below the moment the Release or Cancel left the coordinator, and that is
-below the moment the runner recorded it plus the clock skew, which the
-admission window exceeds (§6.1 W2). Bound = recorded time + admission window.
+below the moment the runner recorded it plus the clock skew. Bound = recorded
+time + the *key window*: the admission window, but never less than
+``CLOCK_SKEW_ALLOWANCE_SECONDS``. The admission window used to serve (it had to
+exceed the skew); now that it is short (§6.1 W2a) it may not, and a key dropped
+below a late stamp would let that Dispatch run the turn again.
 """
 
 from __future__ import annotations
@@ -73,6 +76,19 @@ def retired_since(
 def row_prunable(since: float | None, now: float, retain: float) -> bool:
     """K2: retired, and for at least ``retain`` seconds."""
     return since is not None and since + retain <= now
+
+
+# K4: the clock skew (coordinator ahead of runner) the key window allows for.
+# Generous, because it costs nothing that matters: a key goes this long after
+# its release at the earliest, against --retain-pruned-keys' 30 days.
+CLOCK_SKEW_ALLOWANCE_SECONDS = 60.0
+
+
+def key_window_seconds(admission_window_seconds: float) -> float:
+    """K4's window (the stamp bound's and the key ceiling's): the admission window,
+    never less than the skew allowance (a short admission window, W2a, bounds no
+    skew)."""
+    return max(admission_window_seconds, CLOCK_SKEW_ALLOWANCE_SECONDS)
 
 
 def stamp_bound(since: float, window_us: int) -> int:

@@ -51,12 +51,16 @@ class StoreOpening:
 
 
 def check_admissible(stamp: int, floor: int, operation_id: str) -> None:
-    """A Dispatch below the floor is refused for good (typed, definite: C6)."""
+    """A Dispatch below the floor is refused for good (typed, definite: C6). The
+    floor goes in the refusal's metadata (``admission_floor``): with the stamp and
+    the time it took, the coordinator can tell a late Dispatch from a clock that
+    runs ahead of its own (C6c)."""
     if stamp < floor:
         raise RunnerRefusal(
             Refusal.DISPATCH_STALE,
             f"{operation_id}: dispatch_stamp {stamp} is below the admission floor {floor}: "
             "sent too long ago, or the coordinator's clock is behind this runner's",
+            {"admission_floor": str(floor)},
         )
 
 

@@ -196,6 +196,19 @@ def left_runner_is_not_started(sim: Simulator) -> Policy:
     return policy
 
 
+def stale_is_a_full_runner(sim: Simulator) -> Policy:
+    """Breaks C6c's bound: a DISPATCH_STALE refusal is read as a full runner's (never
+    counted, never ending the turn), so a runner whose clock runs ahead is sent
+    Dispatches for ever and nobody is told why."""
+
+    def policy(record: OperationRecord, event: Event, ctx: Context) -> Decision:
+        if isinstance(event, DispatchRefused) and event.reason == "DISPATCH_STALE":
+            event = dataclasses.replace(event, reason="NO_FREE_SLOT")
+        return decide(record, event, ctx)
+
+    return policy
+
+
 BROKEN: dict[str, Callable[[Simulator], Policy]] = {
     "resend_when_the_runner_left": resend_when_the_runner_left,
     "left_runner_is_not_started": left_runner_is_not_started,
@@ -205,6 +218,7 @@ BROKEN: dict[str, Callable[[Simulator], Policy]] = {
     "unknown_is_not_started": unknown_is_not_started,
     "dispatch_without_write_ahead": dispatch_without_write_ahead,
 }
+# stale_is_a_full_runner is not in BROKEN: test_teeth.py pins it to C6c alone.
 # trust_the_store_blindly is not in BROKEN: the structural proof check takes a
 # same-store_id answer at its word (it cannot see a restore either), so only the
 # ledger shows that harm; test_teeth.py runs it with restores made common.

@@ -43,6 +43,10 @@ HARD_CASES = {
     "§5 runner refused a stale fencing token": "refused:STALE_FENCING_TOKEN",
     "§5 O5 a cancel stored for the owner by another replica": "cancel_marked_for_owner",
     "§6.1 a Dispatch below the admission floor refused": "refused:DISPATCH_STALE",
+    "C6c: a run of stale refusals ended the turn (a replica's clock behind)": (
+        "reason:DISPATCH_STALE"
+    ),
+    "C2a: a known runner not heard from lately (its first attempt asks first)": "c2a_not_live",
     "C6a: schedules routed by the real scheduler": "scheduled",
     "C6a: grants while another principal waited": "fair:contended",
     "C1a: first attempts written with their acceptance": "first_attempt_with_acceptance",
@@ -103,8 +107,10 @@ def run_budget(
     *,
     stop_on_violation: bool = False,
     keep_going: Callable[[], bool] = lambda: True,
+    stop_on: Callable[[str], bool] | None = None,
 ) -> BudgetResult:
-    """Run every seed (until ``keep_going`` says stop); never raises on a violation."""
+    """Run every seed (until ``keep_going`` says stop); never raises on a violation.
+    ``stop_on``: stop at the first violation it picks (``stop_on_violation``: any)."""
     result = BudgetResult()
     started = time.perf_counter()
     for seed in seeds:
@@ -116,7 +122,7 @@ def run_budget(
         result.coverage.update(run.coverage)
         if run.violation:
             result.violations.append((seed, run.violation))
-            if stop_on_violation:
+            if stop_on_violation or (stop_on is not None and stop_on(run.violation)):
                 break
     result.seconds = time.perf_counter() - started
     return result

@@ -24,6 +24,7 @@ from coordinator_svc.core.model import (
     ReplayPolicy,
     TurnKind,
 )
+from coordinator_svc.core.stale import STALE_STREAK_LIMIT
 from runner_svc.core.model import OperationRow, RowState, StopReason
 from runner_svc.storage import executions_json
 from tests.simulation.sim_journal import SimJournal
@@ -82,6 +83,11 @@ _DEFINITE = frozenset(
         "EXECUTOR_NOT_SERVED",  # R14: refused before anything was written
     }
 )
+
+
+# Refusals that never count toward max_attempts: a full runner's (C6a), a stale
+# Dispatch's (C6c).
+_UNCOUNTED = frozenset({"refused:NO_FREE_SLOT", "refused:SHUTTING_DOWN", "refused:DISPATCH_STALE"})
 
 
 class Violation(Exception):
@@ -243,20 +249,38 @@ class Checker:
                 f"attempt {number} closed REFUSED but the runner saw it as {seen or 'nothing'}",
             )
 
+    def _check_stale_run(self, op: str, number: int) -> None:
+        """C6c: stale refusals are re-sent, but not for ever: no attempt follows a run
+        of STALE_STREAK_LIMIT attempts the runners refused DISPATCH_STALE (judged from
+        what they answered) and the coordinator knew were refused (its journal closed
+        them REFUSED: a refusal whose reply was lost ends the run there too)."""
+        run = 0
+        for earlier in range(number - 1, 0, -1):
+            attempt = self.journal.attempts[op].get(earlier)
+            seen = self.dispatch_results.get((op, earlier), [])
+            if attempt is None or attempt.outcome is not AttemptOutcome.REFUSED:
+                break
+            if not seen or any(s != "refused:DISPATCH_STALE" for s in seen):
+                break
+            run += 1
+        if run >= STALE_STREAK_LIMIT:
+            raise Violation("C6c bounded", op, f"attempt {number} after {run} stale refusals")
+
     def _check_new_attempt(self, change: Change, stored: OperationRecord) -> None:
         new = change.new_attempt
         assert new is not None
         op = new.operation_id
         policy, max_attempts = self.policies[op]
-        # Issue 9: an attempt the runner refused only for being full does not
-        # count (judged from what the runner answered, not from the journal).
+        # Issue 9, C6c: an attempt the runner refused only for being full, or as
+        # stale, does not count (judged from what the runner answered, not from
+        # the journal).
         full = sum(
             1
             for number in range(1, new.number)
             if self._refused_unsent(op, number)  # never sent (§11 M6): not counted
             or (
                 (seen := self.dispatch_results.get((op, number), []))
-                and all(s in ("refused:NO_FREE_SLOT", "refused:SHUTTING_DOWN") for s in seen)
+                and all(s in _UNCOUNTED for s in seen)
             )
         )
         if new.number - full > max_attempts:
@@ -265,6 +289,7 @@ class Checker:
                 op,
                 f"attempt {new.number} ({new.number - full} counted) > {max_attempts}",
             )
+        self._check_stale_run(op, new.number)
         if policy is ReplayPolicy.SAFE:
             return
         earlier = [a for a in self.journal.attempts[op].values() if a.number < new.number]

@@ -54,6 +54,7 @@ from coordinator_svc.driver.agenda import Agenda
 from coordinator_svc.driver.attention import due_scan_ticks
 from coordinator_svc.driver.driver import Driver, Timings
 from coordinator_svc.driver.memory import Memory
+from coordinator_svc.driver.runners import LIVE_WITHIN, Runners
 from coordinator_svc.driver.step import (
     Adopted,
     Claim,
@@ -180,11 +181,16 @@ class SimCoordinator:
     stale_status_guard: bool = False
     # Issue 9: the real scheduler routes every QUEUED turn (scheduled schedules).
     scheduling: SimScheduling | None = None
-    # C2a: who each runner is, as its last status answer said. The engine learns
-    # it from its live watch and forgets it when the stream breaks; this one
-    # keeps it across runner restarts it has not heard of, so a first attempt
-    # is often bound to a stale incarnation (the runner must refuse it, C5).
-    known: dict[str, RunnerIdentity] = field(default_factory=dict)
+    # C2a: who each runner is, as its last status answer said, and when it was
+    # last heard from (any reply or watch report), in the driver's own record
+    # (driver.runners: a first attempt skips its preflight only while the runner
+    # is known live). The engine learns the identity from its live watch and
+    # forgets it when the stream breaks; this one keeps it across runner
+    # restarts it has not heard of, so a first attempt is often bound to a
+    # stale incarnation (the runner must refuse it, C5).
+    known: Runners = field(default_factory=Runners)
+    # C2a's freshness (seconds): the shipped default unless a schedule says otherwise.
+    live_within: float = LIVE_WITHIN
     # Issue 10, as the engine does it (dispatcher/first_attempt.py): a turn its
     # scheduler grants at once, on a runner it knows, is stored with its first
     # attempt written ahead in the acceptance's own transaction.
@@ -202,6 +208,7 @@ class SimCoordinator:
 
     def __post_init__(self) -> None:
         self._new_driver()
+        self.known = Runners(self.live_within)
         if self.replica_name:
             self.replica_id = f"{self.replica_name}#{self.epoch}"
 
@@ -259,7 +266,7 @@ class SimCoordinator:
         # Who waits in its class before it is granted (the fairness checker's
         # input: empty unless the scheduler let it jump the queue).
         waiting = self.scheduling.waiting_principals(record.pool, record.kind)
-        decision = self.driver.first_attempt(record, self.known.get, ctx, policy=self.policy)
+        decision = self.driver.first_attempt(record, self.live, ctx, policy=self.policy)
         if decision is None or decision.change is None:
             return False
         op = record.operation_id
@@ -541,6 +548,14 @@ class SimCoordinator:
 
     # --- time, replies, restarts ----------------------------------------------------
 
+    def live(self, runner: str) -> RunnerIdentity | None:
+        """C2a: the identity a first attempt may bind to without a preflight now
+        (counted when one is known but the runner has not been heard from lately)."""
+        identity = self.known.live_identity(runner, at(self.now))
+        if identity is None and self.known.of(runner).identity is not None:
+            self.counters["c2a_not_live"] += 1
+        return identity
+
     def busy(self, operation_id: str) -> bool:
         return any(c.operation_id == operation_id for c in self.calls.values())
 
@@ -579,7 +594,7 @@ class SimCoordinator:
             return
         self.agenda.now_due(operation_id)  # its timer (if any) is spent
         streak = self.agenda.streak(operation_id)
-        identity = self.known.get(route) if route is not None else None
+        identity = self.live(route) if route is not None else None
         self.handle(operation_id, Tick(route=route, route_identity=identity, retry_streak=streak))
         record = self.journal.operations.get(operation_id)
         if route is None and record is not None and record.state is OpState.QUEUED:
@@ -610,7 +625,7 @@ class SimCoordinator:
             self.observer.granted(slot_class, granted.principal, waiting)
             self.log.append(f"    granted {grant.operation_id} -> {grant.runner}")
         for grant in grants:
-            tick = self.driver.granted(grant, self.known.get(grant.runner))
+            tick = self.driver.granted(grant, self.live(grant.runner))
             self.handle(grant.operation_id, tick)
         if self.scheduling.scheduler.holding(operation_id):
             self.tick(operation_id, None)  # waits: the core says so; looked at again later
@@ -632,6 +647,7 @@ class SimCoordinator:
             return "discarded: sent to an earlier coordinator process (C8a)"
         if isinstance(message.body, WatchReport):
             body = message.body
+            self.known.heard(body.runner, at(self.now))
             if body.row.operation_id not in self.journal.operations:
                 return "watch report for an unknown operation"
             event = RunnerReported(body.runner, body.incarnation_id, runner_op(body.row))
@@ -650,7 +666,9 @@ class SimCoordinator:
             return f"reply to #{call.id} discarded: asked before the latest transition"
         event = reply_event(call, message.body, self.agenda)
         if isinstance(event, PreflightAnswer):
-            self.known[event.runner] = RunnerIdentity(event.incarnation_id, event.store_id)
+            identity = RunnerIdentity(event.incarnation_id, event.store_id)
+            self.known.identified(event.runner, identity, at(self.now))
+        self.known.heard(call.runner, at(self.now))
         if event is not None:
             self.handle(call.operation_id, event)
         self._settle(call.operation_id)
@@ -665,7 +683,7 @@ class SimCoordinator:
             self.renewed_at = float("-inf")
             self.journal.expire_leases(f"{self.replica_name}#", self.replica_id, at(self.now))
         self.calls.clear()
-        self.known.clear()
+        self.known = Runners(self.live_within)
         self.paused = False
         self.pending = []
         if self.scheduling is not None:

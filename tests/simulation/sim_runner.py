@@ -78,8 +78,10 @@ from tests.simulation.world import (
     turn_retry,
 )
 
-# The real runner's default admission window (ServiceSettings), in microseconds.
-ADMISSION_WINDOW_US = 7_000_000
+# The real runner's default admission window and floor interval (ServiceSettings:
+# W2a, the floor trails the clock by at most their sum).
+ADMISSION_WINDOW_US = 250_000
+FLOOR_INTERVAL = 0.25
 
 # --- replies ------------------------------------------------------------------------
 
@@ -106,6 +108,8 @@ class RefusedReply:
     reason: str
     incarnation_id: str
     message: str = ""
+    # What the refusal's ErrorInfo adds (DISPATCH_STALE: the admission floor, C6c).
+    admission_floor: int | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,9 @@ class SimRunner:
     # This incarnation runs the release before issue 27: its admissions never
     # carry the launch intent (see the module docstring).
     intent_apart: bool = False
+    # §6.1 W2a: the floor trails the clock by the window, raised every interval.
+    admission_window_us: int = ADMISSION_WINDOW_US
+    floor_interval: float = FLOOR_INTERVAL
 
     def __post_init__(self) -> None:
         self._start_process()
@@ -237,10 +244,13 @@ class SimRunner:
 
     def keep_time(self, now: float) -> None:
         """What the real runner does on its timers, done here before every call: raise
-        the admission floor (a draining runner admits nothing more: it seals as soon as
-        it can) and prune what retention allows (§9). Idempotent for one ``now``."""
+        the admission floor as its floor keeper last did, at the latest multiple of
+        ``floor_interval`` (a draining runner admits nothing more: it seals as soon as it
+        can), and prune what retention allows (§9). Idempotent for one ``now``."""
+        interval = self.floor_interval
+        raised_at = (now // interval) * interval if interval > 0 else now
         self.store.raise_floor(
-            stamp_at(now) - ADMISSION_WINDOW_US if self.accepting else SEALED_FLOOR
+            stamp_at(raised_at) - self.admission_window_us if self.accepting else SEALED_FLOOR
         )
         if self.retention is not None:
             prune(self.store, self.retention, now, self.counters)
@@ -259,7 +269,13 @@ class SimRunner:
                     return self.release(request, write_fails, now)
         except RunnerRefusal as refusal:
             self.counters[f"refused:{refusal.refusal.value}"] += 1
-            return RefusedReply(refusal.refusal.value, self.incarnation_id, refusal.message)
+            floor = refusal.details.get("admission_floor")
+            return RefusedReply(
+                refusal.refusal.value,
+                self.incarnation_id,
+                refusal.message,
+                int(floor) if floor is not None else None,
+            )
         raise TypeError(f"unknown request {request!r}")
 
     def status(self, operation_id: str) -> StatusReply:

@@ -53,11 +53,13 @@ import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from coordinator_svc.core.edges import IllegalTransition
 from coordinator_svc.core.events import CancelRequested
 from coordinator_svc.core.model import ReplayPolicy, TurnKind
 from coordinator_svc.core.scheduler import Scheduler
+from coordinator_svc.driver.runners import LIVE_WITHIN
 from coordinator_svc.ports import InvalidWrite, WriteConflict
 from tests.simulation import menu, reporting
 from tests.simulation.invariants import Checker, Violation
@@ -71,7 +73,12 @@ from tests.simulation.sim_coordinator import (
 from tests.simulation.sim_journal import SimJournal
 from tests.simulation.sim_membership import MembershipChecker, SimMembership
 from tests.simulation.sim_retention import SimRetention
-from tests.simulation.sim_runner import SimRunner, SimStore
+from tests.simulation.sim_runner import (
+    ADMISSION_WINDOW_US,
+    FLOOR_INTERVAL,
+    SimRunner,
+    SimStore,
+)
 from tests.simulation.sim_scheduling import SchedulerFactory, SchedulingChecker, SimScheduling
 from tests.simulation.wire import WatchReport
 from tests.simulation.world import EPOCH, DispatchRequest, Ledger, Network, describe
@@ -135,6 +142,27 @@ class SimConfig:
     # two writes, sim_runner.py): 0 is every runner on this release, 1 every
     # runner on the one before (the "before" of a measurement).
     intent_apart_share: float = 0.25
+    # §6.1 W2a: the runners' admission window (µs) and how often their floor keeper
+    # raises the floor (seconds; 0: before every call). The shipped defaults; a
+    # schedule kept from before W2a replays with PRE_W2A_WINDOW.
+    admission_window_us: int = ADMISSION_WINDOW_US
+    floor_interval: float = FLOOR_INTERVAL
+    # C2a: a first attempt skips its preflight only if the runner was heard from
+    # within this long (seconds; driver.runners.LIVE_WITHIN, the shipped default).
+    live_within: float = LIVE_WITHIN
+
+
+# Issue 27 changed what a schedule meets: a Dispatch delivered later than the
+# runners' 0.25 s window is refused stale (W2a; before, a 7 s window, the floor
+# raised before every call), and a first attempt asks first unless its runner
+# was heard from within 0.5 s (C2a; before, whenever its identity was known, so
+# the calls, and the message ids a kept schedule names, differ). A schedule kept
+# from before replays with this, and meets what it was kept for.
+BEFORE_ISSUE_27: dict[str, Any] = {
+    "admission_window_us": 7_000_000,
+    "floor_interval": 0.0,
+    "live_within": 1e9,
+}
 
 
 @dataclass(frozen=True)
@@ -223,6 +251,7 @@ class Simulator:
                 stale_status_guard=config.stale_status_guard,
                 attempt_with_acceptance=config.attempt_with_acceptance,
                 executor_rules=config.executor_rules,
+                live_within=config.live_within,
             )
             for n in range(1, self.setup.replicas + 1)
         }
@@ -244,6 +273,8 @@ class Simulator:
                 self._new_store(spec.durable),
                 retention=config.retention,
                 intent_apart=spec.intent_apart,
+                admission_window_us=config.admission_window_us,
+                floor_interval=config.floor_interval,
             )
             runner.store.open(runner.incarnation_id)
             self.runners[spec.name] = runner

@@ -16,6 +16,8 @@ from tests.simulation.sim_retention import BROKEN_RETENTION, SimRetention
 from tests.simulation.simulator import SimConfig
 
 SEEDS = range(2000)
+# What a broken retention rule does: a second run, or a status that lies.
+HARMS = ("[1 at most once]", "[3 execution]", "[3 true status]")
 
 
 def test_eager_retention_breaks_no_invariant_across_the_budget() -> None:
@@ -48,10 +50,15 @@ def test_a_broken_retention_rule_runs_a_turn_twice_or_lies(name: str) -> None:
         retention=BROKEN_RETENTION[name],
         membership_share=0.0,
     )
-    result = run_budget(SEEDS, broken, stop_on_violation=True)
-    assert result.violations, f"{name} survived {result.schedules} schedules"
-    seed, violation = result.violations[0]
-    assert violation.startswith(("[1 at most once]", "[3 execution]", "[3 true status]")), violation
+    # K6's own cost (a turn a coordinator still tracks left unresolved after the
+    # heal, see below) may come first under the K6 variant: the harm looked for is
+    # a second run or a lie.
+    result = run_budget(SEEDS, broken, stop_on=lambda violation: violation.startswith(HARMS))
+    harms = [(seed, v) for seed, v in result.violations if v.startswith(HARMS)]
+    assert harms, f"{name} survived {result.schedules} schedules: {result.violations[:1]}"
+    seed, violation = harms[0]
+    liveness = {v.split("]")[0] + "]" for _, v in result.violations if not v.startswith(HARMS)}
+    assert liveness <= {"[2 terminal after heal]"}, result.violations[:3]
     real = SimConfig(
         steps=70,
         trace=False,

@@ -8,6 +8,7 @@ from tests.simulation.broken_policies import (
     BROKEN,
     replay_after_changed_incarnation,
     skip_preflight,
+    stale_is_a_full_runner,
     timeout_is_refusal,
     trust_the_store_blindly,
 )
@@ -29,6 +30,23 @@ def test_the_checker_catches_a_broken_policy(name: str) -> None:
     assert result.violations, f"{name} survived {result.schedules} schedules"
     seed, violation = result.violations[0]
     print(f"{name}: caught at seed {seed}: {violation}")
+
+
+@pytest.mark.rule("C6c")
+def test_stale_refusals_re_sent_without_end_are_caught() -> None:
+    """C6c teeth: read as a full runner's, a DISPATCH_STALE refusal is re-sent for ever
+    (a replica whose clock runs behind the runners' by more than their window is
+    refused every Dispatch); the checker stops it after STALE_STREAK_LIMIT in a row,
+    and the real core, which ends such a turn there, survives the same seeds."""
+    config = SimConfig(steps=70, trace=False)
+    result = run_budget(SEEDS, config, stale_is_a_full_runner, stop_on_violation=True)
+    assert result.violations, f"survived {result.schedules} schedules"
+    seed, violation = result.violations[0]
+    assert violation.startswith("[C6c bounded]"), violation
+    correct = run_budget(range(seed + 1), config)
+    assert not correct.violations, correct.violations[:1]
+    assert correct.coverage["reason:DISPATCH_STALE"] >= 1
+    print(f"stale_is_a_full_runner: seed {seed}: {violation}")
 
 
 @pytest.mark.parametrize(

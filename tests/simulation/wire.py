@@ -145,7 +145,11 @@ def _refusal_event(call: Call, body: RefusedReply, agenda: Agenda) -> Event | No
     if call.kind == "dispatch":
         if body.reason in DISPATCH_REFUSALS:
             return DispatchRefused(
-                call.command.attempt, body.reason, body.incarnation_id, body.message
+                call.command.attempt,
+                body.reason,
+                body.incarnation_id,
+                body.message,
+                body.admission_floor,
             )
         return DispatchUnknown(call.command.attempt, f"{body.reason}: {body.message}")
     if call.kind == "cancel":

@@ -19,6 +19,7 @@ from turnwire.chaos import (
 )
 from turnwire.deployment import LocalDeployment
 from turnwire.harness import Status, render
+from turnwire.harness.outcomes import stale_refusals
 from turnwire.launcher import LaunchError
 
 SUMMARY = (
@@ -82,6 +83,11 @@ def _figures(tally: ChaosTally) -> str:
         ("reconciled without resend", f.reconciled_without_resend),
         ("ambiguous (TIMED_OUT, UNKNOWN)", f.ambiguous),
         ("UNKNOWN, never executed (ledger)", unknown_never_executed(verdict)),
+        (
+            "  of them INCARNATION_CHANGED",
+            unknown_never_executed(verdict, "INCARNATION_CHANGED"),
+        ),
+        ("Dispatches refused stale, re-sent", stale_refusals(verdict.run.histories.values())),
         ("cancels sent", tally.cancels),
         ("submits retried", tally.submit_retries),
         *((f"restarts: {name}", n) for name, n in sorted(tally.restarts.items())),

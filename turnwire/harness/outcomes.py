@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from turnwire.harness.oracle_history import OperationHistory
+from turnwire.harness.oracle_schema import REFUSED, TERMINAL_STATES, UNKNOWN
 
 # (reason, execution) -> why that is the honest ending; "*" matches any execution.
 _WHY: dict[tuple[str, str], str] = {
@@ -60,6 +61,11 @@ _WHY: dict[tuple[str, str], str] = {
     ("CANCELLED", "*"): "its principal cancelled it (C11)",
     ("SHUTDOWN", "*"): "the runner was draining and stopped it (R8)",
     ("DISPATCH_REJECTED", "*"): "the runner refused the envelope for good (C6)",
+    ("DISPATCH_STALE", "*"): (
+        "its runner refused a run of Dispatches as stale, never admitting one (C6c): its "
+        "clock runs ahead of the coordinator's, or Dispatches reach it later than its "
+        "admission window; the event says which"
+    ),
     ("ACKNOWLEDGED_OPERATION_DISAPPEARED", "*"): (
         "the runner acknowledged it and later did not know it: a broken runner (C9)"
     ),
@@ -100,6 +106,34 @@ class OutcomeGroup:
 
 def _bare(reason: str | None) -> str:
     return (reason or "").removeprefix("ERROR_REASON_")
+
+
+def unknown_never_executed(histories: Iterable[OperationHistory], reason: str = "") -> int:
+    """Terminal operations left with execution UNKNOWN although the metered ledger
+    shows no executor start for them (only those that ended for ``reason``, when
+    given). For INCARNATION_CHANGED this is the ambiguity a runner's SIGKILL leaves
+    when its admission floor had not passed a Dispatch's stamp (§6.1 W2a keeps that
+    window to half a second), or when a first attempt went to a runner already dead
+    (C2a keeps the skip to runners heard from lately): issue 27's count, 0 wanted."""
+    return sum(
+        1
+        for h in histories
+        if h.operation.state in TERMINAL_STATES
+        and h.operation.execution == UNKNOWN
+        and not h.ledger
+        and (not reason or _bare(h.operation.error_reason) == reason)
+    )
+
+
+def stale_refusals(histories: Iterable[OperationHistory]) -> int:
+    """Attempts a runner refused DISPATCH_STALE (C6c): each was never admitted, and
+    the turn was sent again with a fresh stamp. The cost of a short admission window."""
+    return sum(
+        1
+        for h in histories
+        for attempt in h.attempts
+        if attempt.outcome == REFUSED and attempt.detail.startswith("DISPATCH_STALE")
+    )
 
 
 def explain(histories: Iterable[OperationHistory]) -> tuple[OutcomeGroup, ...]:

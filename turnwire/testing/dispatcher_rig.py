@@ -186,10 +186,11 @@ class Rig:
         raise AssertionError("the runner's slot sizes never became known")
 
     async def watching(self, runner: str = "r1") -> RunnerIdentity:
-        """Until the dispatcher's live watch knows who ``runner`` is (C2a)."""
+        """Until the dispatcher's live watch knows who ``runner`` is and it is known
+        live (C2a: heard from within --live-within)."""
         assert self.dispatcher is not None
         for _ in range(200):  # bounded: 10 s
-            identity = self.dispatcher.fleet.identity_of(runner)
+            identity = self.dispatcher.fleet.identity_of(runner, utc_now())
             if identity is not None:
                 return identity
             await asyncio.sleep(0.05)

@@ -118,7 +118,14 @@ class InProcessRunner:
         except RunnerRefusal as refusal:
             reason = refusal.refusal.value
             if reason in DISPATCH_REFUSALS:
-                return DispatchRefused(command.attempt, reason, self._incarnation, refusal.message)
+                floor = refusal.details.get("admission_floor")
+                return DispatchRefused(
+                    command.attempt,
+                    reason,
+                    self._incarnation,
+                    refusal.message,
+                    int(floor) if floor is not None else None,
+                )
             return DispatchUnknown(command.attempt, str(refusal))
         view = _op(outcome.view)
         assert view is not None

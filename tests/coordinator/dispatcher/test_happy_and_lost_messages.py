@@ -10,6 +10,7 @@ import pytest
 
 from coordinator_svc.core.events import RunnerIdentity
 from coordinator_svc.core.model import AttemptOutcome, Execution, OpState
+from coordinator_svc.dispatcher import utc_now
 from coordinator_svc.storage import FakeJournal
 from tests.support.fault_interceptor import DROP_REQUEST, DROP_RESPONSE, Fault, FaultInterceptor
 from turnwire.testing.dispatcher_rig import Rig, per_operation_rpcs, sqlite_journal
@@ -160,7 +161,7 @@ def test_first_attempt_with_a_stale_identity_is_refused_and_runs_once_after_a_pr
             known = await rig.watching("r1")
             # What the watch would hold for a moment after a restart it has not seen yet.
             stale = RunnerIdentity("f" * 32, known.store_id)
-            dispatcher.runner_memory.identified("r1", stale)
+            dispatcher.runner_memory.identified("r1", stale, utc_now())
             op_id = await rig.submit({"output": "hi"})
             record = await rig.terminal(op_id)
             assert record.state is OpState.SUCCEEDED

@@ -15,6 +15,7 @@ from coordinator_svc.core.events import RunnerIdentity
 from coordinator_svc.core.model import OpState, TurnKind
 from coordinator_svc.core.scheduler import Scheduler
 from coordinator_svc.driver.driver import Driver, Timings
+from coordinator_svc.driver.runners import Runners
 from tests.coordinator.core.scenario import INC_A, NOW, RUNNER, STORE, bound, queued
 
 IDENTITY = RunnerIdentity(INC_A, STORE)
@@ -149,3 +150,24 @@ def test_one_drive_at_a_time_and_a_wake_during_it_is_owed_not_lost() -> None:
     assert driver.tick_wanted("op_1")
     assert not driver.drive_ended("op_1")  # nothing came meanwhile
     assert "op_1" not in driver.memory
+
+
+@pytest.mark.rule("C2a", "C1a")
+def test_no_first_attempt_rides_along_to_a_runner_not_heard_from_lately() -> None:
+    """C2a, C1a (issue 27): the identity is known but the runner's watch has been quiet
+    longer than live_within: nothing is decided or reserved; heard from just now, the
+    first attempt rides with the acceptance, bound to that identity."""
+    driver = driver_with_one_slot()
+    runners = Runners(live_within=0.5)
+    runners.identified(RUNNER, IDENTITY, NOW - timedelta(seconds=1))
+    record = queued()
+
+    def identity_of(runner: str) -> RunnerIdentity | None:
+        return runners.live_identity(runner, NOW)
+
+    assert driver.first_attempt(record, identity_of, _context()) is None
+    assert driver.scheduler.in_use(RUNNER, TurnKind.WRITABLE) == 0
+    runners.heard(RUNNER, NOW - timedelta(seconds=0.1))
+    decision = driver.first_attempt(record, identity_of, _context())
+    assert decision is not None and decision.change is not None
+    assert decision.change.after.incarnation_id == INC_A

@@ -74,3 +74,42 @@ def test_a_runners_record_holds_its_identity_and_its_silence_until_it_leaves() -
     assert runners.silence("r1") == ""
     runners.forget("r1")
     assert runners.of("r1").identity is None
+
+
+@pytest.mark.rule("C2a")
+def test_a_first_attempt_may_skip_its_preflight_only_while_the_runner_is_known_live() -> None:
+    """C2a (issue 27): the identity a live watch told counts for a never-sent first
+    attempt only within ``live_within`` of the last thing it delivered; a heartbeat or a
+    row renews it; a stream that is not live forgets it, and a message then changes
+    nothing."""
+    runners = Runners(live_within=0.5)
+    identity = RunnerIdentity("a" * 32, "st_1")
+    runners.identified("r1", identity, NOW)
+    assert runners.live_identity("r1", NOW + timedelta(seconds=0.5)) == identity
+    quiet = NOW + timedelta(seconds=0.6)
+    assert runners.live_identity("r1", quiet) is None  # quiet too long: ask first
+    assert runners.of("r1").identity == identity  # still who it is, just not known live
+    runners.heard("r1", quiet)
+    assert runners.live_identity("r1", quiet + timedelta(seconds=0.4)) == identity
+    runners.identified("r1", None)
+    runners.heard("r1", quiet)
+    assert runners.live_identity("r1", quiet) is None
+    runners.identified("r2", identity)  # told without a time: never known live
+    assert runners.live_identity("r2", NOW) is None
+
+
+@pytest.mark.rule("C6c")
+def test_a_runners_run_of_stale_refusals_is_said_from_the_third_and_ends_when_it_admits() -> None:
+    """C6c: the third DISPATCH_STALE in a row from one runner asks for the one warning of
+    the run and puts what the last showed in every waiting turn's words; an admitted
+    Dispatch ends the run."""
+    runners = Runners()
+    assert not runners.refused_stale("r1", "late")
+    assert not runners.refused_stale("r1", "late again")
+    assert runners.stale_note("r1") == ""
+    assert runners.refused_stale("r1", "clock skew: runner r1's clock reads ahead")
+    assert not runners.refused_stale("r1", "clock skew: still")  # warned once per run
+    note = runners.stale_note("r1")
+    assert "refused its last 4 Dispatches as stale" in note and "clock skew: still" in note
+    runners.admitted("r1")
+    assert runners.stale_note("r1") == "" and runners.of("r1").stale == 0

@@ -54,6 +54,35 @@ def test_a_dispatch_older_than_the_window_is_refused_stale(tmp_path: Path) -> No
     run(tmp_path, scenario)
 
 
+@pytest.mark.rule("W2a", "C6c")
+def test_a_dispatch_one_second_old_is_refused_and_the_refusal_names_the_floor(
+    tmp_path: Path,
+) -> None:
+    """W2a: with the default settings the floor trails the clock by at most half a
+    second, so a Dispatch stamped one second ago is refused DISPATCH_STALE (the 7 s
+    window admitted it). The refusal names the floor (C6c: ErrorInfo admission_floor),
+    above the stamp and never above the clock minus the 0.25 s window."""
+
+    async def scenario(live: Live) -> None:
+        for _ in range(100):  # the floor keeper's first raise (bounded: 5 s)
+            info = await live.stub.GetRunnerInfo(R.GetRunnerInfoRequest())
+            if info.store_opens:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.6)  # more than window + interval since it started
+        second_ago = stamp_now() - 1_000_000
+        request = replace_stamp(
+            dispatch_request("op_late", envelope("op_late"), live.incarnation), second_ago
+        )
+        code, reason, meta = await refused(live.stub.Dispatch(request))
+        assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "DISPATCH_STALE")
+        floor = int(meta["admission_floor"])
+        assert second_ago < floor <= stamp_now() - 250_000
+        assert not (await live.status("op_late")).present
+
+    run(tmp_path, scenario)
+
+
 @pytest.mark.rule("W2", "W3")
 def test_a_clean_stop_seals_and_the_next_incarnation_vouches(tmp_path: Path) -> None:
     """W2/W3: SIGTERM-style stop seals the floor; the chain shows it to the next owner."""

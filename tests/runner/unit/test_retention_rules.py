@@ -6,8 +6,10 @@ import pytest
 
 from runner_svc.core.model import RowState
 from runner_svc.core.retention import (
+    CLOCK_SKEW_ALLOWANCE_SECONDS,
     key_ceiling,
     key_droppable,
+    key_window_seconds,
     retired_since,
     row_prunable,
     stamp_bound,
@@ -66,3 +68,18 @@ def test_a_key_goes_only_past_its_horizon_below_the_floor_and_the_clock() -> Non
     assert key_droppable(800.0, bound, now, retain=200.0, floor=bound, window_us=WINDOW_US)
     assert key_ceiling(SEALED_FLOOR, 110.0, WINDOW_US) == 103_000_000  # the clock caps a seal
     assert not key_droppable(0.0, bound, 110.0, retain=0.0, floor=SEALED_FLOOR, window_us=WINDOW_US)
+
+
+@pytest.mark.rule("K4", "W2a")
+def test_the_key_window_allows_for_clock_skew_however_short_the_admission_window() -> None:
+    """K4 (issue 27): the stamp bound and the key ceiling use the key window, the
+    admission window but never less than CLOCK_SKEW_ALLOWANCE_SECONDS: with W2a's 0.25 s
+    window a Dispatch stamped 10 s past its release (a coordinator clock 10 s ahead) still
+    lies below the bound of the key it could run under."""
+    assert key_window_seconds(0.25) == CLOCK_SKEW_ALLOWANCE_SECONDS == 60.0
+    assert key_window_seconds(120.0) == 120.0
+    released_at = 1_000.0
+    late_stamp = int((released_at + 10.0) * 1_000_000)
+    window_us = int(key_window_seconds(0.25) * 1_000_000)
+    assert stamp_bound(released_at, window_us) > late_stamp
+    assert stamp_bound(released_at, 250_000) < late_stamp  # the window alone would not do
