@@ -182,7 +182,7 @@ def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--admission-window",
         type=positive_seconds,
-        default=_env("ADMISSION_WINDOW", "0.25"),
+        default=_env("ADMISSION_WINDOW", "7"),
         help="seconds: a Dispatch stamped longer ago than this (coordinator clock) is refused "
         "DISPATCH_STALE and the coordinator sends it again with a fresh stamp (a cost in "
         "re-sends, never in safety); keep it above the usual time from a coordinator's "

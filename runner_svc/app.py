@@ -58,7 +58,7 @@ class RunnerConfig:
     max_receive_bytes: int = DEFAULT_RUNNER_MAX_RECEIVE_BYTES
     # §6.1 witness: how far the admission floor trails this runner's clock, and
     # how often it is raised (it trails by at most their sum, W2a).
-    admission_window_seconds: float = 0.25
+    admission_window_seconds: float = 7.0
     floor_interval_seconds: float = 0.25
     # §9 K2-K4: how long released rows and tombstones, then their keys, are kept.
     retention: RunnerRetention = field(default_factory=RunnerRetention)

@@ -40,7 +40,7 @@ class ServiceSettings:
     # stamped before the dead one's last floor, so this window (plus the
     # interval below) is how long before a crash a Dispatch becomes UNKNOWN
     # instead of provably absent. A late Dispatch costs a re-send, never safety.
-    admission_window_seconds: float = 0.25
+    admission_window_seconds: float = 7.0
     # How often the floor is raised (and written): it trails the clock by the
     # window plus at most this (a clean stop seals the floor and vouches for all).
     floor_interval_seconds: float = 0.25

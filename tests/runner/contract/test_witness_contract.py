@@ -8,6 +8,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from runner_svc.service_types import ServiceSettings
 from tests.runner.contract.test_runner_contract import refused, run
 from tests.runner.live import Live, dispatch_request, envelope, live_runner
 from turnwire.ids import stamp_now
@@ -58,10 +59,11 @@ def test_a_dispatch_older_than_the_window_is_refused_stale(tmp_path: Path) -> No
 def test_a_dispatch_one_second_old_is_refused_and_the_refusal_names_the_floor(
     tmp_path: Path,
 ) -> None:
-    """W2a: with the default settings the floor trails the clock by at most half a
-    second, so a Dispatch stamped one second ago is refused DISPATCH_STALE (the 7 s
-    window admitted it). The refusal names the floor (C6c: ErrorInfo admission_floor),
-    above the stamp and never above the clock minus the 0.25 s window."""
+    """W2a: with a 0.25 s window (the default stays 7 s) the floor trails the clock by
+    at most half a second, so a Dispatch stamped one second ago is refused
+    DISPATCH_STALE (a 7 s window admits it). The refusal names the floor (C6c:
+    ErrorInfo admission_floor), above the stamp and never above the clock minus the
+    0.25 s window."""
 
     async def scenario(live: Live) -> None:
         for _ in range(100):  # the floor keeper's first raise (bounded: 5 s)
@@ -80,7 +82,7 @@ def test_a_dispatch_one_second_old_is_refused_and_the_refusal_names_the_floor(
         assert second_ago < floor <= stamp_now() - 250_000
         assert not (await live.status("op_late")).present
 
-    run(tmp_path, scenario)
+    run(tmp_path, scenario, settings=ServiceSettings(admission_window_seconds=0.25))
 
 
 @pytest.mark.rule("W2", "W3")
