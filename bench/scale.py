@@ -190,6 +190,12 @@ def measure_size(area: Path, turns: int, args: argparse.Namespace) -> Idle:
         windows = measure_windows(deployment, args.windows, args.window_seconds)
         rss = {name: rss_mb(pid) for name, pid in roots(deployment).items()}
         grown_kb = (sum(rss.values()) - empty) * 1024
+        # Printed now too: a later size or the kill may not finish.
+        progress(
+            f"  {turns} held: RSS "
+            + ", ".join(f"{name} {mb:.0f} MB" for name, mb in rss.items())
+            + f"; {grown_kb / turns:.1f} KB per held turn"
+        )
         return Idle(
             turns=turns,
             cpu_share={n: statistics.median(w[n] for w in windows) for n in windows[0]},
