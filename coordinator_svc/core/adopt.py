@@ -9,7 +9,7 @@ durable store (§6); this module only turns it into a Decision.
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from coordinator_svc.core.attempting import attempts_exhausted, end
 from coordinator_svc.core.commands import Alarm, Release, ScheduleAt
@@ -44,6 +44,14 @@ _BEFORE_ACK = (OpState.QUEUED, OpState.DISPATCHING, OpState.DISPATCH_UNKNOWN)
 
 def next_poll(ctx: Context) -> ScheduleAt:
     return ScheduleAt(ctx.now + timedelta(seconds=ctx.status_poll))
+
+
+def running_poll(record: OperationRecord, ctx: Context) -> datetime:
+    """When to poll a turn that is (or becomes) RUNNING: C9a's long wait while a
+    live watch follows it and nothing asks it to stop, else ``next_poll``."""
+    if ctx.watched_status_poll is not None and not record.cancel_requested:
+        return ctx.now + timedelta(seconds=ctx.watched_status_poll)
+    return next_poll(ctx).at
 
 
 def newly_started(record: OperationRecord, execution: Execution) -> Started:
@@ -242,7 +250,8 @@ def _adopt_unsettled(
         # on one of its own if nothing else is written (once per operation).
         started = newly_started(record, execution)
         if via == "status":
-            poll = next_poll(ctx).at
+            running = record.state is OpState.RUNNING
+            poll = running_poll(record, ctx) if running else next_poll(ctx).at
             return Decision(bookkeeping(record, ctx, next_action_at=poll, **started, **records))
         if started:
             change = bookkeeping(record, ctx, **started, **records)
@@ -258,7 +267,7 @@ def _adopt_unsettled(
         detail=f"{via}: acknowledged",
         attempt_updates=updates,
         execution=execution,
-        next_action_at=ctx.now + timedelta(seconds=ctx.status_poll),
+        next_action_at=running_poll(record, ctx),
         **records,
         **binding,
     )

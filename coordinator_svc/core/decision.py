@@ -52,6 +52,10 @@ class Context:
     # How long a RUNNING/CANCELLING operation waits between fallback status
     # polls (the watch stream normally reports first).
     status_poll: float = 5.0
+    # C9a: the poll of a RUNNING turn a live watch follows (None: not followed).
+    # Only a RUNNING turn with no cancel waits this long; a CANCELLING one is
+    # polled, and its Cancel asked again, every status_poll.
+    watched_status_poll: float | None = None
     replica_id: str = ""
     lease_ttl: float = 15.0
     # The turn's own deadline (its envelope's limits), if it has one: a turn
